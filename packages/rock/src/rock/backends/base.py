@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import abc
+import io
+import posixpath
+import tarfile
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 from rock.backends._shell import ShellSession
 from rock.errors import RockError
@@ -73,12 +77,28 @@ class Sandbox(abc.ABC):
     def write_file(self, path: str, data: bytes, mode: int = 0o644) -> None: ...
 
     @abc.abstractmethod
-    def upload(self, local: Path, remote: str) -> None:
-        """Copy a local file or tree to ``remote`` (a tree's contents go under it), keeping modes."""
+    def put_archive(self, directory: str, data: bytes) -> None:
+        """Unpack a tar archive into ``directory`` (made if missing), keeping modes."""
 
     @abc.abstractmethod
+    def get_archive(self, path: str) -> bytes:
+        """A tar archive of ``path`` (file or tree) whose top member is its base name."""
+
+    def upload(self, local: Path, remote: str) -> None:
+        """Copy a local file or tree to ``remote`` (a tree's contents go under it), keeping modes."""
+        local = Path(local)
+        if not local.exists():
+            raise SandboxError(f"{local} does not exist on this machine; check the path.")
+        data, target = pack_upload(local, remote)
+        self.put_archive(target, data)
+
     def download(self, remote: str, local: Path) -> None:
         """Copy a file or tree from the sandbox to ``local``, keeping modes."""
+        unpack_download(self.get_archive(remote), Path(local))
+
+    def status(self) -> dict[str, Any]:
+        """What the backend knows of the sandbox: ``state`` (running, exited, deleted…) and more."""
+        return {"state": "running"}
 
     @abc.abstractmethod
     def snapshot(self, tag: str) -> str:
@@ -114,3 +134,38 @@ class Backend(abc.ABC):
 
     @abc.abstractmethod
     def list(self) -> list[Sandbox]: ...
+
+
+def pack_upload(local: Path, remote: str) -> tuple[bytes, str]:
+    """The tar archive and target directory that put ``local`` at ``remote``."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        if local.is_dir():
+            for item in sorted(local.iterdir()):
+                tar.add(item, arcname=item.name)
+            target = remote
+        else:
+            tar.add(local, arcname=posixpath.basename(remote))
+            target = posixpath.dirname(remote) or "/"
+    return buf.getvalue(), target
+
+
+def unpack_download(archive: bytes, local: Path) -> None:
+    """Unpack an archive from `Sandbox.get_archive` so that its top member becomes ``local``."""
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+        members = tar.getmembers()
+        if not members:
+            raise SandboxError("the sandbox sent an empty archive; check the path.")
+        top = members[0].name.split("/", 1)[0]
+        for member in members:
+            rel = (
+                member.name[len(top) :].lstrip("/") if member.name.startswith(top) else member.name
+            )
+            member.name = rel or "."
+        if len(members) == 1 and members[0].isfile():
+            local.parent.mkdir(parents=True, exist_ok=True)
+            members[0].name = local.name
+            tar.extract(members[0], local.parent, filter="tar")
+        else:
+            local.mkdir(parents=True, exist_ok=True)
+            tar.extractall(local, members=[m for m in members if m.name != "."], filter="tar")

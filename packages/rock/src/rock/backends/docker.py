@@ -13,7 +13,7 @@ import tarfile
 import threading
 import time
 from collections.abc import Callable
-from pathlib import Path
+from typing import Any
 
 import docker
 from docker.errors import APIError, ImageNotFound, NotFound
@@ -268,55 +268,23 @@ class DockerSandbox(Sandbox):
             info = tarfile.TarInfo(name)
             info.size, info.mode, info.mtime = len(data), mode, int(time.time())
             tar.addfile(info, io.BytesIO(data))
-        self._put(directory or "/", buf.getvalue())
+        self.put_archive(directory or "/", buf.getvalue())
 
-    def _put(self, directory: str, archive: bytes) -> None:
+    def put_archive(self, directory: str, data: bytes) -> None:
         self._mkdir(directory)
         try:
-            self.container.put_archive(directory, archive)
+            self.container.put_archive(directory, data)
         except (NotFound, APIError) as exc:
             raise SandboxError(
                 f"cannot write into {directory} in sandbox {self.id}: {getattr(exc, 'explanation', exc)}"
             ) from None
 
-    def upload(self, local: Path, remote: str) -> None:
-        local = Path(local)
-        if not local.exists():
-            raise SandboxError(f"{local} does not exist on this machine; check the path.")
-        buf = io.BytesIO()
-        with tarfile.open(fileobj=buf, mode="w") as tar:
-            if local.is_dir():
-                for item in sorted(local.iterdir()):
-                    tar.add(item, arcname=item.name)
-                target = remote
-            else:
-                tar.add(local, arcname=posixpath.basename(remote))
-                target = posixpath.dirname(remote) or "/"
-        self._put(target, buf.getvalue())
-
-    def download(self, remote: str, local: Path) -> None:
-        local = Path(local)
+    def get_archive(self, path: str) -> bytes:
         try:
-            stream, stat = self.container.get_archive(remote)
+            stream, _ = self.container.get_archive(path)
         except NotFound:
-            raise SandboxError(f"{remote} does not exist in sandbox {self.id}.") from None
-        top = stat["name"]
-        with tarfile.open(fileobj=io.BytesIO(b"".join(stream))) as tar:
-            members = tar.getmembers()
-            for member in members:
-                rel = (
-                    member.name[len(top) :].lstrip("/")
-                    if member.name.startswith(top)
-                    else member.name
-                )
-                member.name = rel or "."
-            if len(members) == 1 and members[0].isfile():
-                local.parent.mkdir(parents=True, exist_ok=True)
-                members[0].name = local.name
-                tar.extract(members[0], local.parent, filter="tar")
-            else:
-                local.mkdir(parents=True, exist_ok=True)
-                tar.extractall(local, members=[m for m in members if m.name != "."], filter="tar")
+            raise SandboxError(f"{path} does not exist in sandbox {self.id}.") from None
+        return b"".join(stream)
 
     # --- lifecycle ----------------------------------------------------------
 
@@ -329,7 +297,7 @@ class DockerSandbox(Sandbox):
         )
         return image.id
 
-    def status(self) -> dict[str, object]:
+    def status(self) -> dict[str, Any]:
         try:
             self.container.reload()
         except NotFound:
