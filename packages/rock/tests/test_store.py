@@ -473,7 +473,8 @@ def test_expired_by_idle_timeout(store: StateStore) -> None:
     used = store.get("sb-idle").last_used_at
 
     assert store.expired(used + timedelta(seconds=9)) == []
-    assert [r.id for r in store.expired(used + timedelta(seconds=11))] == ["sb-idle", "sb-stopped"]
+    due = [r.id for r in store.expired(used + timedelta(seconds=11))]
+    assert due == ["sb-idle", "sb-stopped", "sb-busy"]  # a leased sandbox idles too
 
     store.touch("sb-idle")
     touched = store.get("sb-idle")
@@ -640,3 +641,55 @@ def test_reopening_sees_previous_data(open_store: OpenStore) -> None:
     assert (again.get("sb-keep"), again.history("sb-keep"), again.execs("sb-keep")) == before
     assert again.transition("sb-keep", S.BUSY).state is S.BUSY
     assert len(again.history("sb-keep")) == 4
+
+
+def test_lease_hands_a_ready_sandbox_over_once(store: StateStore) -> None:
+    add(store, "sb-pool", state=S.READY, pool_key="warm")
+    leased = store.lease(
+        "sb-pool",
+        spec={"image": "x", "env": {"A": "1"}},
+        labels={"job": "j1"},
+        ttl_sec=60,
+        idle_timeout_sec=5,
+        reason="acquired from pool warm",
+    )
+    assert leased.state == S.BUSY and leased.labels == {"job": "j1"}
+    assert leased.spec_json["env"] == {"A": "1"} and leased.idle_timeout_sec == 5
+    assert leased.expires_at is not None and leased.pool_key == "warm"
+    assert [h.to_state for h in store.history("sb-pool")][-1] == S.BUSY
+    with pytest.raises(IllegalTransition, match="busy to busy"):
+        store.lease("sb-pool", spec={}, labels={})
+    with pytest.raises(UnknownSandbox):
+        store.lease("sb-none", spec={}, labels={})
+
+
+def test_exec_records_count_as_use(store: StateStore) -> None:
+    before = add(store, "sb-used", state=S.BUSY, idle_timeout_sec=10).last_used_at
+    store.record_exec(
+        "sb-used",
+        command="true",
+        exit_code=0,
+        timed_out=False,
+        started_at=datetime.now(UTC),
+        duration_sec=0.01,
+        stdout=b"",
+        stderr=b"",
+    )
+    assert store.get("sb-used").last_used_at > before
+
+
+def test_pools_are_kept_per_daemon(store: StateStore) -> None:
+    store.put_pool("d1", "warm", spec={"image": "a"}, min_idle=2, max_total=4)
+    store.put_pool("d1", "warm", spec={"image": "b"}, min_idle=1, max_total=3)
+    store.put_pool("d2", "other", spec={}, min_idle=0, max_total=1)
+    (pool,) = store.pools("d1")
+    assert (pool.name, pool.spec_json, pool.min_idle, pool.max_total) == (
+        "warm",
+        {"image": "b"},
+        1,
+        3,
+    )
+    with pytest.raises(StoreError, match="min_idle"):
+        store.put_pool("d1", "bad", spec={}, min_idle=5, max_total=2)
+    assert store.delete_pool("d1", "warm") and not store.delete_pool("d1", "warm")
+    assert store.pools("d1") == [] and [p.name for p in store.pools("d2")] == ["other"]

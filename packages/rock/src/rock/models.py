@@ -6,6 +6,7 @@ binary-safe end to end.
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -102,3 +103,133 @@ class SessionResult(_Model):
     @property
     def output_text(self) -> str:
         return self.output.decode("utf-8", errors="replace")
+
+
+# --- the daemon's API ----------------------------------------------------------------
+# Requests and responses of `rock serve`, used unchanged by `rock.Client`.
+
+SandboxStateName = Literal["pending", "starting", "ready", "busy", "stopped", "deleted", "error"]
+POOL_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
+
+
+class CreateSandboxRequest(_Model):
+    """Start a sandbox, or take one from a warm pool.
+
+    With ``pool`` the sandbox comes from that pool (its image and limits; ``spec``'s
+    env, workdir, labels and timers still apply). Without it, a pool whose image and
+    limits equal ``spec``'s is used when one has an idle sandbox; otherwise a new
+    sandbox is started.
+    """
+
+    spec: SandboxSpec = Field(default_factory=SandboxSpec)
+    pool: str | None = Field(default=None, pattern=POOL_NAME)
+    use_pools: bool = True
+    """False always starts a new sandbox."""
+
+
+class TransitionInfo(_Model):
+    from_state: SandboxStateName | None
+    to_state: SandboxStateName
+    reason: str | None
+    at: datetime
+
+
+class SandboxInfo(_Model):
+    """A sandbox as the daemon knows it."""
+
+    id: str
+    state: SandboxStateName
+    state_reason: str | None = None
+    backend: str
+    image: str
+    spec: SandboxSpec
+    pool: str | None = None
+    container_id: str | None = None
+    created_at: datetime
+    updated_at: datetime
+    last_used_at: datetime
+    expires_at: datetime | None = None
+    labels: dict[str, str] = Field(default_factory=dict)
+    history: list[TransitionInfo] = Field(default_factory=list)
+    """The state history; filled by GET /v1/sandboxes/{id}, empty in listings."""
+
+
+class PoolSettings(_Model):
+    """A warm pool: ``min_idle`` started sandboxes kept waiting, at most ``max_total`` alive."""
+
+    spec: SandboxSpec = Field(default_factory=SandboxSpec)
+    min_idle: int = Field(default=1, ge=0, le=1000)
+    max_total: int = Field(default=8, ge=1, le=10000)
+
+
+class PoolInfo(_Model):
+    name: str
+    spec: SandboxSpec
+    min_idle: int
+    max_total: int
+    idle: int
+    """Started sandboxes waiting to be acquired."""
+    in_use: int
+    """Sandboxes handed out and not yet released."""
+    starting: int
+
+
+class SessionInfo(_Model):
+    id: str
+    sandbox_id: str
+
+
+class SessionRunRequest(_Model):
+    command: str
+    timeout: float | None = Field(default=60.0, gt=0)
+
+
+class SnapshotRequest(_Model):
+    tag: str = Field(min_length=1, max_length=256)
+
+
+class SnapshotInfo(_Model):
+    image: str
+    """The new image's id (docker) or directory (local)."""
+    tag: str
+
+
+class ExecLog(_Model):
+    """One recorded command (outputs cut to the daemon's bound)."""
+
+    command: str
+    exit_code: int | None
+    timed_out: bool
+    started_at: datetime
+    duration_sec: float
+    stdout_bytes: int
+    stderr_bytes: int
+    stdout_head: str
+    stderr_head: str
+    session_id: str | None = None
+
+
+class ImageInfo(_Model):
+    id: str
+    tags: list[str]
+    size_mb: float
+    created: str
+
+
+class Health(_Model):
+    status: Literal["ok", "shutting-down"]
+    version: str
+    daemon_id: str
+    backend: str
+
+
+class ErrorDetail(_Model):
+    type: str
+    """The exception's class name, e.g. SandboxNotFound, PathEscape, Unauthorized."""
+    message: str
+    fields: list[str] = Field(default_factory=list)
+    """For invalid requests: where each problem is, e.g. body.spec.memory_mb."""
+
+
+class ErrorResponse(_Model):
+    error: ErrorDetail

@@ -8,11 +8,10 @@ import posixpath
 import tarfile
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, Protocol
 
-from rock.backends._shell import ShellSession
 from rock.errors import RockError
-from rock.models import DEFAULT_MAX_OUTPUT, ExecRequest, ExecResult, SandboxSpec
+from rock.models import DEFAULT_MAX_OUTPUT, ExecRequest, ExecResult, SandboxSpec, SessionResult
 
 LABEL_MANAGED = "dev.ale.rock.managed"
 LABEL_DAEMON = "dev.ale.rock.daemon"
@@ -32,6 +31,13 @@ class SandboxNotFound(SandboxError, KeyError):
 
 class PathEscape(SandboxError, PermissionError):
     """A path points outside the sandbox root."""
+
+
+class Session(Protocol):
+    """A persistent shell: cwd, environment and shell state survive between commands."""
+
+    def run(self, command: str, timeout: float | None = 60.0) -> SessionResult: ...
+    def close(self) -> None: ...
 
 
 class Sandbox(abc.ABC):
@@ -67,7 +73,7 @@ class Sandbox(abc.ABC):
         )
 
     @abc.abstractmethod
-    def session(self, *, max_output_bytes: int = DEFAULT_MAX_OUTPUT) -> ShellSession:
+    def session(self, *, max_output_bytes: int = DEFAULT_MAX_OUTPUT) -> Session:
         """Open a persistent bash session."""
 
     @abc.abstractmethod
@@ -99,6 +105,10 @@ class Sandbox(abc.ABC):
     def status(self) -> dict[str, Any]:
         """What the backend knows of the sandbox: ``state`` (running, exited, deleted…) and more."""
         return {"state": "running"}
+
+    def interrupt(self) -> int:
+        """Kill every command running now (and its children); return how many were running."""
+        return 0
 
     @abc.abstractmethod
     def snapshot(self, tag: str) -> str:
@@ -134,6 +144,14 @@ class Backend(abc.ABC):
 
     @abc.abstractmethod
     def list(self) -> list[Sandbox]: ...
+
+    def states(self) -> dict[str, dict[str, Any]]:
+        """Every sandbox of this backend (and daemon) by id, with its `Sandbox.status`."""
+        return {box.id: box.status() for box in self.list()}
+
+    def images(self) -> list[dict[str, Any]]:
+        """Images sandboxes can start from: dicts with id, tags, size_mb, created."""
+        return []
 
 
 def pack_upload(local: Path, remote: str) -> tuple[bytes, str]:

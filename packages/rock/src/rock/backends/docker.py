@@ -112,6 +112,8 @@ class DockerSandbox(Sandbox):
         self.id = container.labels.get(LABEL_SANDBOX, container.name)
         self.spec = spec
         self._oom_seen: int | None = None
+        self._running: set[int] = set()
+        self._running_lock = threading.Lock()
 
     # --- exec ---------------------------------------------------------------
 
@@ -155,6 +157,9 @@ class DockerSandbox(Sandbox):
                 pid_box.append(
                     int(line[len(_PID_PREFIX) :]) if line.startswith(_PID_PREFIX) else -1
                 )
+                if pid_box[0] > 0:
+                    with self._running_lock:
+                        self._running.add(pid_box[0])
                 if rest:
                     err.add(rest)
                 return
@@ -177,6 +182,9 @@ class DockerSandbox(Sandbox):
                 sock.close()
                 reader.join(1.0)
         duration = time.monotonic() - started
+        if pid_box:
+            with self._running_lock:
+                self._running.discard(pid_box[0])
         try:
             code = self._api.exec_inspect(exec_id).get("ExitCode")
         except APIError:
@@ -203,6 +211,13 @@ class DockerSandbox(Sandbox):
     def _drain(sock: socket.socket, on_frame: Callable[[int, bytes], None]) -> None:
         with contextlib.suppress(OSError):
             _frames(sock, on_frame)
+
+    def interrupt(self) -> int:
+        with self._running_lock:
+            pids = sorted(self._running)
+        for pid in pids:
+            self._kill_tree(pid, keep_root=False)
+        return len(pids)
 
     def _kill_tree(self, pid: int, keep_root: bool) -> None:
         with contextlib.suppress(APIError):
@@ -394,6 +409,32 @@ class DockerBackend(Backend):
             all=True, filters={"label": [f"{LABEL_MANAGED}=1", f"{LABEL_DAEMON}={self.daemon_id}"]}
         )
         return [DockerSandbox(self.client, c, _spec_of(c)) for c in containers]
+
+    def states(self) -> dict[str, dict[str, Any]]:
+        # One engine call for all of them (containers.list would inspect each one).
+        rows = self.client.api.containers(
+            all=True, filters={"label": [f"{LABEL_MANAGED}=1", f"{LABEL_DAEMON}={self.daemon_id}"]}
+        )
+        out: dict[str, dict[str, Any]] = {}
+        for row in rows:
+            sandbox_id = (row.get("Labels") or {}).get(LABEL_SANDBOX)
+            if sandbox_id:
+                out[sandbox_id] = {
+                    "state": row.get("State", "unknown"),
+                    "status": row.get("Status"),
+                }
+        return out
+
+    def images(self) -> list[dict[str, Any]]:
+        return [
+            {
+                "id": image.short_id,
+                "tags": list(image.tags),
+                "size_mb": round((image.attrs.get("Size") or 0) / 2**20, 1),
+                "created": image.attrs.get("Created", ""),
+            }
+            for image in self.client.images.list()
+        ]
 
 
 def _spec_of(container: docker.models.containers.Container) -> SandboxSpec:

@@ -63,7 +63,11 @@ LIVE_STATES = frozenset(ALLOWED_TRANSITIONS) - {_S.DELETED}
 """States whose sandbox may still own a container (what reconciliation looks at)."""
 
 REAPABLE_STATES = frozenset({_S.READY, _S.BUSY, _S.STOPPED})
-"""States in which a sandbox can expire by TTL (and, except busy, by idle timeout)."""
+"""States in which a sandbox can expire by TTL or, when it has one, by idle timeout.
+
+Ready means started and not handed out (a warm pool's idle member); busy means handed
+to a client (leased). Every command or file operation counts as use.
+"""
 
 
 # --- errors -------------------------------------------------------------------------
@@ -168,6 +172,17 @@ class Sandbox(Base):
     labels: Mapped[dict[str, Any]]
 
 
+class Pool(Base):
+    __tablename__ = "pools"
+
+    daemon_id: Mapped[str] = mapped_column(String(128), primary_key=True)
+    name: Mapped[str] = mapped_column(String(128), primary_key=True)
+    spec_json: Mapped[dict[str, Any]]
+    min_idle: Mapped[int] = mapped_column(Integer)
+    max_total: Mapped[int] = mapped_column(Integer)
+    updated_at: Mapped[datetime]
+
+
 class SandboxTransition(Base):
     __tablename__ = "sandbox_transitions"
     __table_args__ = (_state_check("to_state"), _state_check("from_state", nullable=True))
@@ -226,6 +241,17 @@ class SandboxRecord(_Record):
     idle_timeout_sec: float | None
     pool_key: str | None
     labels: dict[str, str]
+
+
+class PoolRecord(_Record):
+    """A warm pool's settings as recorded."""
+
+    daemon_id: str
+    name: str
+    spec_json: dict[str, Any]
+    min_idle: int
+    max_total: int
+    updated_at: datetime
 
 
 class TransitionRecord(_Record):

@@ -35,6 +35,8 @@ from rock.store.models import (
     Base,
     ExecRecord,
     ExecRecordOut,
+    Pool,
+    PoolRecord,
     Sandbox,
     SandboxExists,
     SandboxRecord,
@@ -245,6 +247,47 @@ class StateStore:
             session.add(_transition_row(sandbox_id, current, target, reason, now))
             return _get(session, sandbox_id)
 
+    def lease(
+        self,
+        sandbox_id: str,
+        *,
+        spec: Mapping[str, Any],
+        labels: Mapping[str, str],
+        ttl_sec: float | None = None,
+        idle_timeout_sec: float | None = None,
+        reason: str | None = None,
+    ) -> SandboxRecord:
+        """Hand a ready sandbox to a client: ready -> busy with its new spec, labels and timers.
+
+        Compare-and-set like `transition`: of two clients leasing the same sandbox only
+        one wins; the other gets `IllegalTransition` (busy -> busy is not a move).
+        """
+        now = _now()
+        values: dict[str, Any] = {
+            "state": SandboxState.BUSY.value,
+            "state_reason": reason,
+            "updated_at": now,
+            "last_used_at": now,
+            "spec_json": dict(spec),
+            "labels": dict(labels),
+            "expires_at": now + timedelta(seconds=ttl_sec) if ttl_sec is not None else None,
+            "idle_timeout_sec": idle_timeout_sec,
+        }
+        with self._transaction() as session:
+            swap = (
+                update(Sandbox)
+                .where(Sandbox.id == sandbox_id, Sandbox.state == SandboxState.READY.value)
+                .values(**values)
+                .execution_options(synchronize_session=False)
+            )
+            if cast(CursorResult[Any], session.execute(swap)).rowcount != 1:
+                check_transition(sandbox_id, _current_state(session, sandbox_id), SandboxState.BUSY)
+                raise StoreError(f"Sandbox {sandbox_id} could not be leased; try another.")
+            session.add(
+                _transition_row(sandbox_id, SandboxState.READY, SandboxState.BUSY, reason, now)
+            )
+            return _get(session, sandbox_id)
+
     def touch(self, sandbox_id: str) -> None:
         """Mark the sandbox used now (the idle timeout counts from here)."""
         with self._transaction() as session:
@@ -295,9 +338,9 @@ class StateStore:
     ) -> builtins.list[SandboxRecord]:
         """Ready, busy or stopped sandboxes due for reaping at `now` (default: now).
 
-        Due means past `expires_at` (the TTL), or, for ready and stopped ones, unused
-        for longer than `idle_timeout_sec` since `last_used_at`. A busy sandbox is in
-        use, so it never counts as idle.
+        Due means past `expires_at` (the TTL), or unused for longer than
+        `idle_timeout_sec` since `last_used_at` (commands and file operations count as
+        use, see `record_exec` and `touch`).
         """
         now = _now() if now is None else _aware(now, "now")
         stmt = (
@@ -365,7 +408,14 @@ class StateStore:
             session_id=session_id,
         )
         with self._transaction() as session:
-            _current_state(session, sandbox_id)  # unknown id -> UnknownSandbox
+            used = (
+                update(Sandbox)
+                .where(Sandbox.id == sandbox_id)
+                .values(last_used_at=_now())
+                .execution_options(synchronize_session=False)
+            )
+            if cast(CursorResult[Any], session.execute(used)).rowcount != 1:
+                raise _unknown(sandbox_id)
             session.add(row)
             session.flush()
             return ExecRecordOut.model_validate(row)
@@ -381,6 +431,49 @@ class StateStore:
         with self._transaction() as session:
             _current_state(session, sandbox_id)  # unknown id -> UnknownSandbox
             return [ExecRecordOut.model_validate(row) for row in session.scalars(stmt)]
+
+    # --- pools -------------------------------------------------------------------------
+
+    def put_pool(
+        self,
+        daemon_id: str,
+        name: str,
+        *,
+        spec: Mapping[str, Any],
+        min_idle: int,
+        max_total: int,
+    ) -> PoolRecord:
+        """Create or replace a warm pool's settings."""
+        if not 0 <= min_idle <= max_total:
+            raise StoreError(
+                f"Pool {name}: min_idle ({min_idle}) must be between 0 and max_total ({max_total})."
+            )
+        with self._transaction() as session:
+            row = session.get(Pool, (daemon_id, name))
+            if row is None:
+                row = Pool(daemon_id=daemon_id, name=name)
+                session.add(row)
+            row.spec_json = dict(spec)
+            row.min_idle = min_idle
+            row.max_total = max_total
+            row.updated_at = _now()
+            session.flush()
+            return PoolRecord.model_validate(row)
+
+    def pools(self, daemon_id: str) -> builtins.list[PoolRecord]:
+        """This daemon's pools, by name."""
+        stmt = select(Pool).where(Pool.daemon_id == daemon_id).order_by(Pool.name)
+        with self._transaction() as session:
+            return [PoolRecord.model_validate(row) for row in session.scalars(stmt)]
+
+    def delete_pool(self, daemon_id: str, name: str) -> bool:
+        """Forget a pool; True if it existed."""
+        with self._transaction() as session:
+            row = session.get(Pool, (daemon_id, name))
+            if row is None:
+                return False
+            session.delete(row)
+            return True
 
 
 # --- helpers that run inside a transaction ---------------------------------------------
@@ -427,7 +520,7 @@ def _transition_row(
 def _is_due(row: SandboxRecord, now: datetime) -> bool:
     if row.expires_at is not None and row.expires_at <= now:
         return True
-    if row.idle_timeout_sec is None or row.state == SandboxState.BUSY:
+    if row.idle_timeout_sec is None:
         return False
     return row.last_used_at + timedelta(seconds=row.idle_timeout_sec) <= now
 

@@ -1,0 +1,1 @@
+"""The rock daemon: `rock serve` (FastAPI + uvicorn) over a `SandboxManager`."""

@@ -1,0 +1,823 @@
+"""`SandboxManager`: the daemon's brain, with no HTTP in it.
+
+It owns one backend and one state store and keeps them in agreement:
+
+* every sandbox is a row before it is a container, and every move of its life is a
+  compare-and-set transition (pending -> starting -> ready -> busy -> deleted, or error);
+* warm pools keep ``min_idle`` started sandboxes waiting (state ready) and hand one
+  over with a single transition (ready -> busy); a released sandbox is deleted and
+  replaced, never reused;
+* a maintenance thread reaps sandboxes past their TTL or idle timeout, marks
+  sandboxes whose container died as error (with the engine's reason) and refills pools;
+* `start()` reconciles the engine with the database after a crash: containers
+  labelled as this daemon's are adopted or removed, rows without a container are closed;
+* `close()` stops taking work, lets in-flight commands finish for a grace period,
+  kills the rest, and keeps only sandboxes with TTL left (unless told to clean up).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import secrets
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
+from typing import Any, TypeVar
+
+from rock.backends._shell import SessionError
+from rock.backends.base import Backend, Sandbox, SandboxError, SandboxNotFound, Session
+from rock.errors import PoolExhausted, ShuttingDown
+from rock.models import (
+    CreateSandboxRequest,
+    ExecLog,
+    ExecRequest,
+    ExecResult,
+    ImageInfo,
+    PoolInfo,
+    PoolSettings,
+    SandboxInfo,
+    SandboxSpec,
+    SessionInfo,
+    SessionResult,
+    SessionRunRequest,
+    SnapshotInfo,
+    TransitionInfo,
+)
+from rock.store import (
+    IllegalTransition,
+    SandboxRecord,
+    SandboxState,
+    StateStore,
+    StoreError,
+    UnknownSandbox,
+)
+
+log = logging.getLogger("rock.daemon")
+
+S = SandboxState
+T = TypeVar("T")
+
+_RUNNING = frozenset({S.READY, S.BUSY})
+
+
+class SandboxConflict(SandboxError):
+    """The sandbox exists but cannot do this now (stopped, in error, waiting in a pool)."""
+
+
+class PoolNotFound(SandboxError, KeyError):
+    """No pool has this name."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else "pool not found"
+
+
+def _shape(spec: SandboxSpec) -> tuple[object, ...]:
+    """What a pool's sandboxes share with a request for them: image and limits."""
+    return (spec.image, spec.memory_mb, spec.cpus, spec.pids_limit, spec.network)
+
+
+class _Pool:
+    def __init__(self, name: str, settings: PoolSettings) -> None:
+        self.name = name
+        self.settings = settings
+        self.idle: deque[str] = deque()
+        self.members: set[str] = set()  # every live sandbox that came from this pool
+        self.starting = 0
+
+    @property
+    def in_use(self) -> int:
+        return len(self.members) - len(self.idle)
+
+
+class SandboxManager:
+    """Sandboxes, pools and sessions of one daemon; thread-safe."""
+
+    def __init__(
+        self,
+        backend: Backend,
+        store: StateStore,
+        *,
+        daemon_id: str = "default",
+        maintenance_interval: float = 1.0,
+        liveness_interval: float = 2.0,
+        fill_workers: int = 4,
+        metrics: Any = None,
+    ) -> None:
+        self.backend = backend
+        self.store = store
+        self.daemon_id = daemon_id
+        self.maintenance_interval = maintenance_interval
+        self.liveness_interval = liveness_interval
+        self.metrics = metrics
+        self._lock = threading.RLock()
+        self._boxes: dict[str, Sandbox] = {}
+        self._stopped: set[str] = set()
+        self._pools: dict[str, _Pool] = {}
+        self._sessions: dict[str, tuple[str, Session]] = {}
+        self._inflight = 0
+        self._inflight_done = threading.Condition(self._lock)
+        self._closing = False
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._fill = ThreadPoolExecutor(fill_workers, thread_name_prefix="rock-pool")
+        self._last_liveness = 0.0
+        self.reconciled: dict[str, int] = {}
+
+    # --- life of the daemon -----------------------------------------------------------
+
+    def start(self, pools: dict[str, PoolSettings] | None = None) -> None:
+        """Reconcile, load pools (``pools`` override stored ones), start maintenance."""
+        for record in self.store.pools(self.daemon_id):
+            self._pools[record.name] = _Pool(
+                record.name,
+                PoolSettings(
+                    spec=SandboxSpec.model_validate(record.spec_json),
+                    min_idle=record.min_idle,
+                    max_total=record.max_total,
+                ),
+            )
+        for name, settings in (pools or {}).items():
+            self._put_pool(name, settings)
+        self.reconciled = self.reconcile()
+        self._thread = threading.Thread(target=self._maintain, name="rock-maintain", daemon=True)
+        self._thread.start()
+        self._wake.set()
+
+    def reconcile(self) -> dict[str, int]:
+        """Make the engine and the database agree; return counts of what was done."""
+        counts = {"adopted": 0, "removed": 0, "closed": 0, "failed": 0}
+        rows = {row.id: row for row in self.store.live(self.daemon_id)}
+        for box in self.backend.list():
+            row = rows.pop(box.id, None)
+            if row is None:
+                self._quiet_delete(box)
+                counts["removed"] += 1
+                continue
+            if row.state not in (S.READY, S.BUSY, S.STOPPED):
+                self._quiet_delete(box)
+                self._move(row.id, S.DELETED, f"the daemon stopped while it was {row.state}")
+                counts["closed"] += 1
+                continue
+            status = box.status()
+            if row.state != S.STOPPED and status.get("state") != "running":
+                self._quiet_delete(box)
+                self._move(
+                    row.id,
+                    S.ERROR,
+                    f"its container was {status.get('state')} when the daemon restarted",
+                )
+                counts["failed"] += 1
+                continue
+            pool = self._pools.get(row.pool_key or "")
+            if row.state == S.READY and (
+                pool is None or _shape(pool.settings.spec) != _shape(box.spec)
+            ):
+                self._quiet_delete(box)
+                self._move(row.id, S.DELETED, "its pool no longer wants it")
+                counts["removed"] += 1
+                continue
+            box.spec = SandboxSpec.model_validate(row.spec_json)
+            with self._lock:
+                self._boxes[row.id] = box
+                if row.state == S.STOPPED:
+                    self._stopped.add(row.id)
+                if pool is not None:
+                    pool.members.add(row.id)
+                    if row.state == S.READY:
+                        pool.idle.append(row.id)
+            counts["adopted"] += 1
+        for row in rows.values():
+            if row.state == S.ERROR:
+                continue  # already closed with its reason
+            self._move(row.id, S.DELETED, "its container was gone when the daemon restarted")
+            counts["closed"] += 1
+        log.info("reconciled: %s", counts)
+        return counts
+
+    @property
+    def closing(self) -> bool:
+        return self._closing
+
+    def begin_shutdown(self) -> None:
+        """Refuse new work from now on (in-flight commands go on)."""
+        self._closing = True
+        self._wake.set()
+
+    def interrupt_inflight(self) -> int:
+        """Kill every command running in any sandbox; return how many were killed."""
+        with self._lock:
+            boxes = list(self._boxes.values())
+        return sum(box.interrupt() for box in boxes)
+
+    def close(self, *, grace_sec: float = 10.0, cleanup: bool = False) -> None:
+        """Stop: wait ``grace_sec`` for in-flight commands, kill the rest, then delete
+        every sandbox without TTL left (all of them with ``cleanup``)."""
+        self.begin_shutdown()
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(10)
+        self._fill.shutdown(wait=True, cancel_futures=True)
+        deadline = time.monotonic() + grace_sec
+        with self._lock:
+            while self._inflight and time.monotonic() < deadline:
+                self._inflight_done.wait(deadline - time.monotonic())
+        if self._inflight:
+            self.interrupt_inflight()
+            with self._lock:
+                self._inflight_done.wait_for(lambda: self._inflight == 0, 10)
+        with self._lock:
+            sessions = list(self._sessions.values())
+            self._sessions.clear()
+        for _, session in sessions:
+            with contextlib.suppress(Exception):
+                session.close()
+        now = datetime.now(UTC)
+        for row in self.store.live(self.daemon_id):
+            keep = (
+                not cleanup
+                and row.state in (S.BUSY, S.STOPPED)
+                and row.expires_at is not None
+                and row.expires_at > now
+            )
+            if not keep and row.state != S.ERROR:
+                self._destroy(row.id, "the daemon shut down")
+
+    # --- sandboxes ------------------------------------------------------------------
+
+    def create(self, request: CreateSandboxRequest) -> SandboxInfo:
+        """A sandbox for a client: from a pool when one fits, else newly started."""
+        self._check_open()
+        started = time.perf_counter()
+        pool_name = request.pool
+        if pool_name is not None and pool_name not in self._pools:
+            raise PoolNotFound(f"no pool named {pool_name}; list them with 'rock pool ls'.")
+        if pool_name is None and request.use_pools:
+            pool_name = self._matching_pool(request.spec)
+        if pool_name is not None:
+            info = self._acquire(pool_name, request.spec)
+            if info is not None:
+                self._observe_acquire("pool", started)
+                return info
+            if request.pool is None:
+                pool_name = None  # the matching pool is empty: start one outside it
+        spec = request.spec
+        if pool_name is not None:
+            spec = self._pool_spec(pool_name, request.spec)
+            self._reserve(pool_name)
+        try:
+            box = self._start(spec, pool_name)
+        finally:
+            if pool_name is not None:
+                with self._lock:
+                    self._pools[pool_name].starting -= 1
+        try:
+            record = self.store.lease(
+                box.id,
+                spec=spec.model_dump(mode="json"),
+                labels=spec.labels,
+                ttl_sec=spec.ttl_sec,
+                idle_timeout_sec=spec.idle_timeout_sec,
+                reason="started for a client",
+            )
+        except StoreError:
+            self._destroy(box.id, "could not be handed over")
+            raise
+        self._observe_acquire("cold", started)
+        return self._info(record)
+
+    def _matching_pool(self, spec: SandboxSpec) -> str | None:
+        shape = _shape(spec)
+        with self._lock:
+            for pool in self._pools.values():
+                if _shape(pool.settings.spec) == shape and pool.idle:
+                    return pool.name
+        return None
+
+    def _pool_spec(self, pool_name: str, wanted: SandboxSpec) -> SandboxSpec:
+        base = self._pools[pool_name].settings.spec
+        fields = wanted.model_fields_set & {
+            "env",
+            "workdir",
+            "labels",
+            "ttl_sec",
+            "idle_timeout_sec",
+        }
+        return base.model_copy(update={name: getattr(wanted, name) for name in fields})
+
+    def _reserve(self, pool_name: str) -> None:
+        with self._lock:
+            pool = self._pools[pool_name]
+            if len(pool.members) + pool.starting >= pool.settings.max_total:
+                raise PoolExhausted(
+                    f"pool {pool_name} has no idle sandbox and is at its maximum of "
+                    f"{pool.settings.max_total}; release one or raise max_total with 'rock pool set'."
+                )
+            pool.starting += 1
+
+    def _acquire(self, pool_name: str, wanted: SandboxSpec) -> SandboxInfo | None:
+        while True:
+            with self._lock:
+                pool = self._pools.get(pool_name)
+                if pool is None or not pool.idle:
+                    return None
+                sandbox_id = pool.idle.popleft()
+                box = self._boxes.get(sandbox_id)
+            self._wake.set()
+            if box is None:
+                continue
+            spec = self._pool_spec(pool_name, wanted)
+            try:
+                record = self.store.lease(
+                    sandbox_id,
+                    spec=spec.model_dump(mode="json"),
+                    labels=spec.labels,
+                    ttl_sec=spec.ttl_sec,
+                    idle_timeout_sec=spec.idle_timeout_sec,
+                    reason=f"acquired from pool {pool_name}",
+                )
+            except (IllegalTransition, UnknownSandbox, StoreError):
+                continue  # reaped or failed meanwhile: take the next one
+            box.spec = spec
+            return self._info(record)
+
+    def _start(self, spec: SandboxSpec, pool_name: str | None) -> Sandbox:
+        """Record, start and mark ready a new sandbox; errors leave the row in error."""
+        sandbox_id = "sb-" + secrets.token_hex(6)
+        self.store.add_sandbox(
+            sandbox_id,
+            daemon_id=self.daemon_id,
+            backend=self.backend.name,
+            image=spec.image,
+            spec=spec.model_dump(mode="json"),
+            labels=spec.labels,
+            pool_key=pool_name,
+        )
+        self.store.transition(sandbox_id, S.STARTING)
+        try:
+            box = self.backend.create(spec, sandbox_id=sandbox_id)
+        except Exception as exc:
+            self._move(sandbox_id, S.ERROR, f"it could not start: {exc}")
+            if self.metrics is not None:
+                self.metrics.error("start")
+            raise
+        container = getattr(getattr(box, "container", None), "id", None)
+        with self._lock:
+            self._boxes[sandbox_id] = box
+            if pool_name is not None and pool_name in self._pools:
+                self._pools[pool_name].members.add(sandbox_id)
+        self.store.transition(sandbox_id, S.READY, container_id=container)
+        return box
+
+    def get(self, sandbox_id: str) -> SandboxInfo:
+        record = self._record(sandbox_id)
+        info = self._info(record)
+        info.history = [
+            TransitionInfo(from_state=h.from_state, to_state=h.to_state, reason=h.reason, at=h.at)
+            for h in self.store.history(sandbox_id)
+        ]
+        return info
+
+    def list(
+        self,
+        *,
+        states: list[str] | None = None,
+        labels: dict[str, str] | None = None,
+        pool: str | None = None,
+        include_deleted: bool = False,
+    ) -> list[SandboxInfo]:
+        if states is None and not include_deleted:
+            states = [s.value for s in S if s != S.DELETED]
+        rows = self.store.list(states=states, daemon_id=self.daemon_id, pool_key=pool, label=labels)
+        return [self._info(row) for row in rows]
+
+    def delete(self, sandbox_id: str, reason: str = "deleted by its client") -> SandboxInfo:
+        """Release a sandbox: its container is removed (a pool starts a fresh one)."""
+        record = self._record(sandbox_id)
+        if record.state == S.DELETED:
+            return self._info(record)
+        return self._info(self._destroy(sandbox_id, reason))
+
+    def stop(self, sandbox_id: str) -> SandboxInfo:
+        box = self._box(sandbox_id, allow_stopped=True)
+        self._close_sessions(sandbox_id)
+        box.stop()
+        with self._lock:
+            self._stopped.add(sandbox_id)
+        return self._info(self.store.transition(sandbox_id, S.STOPPED, "stopped by its client"))
+
+    def snapshot(self, sandbox_id: str, tag: str) -> SnapshotInfo:
+        box = self._box(sandbox_id, allow_stopped=True)
+        image = self._use(sandbox_id, lambda: box.snapshot(tag))
+        return SnapshotInfo(image=image, tag=tag)
+
+    def logs(self, sandbox_id: str, limit: int = 100) -> list[ExecLog]:
+        self._record(sandbox_id)
+        return [
+            ExecLog.model_validate(r.model_dump(exclude={"id", "sandbox_id"}))
+            for r in self.store.execs(sandbox_id, limit)
+        ]
+
+    # --- verbs --------------------------------------------------------------------
+
+    def exec(self, sandbox_id: str, request: ExecRequest) -> ExecResult:
+        box = self._box(sandbox_id)
+        started_at = datetime.now(UTC)
+        with self._tracked():
+            result = box.run(request)
+        self.store.record_exec(
+            sandbox_id,
+            command=request.command
+            if isinstance(request.command, str)
+            else " ".join(request.command),
+            exit_code=result.exit_code,
+            timed_out=result.timed_out,
+            started_at=started_at,
+            duration_sec=result.duration_sec,
+            stdout=result.stdout,
+            stderr=result.stderr,
+        )
+        self._after_command(result.exit_code, result.timed_out)
+        if self.metrics is not None:
+            self.metrics.exec_seconds.labels(kind="exec").observe(result.duration_sec)
+        return result
+
+    def open_session(self, sandbox_id: str) -> SessionInfo:
+        box = self._box(sandbox_id)
+        session = box.session()
+        session_id = "ss-" + secrets.token_hex(6)
+        with self._lock:
+            self._sessions[session_id] = (sandbox_id, session)
+        self.store.touch(sandbox_id)
+        return SessionInfo(id=session_id, sandbox_id=sandbox_id)
+
+    def run_in_session(
+        self, sandbox_id: str, session_id: str, request: SessionRunRequest
+    ) -> SessionResult:
+        session = self._session(sandbox_id, session_id)
+        started_at = datetime.now(UTC)
+        try:
+            with self._tracked():
+                result = session.run(request.command, timeout=request.timeout)
+        except SessionError:
+            with self._lock:
+                self._sessions.pop(session_id, None)
+            raise
+        self.store.record_exec(
+            sandbox_id,
+            command=request.command,
+            exit_code=result.exit_code,
+            timed_out=result.timed_out,
+            started_at=started_at,
+            duration_sec=result.duration_sec,
+            stdout=result.output,
+            stderr=b"",
+            session_id=session_id,
+        )
+        self._after_command(result.exit_code, result.timed_out)
+        if self.metrics is not None:
+            self.metrics.exec_seconds.labels(kind="session").observe(result.duration_sec)
+        return result
+
+    def close_session(self, sandbox_id: str, session_id: str) -> None:
+        session = self._session(sandbox_id, session_id)
+        with self._lock:
+            self._sessions.pop(session_id, None)
+        session.close()
+
+    def read_file(self, sandbox_id: str, path: str) -> bytes:
+        box = self._box(sandbox_id, allow_stopped=True)
+        return self._use(sandbox_id, lambda: box.read_file(path))
+
+    def write_file(self, sandbox_id: str, path: str, data: bytes, mode: int) -> None:
+        box = self._box(sandbox_id)
+        self._use(sandbox_id, lambda: box.write_file(path, data, mode))
+
+    def get_archive(self, sandbox_id: str, path: str) -> bytes:
+        box = self._box(sandbox_id, allow_stopped=True)
+        return self._use(sandbox_id, lambda: box.get_archive(path))
+
+    def put_archive(self, sandbox_id: str, directory: str, data: bytes) -> None:
+        box = self._box(sandbox_id)
+        self._use(sandbox_id, lambda: box.put_archive(directory, data))
+
+    # --- pools ----------------------------------------------------------------------
+
+    def set_pool(self, name: str, settings: PoolSettings) -> PoolInfo:
+        self._check_open()
+        self._put_pool(name, settings)
+        self._wake.set()
+        return self.pool(name)
+
+    def _put_pool(self, name: str, settings: PoolSettings) -> None:
+        if settings.min_idle > settings.max_total:
+            raise SandboxError(
+                f"pool {name}: min_idle ({settings.min_idle}) cannot exceed max_total "
+                f"({settings.max_total}); lower min_idle or raise max_total."
+            )
+        self.store.put_pool(
+            self.daemon_id,
+            name,
+            spec=settings.spec.model_dump(mode="json"),
+            min_idle=settings.min_idle,
+            max_total=settings.max_total,
+        )
+        stale: list[str] = []
+        with self._lock:
+            pool = self._pools.get(name)
+            if pool is None:
+                self._pools[name] = _Pool(name, settings)
+            else:
+                if _shape(pool.settings.spec) != _shape(settings.spec) or (
+                    pool.settings.spec != settings.spec
+                ):
+                    stale = list(pool.idle)  # started with the old spec: replace them
+                    pool.idle.clear()
+                pool.settings = settings
+        for sandbox_id in stale:
+            self._destroy(sandbox_id, f"pool {name} was given a new spec")
+
+    def pools(self) -> list[PoolInfo]:
+        with self._lock:
+            names = sorted(self._pools)
+        return [self.pool(name) for name in names]
+
+    def pool(self, name: str) -> PoolInfo:
+        with self._lock:
+            pool = self._pools.get(name)
+            if pool is None:
+                raise PoolNotFound(f"no pool named {name}; list them with 'rock pool ls'.")
+            return PoolInfo(
+                name=name,
+                spec=pool.settings.spec,
+                min_idle=pool.settings.min_idle,
+                max_total=pool.settings.max_total,
+                idle=len(pool.idle),
+                in_use=pool.in_use,
+                starting=pool.starting,
+            )
+
+    def delete_pool(self, name: str) -> None:
+        with self._lock:
+            pool = self._pools.pop(name, None)
+        if pool is None:
+            raise PoolNotFound(f"no pool named {name}; list them with 'rock pool ls'.")
+        self.store.delete_pool(self.daemon_id, name)
+        for sandbox_id in list(pool.idle):
+            self._destroy(sandbox_id, f"pool {name} was deleted")
+
+    def images(self) -> list[ImageInfo]:
+        return [ImageInfo.model_validate(item) for item in self.backend.images()]
+
+    # --- maintenance ------------------------------------------------------------------
+
+    def _maintain(self) -> None:
+        while not self._stop.is_set():
+            self._wake.wait(self.maintenance_interval)
+            self._wake.clear()
+            if self._stop.is_set():
+                return
+            for step in (self._reap, self._check_liveness, self._fill_pools):
+                try:
+                    step()
+                except Exception:  # keep the loop alive; the next pass retries
+                    log.exception("maintenance step %s failed", step.__name__)
+                    if self.metrics is not None:
+                        self.metrics.error("maintenance")
+
+    def _reap(self) -> None:
+        now = datetime.now(UTC)
+        for row in self.store.expired(now, daemon_id=self.daemon_id):
+            if row.expires_at is not None and row.expires_at <= now:
+                reason = "its TTL ran out"
+            else:
+                reason = f"it was idle for more than {row.idle_timeout_sec:g}s"
+            self._destroy(row.id, reason)
+
+    def _check_liveness(self, force: bool = False) -> None:
+        if not force and time.monotonic() - self._last_liveness < self.liveness_interval:
+            return
+        self._last_liveness = time.monotonic()
+        states = self.backend.states()
+        with self._lock:
+            watched = list(self._boxes)
+        for sandbox_id in watched:
+            status = states.get(sandbox_id)
+            if status is not None and status.get("state") in ("running", "created"):
+                continue
+            try:
+                row = self.store.get(sandbox_id)
+            except UnknownSandbox:
+                continue
+            if row.state not in _RUNNING:
+                continue
+            if status is None:
+                reason = "its container disappeared"
+            else:
+                detail = self._boxes[sandbox_id].status() if sandbox_id in self._boxes else {}
+                reason = f"its container is {status.get('state')}"
+                if detail.get("exit_code") is not None:
+                    reason += f" (exit code {detail['exit_code']}"
+                    reason += (
+                        ", killed for using too much memory)" if detail.get("oom_killed") else ")"
+                    )
+            self._fail(sandbox_id, reason)
+
+    def _fill_pools(self) -> None:
+        if self._closing:
+            return
+        with self._lock:
+            plans: list[tuple[str, int]] = []
+            trims: list[str] = []
+            for pool in self._pools.values():
+                want = pool.settings.min_idle - len(pool.idle) - pool.starting
+                room = pool.settings.max_total - len(pool.members) - pool.starting
+                if want > 0 and room > 0:
+                    n = min(want, room)
+                    pool.starting += n
+                    plans.append((pool.name, n))
+                extra = len(pool.idle) - pool.settings.min_idle
+                for _ in range(max(0, extra)):
+                    trims.append(pool.idle.pop())
+        for sandbox_id in trims:
+            self._destroy(sandbox_id, "its pool shrank")
+        for name, n in plans:
+            for _ in range(n):
+                self._fill.submit(self._fill_one, name)
+
+    def _fill_one(self, name: str) -> None:
+        try:
+            with self._lock:
+                pool = self._pools.get(name)
+                spec = pool.settings.spec if pool is not None else None
+            if spec is None or self._closing:
+                return
+            box = self._start(spec, name)
+            with self._lock:
+                pool = self._pools.get(name)
+                if pool is not None and _shape(pool.settings.spec) == _shape(box.spec):
+                    pool.idle.append(box.id)
+                    return
+            self._destroy(box.id, f"pool {name} changed while it started")
+        except Exception as exc:
+            log.warning("could not start a sandbox for pool %s: %s", name, exc)
+            time.sleep(1.0)  # do not spin on a broken image
+        finally:
+            with self._lock:
+                pool = self._pools.get(name)
+                if pool is not None:
+                    pool.starting -= 1
+            self._wake.set()
+
+    # --- helpers ------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closing:
+            raise ShuttingDown("the rock daemon is shutting down; retry against a new one.")
+
+    @contextlib.contextmanager
+    def _tracked(self) -> Iterator[None]:
+        self._check_open()
+        with self._lock:
+            self._inflight += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._inflight -= 1
+                self._inflight_done.notify_all()
+
+    def _after_command(self, exit_code: int, timed_out: bool) -> None:
+        """A command killed by the shutdown (not by its own timeout) is an error, not a result."""
+        if self._closing and not timed_out and exit_code in (137, 130, -1):
+            raise ShuttingDown(
+                "the rock daemon shut down while this command ran, so it was killed; "
+                "run it again against a new daemon."
+            )
+
+    def _use(self, sandbox_id: str, action: Callable[[], T]) -> T:
+        with self._tracked():
+            result = action()
+        self.store.touch(sandbox_id)
+        return result
+
+    def _record(self, sandbox_id: str) -> SandboxRecord:
+        try:
+            record = self.store.get(sandbox_id)
+        except UnknownSandbox:
+            raise SandboxNotFound(
+                f"no sandbox {sandbox_id}; list them with 'rock sandbox ls'."
+            ) from None
+        if record.daemon_id != self.daemon_id:
+            raise SandboxNotFound(
+                f"no sandbox {sandbox_id} in this daemon; list them with 'rock sandbox ls'."
+            )
+        return record
+
+    def _box(self, sandbox_id: str, *, allow_stopped: bool = False) -> Sandbox:
+        with self._lock:
+            box = self._boxes.get(sandbox_id)
+            waiting = any(sandbox_id in pool.idle for pool in self._pools.values())
+            stopped = sandbox_id in self._stopped
+        if box is not None and not waiting and (allow_stopped or not stopped):
+            return box
+        record = self._record(sandbox_id)
+        if waiting:
+            raise SandboxConflict(
+                f"sandbox {sandbox_id} is waiting in pool {record.pool_key}; "
+                "acquire one with 'rock sandbox create --pool'."
+            )
+        reason = f" ({record.state_reason})" if record.state_reason else ""
+        raise (SandboxNotFound if record.state == S.DELETED else SandboxConflict)(
+            f"sandbox {sandbox_id} is {record.state}{reason}; create a new one."
+        )
+
+    def _session(self, sandbox_id: str, session_id: str) -> Session:
+        with self._lock:
+            entry = self._sessions.get(session_id)
+        if entry is None or entry[0] != sandbox_id:
+            self._box(sandbox_id)
+            raise SandboxNotFound(
+                f"no session {session_id} in sandbox {sandbox_id}; open one with POST "
+                f"/v1/sandboxes/{sandbox_id}/sessions."
+            )
+        return entry[1]
+
+    def _close_sessions(self, sandbox_id: str) -> None:
+        with self._lock:
+            mine = [sid for sid, (sb, _) in self._sessions.items() if sb == sandbox_id]
+            sessions = [self._sessions.pop(sid)[1] for sid in mine]
+        for session in sessions:
+            with contextlib.suppress(Exception):
+                session.close()
+
+    def _forget(self, sandbox_id: str) -> Sandbox | None:
+        with self._lock:
+            box = self._boxes.pop(sandbox_id, None)
+            self._stopped.discard(sandbox_id)
+            for pool in self._pools.values():
+                pool.members.discard(sandbox_id)
+                with contextlib.suppress(ValueError):
+                    pool.idle.remove(sandbox_id)
+        self._wake.set()
+        return box
+
+    def _destroy(self, sandbox_id: str, reason: str) -> SandboxRecord:
+        """Remove the container and close the row as deleted (idempotent)."""
+        self._close_sessions(sandbox_id)
+        box = self._forget(sandbox_id)
+        if box is None:
+            with contextlib.suppress(SandboxNotFound):
+                box = self.backend.get(sandbox_id)
+        if box is not None:
+            box.delete()
+        return self._move(sandbox_id, S.DELETED, reason)
+
+    def _fail(self, sandbox_id: str, reason: str) -> None:
+        self._close_sessions(sandbox_id)
+        box = self._forget(sandbox_id)
+        if box is not None:
+            self._quiet_delete(box)
+        self._move(sandbox_id, S.ERROR, reason)
+        if self.metrics is not None:
+            self.metrics.error("sandbox-died")
+
+    def _move(self, sandbox_id: str, state: SandboxState, reason: str) -> SandboxRecord:
+        try:
+            return self.store.transition(sandbox_id, state, reason)
+        except IllegalTransition:
+            return self.store.get(sandbox_id)  # already there, or final: nothing to do
+
+    @staticmethod
+    def _quiet_delete(box: Sandbox) -> None:
+        try:
+            box.delete()
+        except Exception as exc:
+            log.warning("could not remove sandbox %s: %s", box.id, exc)
+
+    def _observe_acquire(self, source: str, started: float) -> None:
+        if self.metrics is not None:
+            self.metrics.acquire_seconds.labels(source=source).observe(
+                time.perf_counter() - started
+            )
+
+    def _info(self, record: SandboxRecord) -> SandboxInfo:
+        return SandboxInfo(
+            id=record.id,
+            state=record.state.value,
+            state_reason=record.state_reason,
+            backend=record.backend,
+            image=record.image,
+            spec=SandboxSpec.model_validate(record.spec_json),
+            pool=record.pool_key,
+            container_id=record.container_id,
+            created_at=record.created_at,
+            updated_at=record.updated_at,
+            last_used_at=record.last_used_at,
+            expires_at=record.expires_at,
+            labels=record.labels,
+        )
