@@ -1,13 +1,17 @@
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import docker
 import pytest
 
 from rock.engine import connect
 from rock.errors import EngineUnavailable
+
+sys.path.insert(0, str(Path(__file__).parent))  # helper modules such as rock_daemons
 
 
 @pytest.fixture(scope="session")

@@ -23,7 +23,7 @@ class _Model(BaseModel):
 class SandboxSpec(_Model):
     """How to start a sandbox. Defaults are locked down: no network, bounded resources."""
 
-    image: str = BASE_IMAGE
+    image: str = Field(default=BASE_IMAGE, min_length=1, max_length=512)
     """Image to start (docker) or directory to copy as the root (local; None = empty)."""
     memory_mb: int = Field(default=1024, gt=0)
     """Memory limit in MiB (swap included: no extra swap)."""
@@ -172,6 +172,8 @@ class PoolInfo(_Model):
     in_use: int
     """Sandboxes handed out and not yet released."""
     starting: int
+    error: str | None = None
+    """Why the last attempt to start a sandbox for the pool failed, if it did."""
 
 
 class SessionInfo(_Model):

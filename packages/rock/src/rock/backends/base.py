@@ -149,6 +149,10 @@ class Backend(abc.ABC):
         """Every sandbox of this backend (and daemon) by id, with its `Sandbox.status`."""
         return {box.id: box.status() for box in self.list()}
 
+    def check_spec(self, spec: SandboxSpec) -> None:
+        """Raise `SandboxError` now if ``spec`` cannot start (e.g. its image is missing)."""
+        return None
+
     def images(self) -> list[dict[str, Any]]:
         """Images sandboxes can start from: dicts with id, tags, size_mb, created."""
         return []

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 import docker
-from docker.errors import APIError, ImageNotFound, NotFound
+from docker.errors import APIError, DockerException, ImageNotFound, NotFound
 
 from rock.backends._shell import KILL_TREE, Channel, ShellSession
 from rock.backends.base import (
@@ -355,12 +355,7 @@ class DockerBackend(Backend):
     ) -> DockerSandbox:
         spec = spec or SandboxSpec()
         sandbox_id = sandbox_id or "sb-" + secrets.token_hex(6)
-        try:
-            self.client.images.get(spec.image)
-        except ImageNotFound:
-            raise SandboxError(
-                f"image {spec.image} does not exist on the engine; build it first (rock image build-base for the base image)."
-            ) from None
+        self.check_spec(spec)
         labels = {
             **spec.labels,
             LABEL_MANAGED: "1",
@@ -391,6 +386,19 @@ class DockerBackend(Backend):
                 f"the engine refused to start {spec.image}: {exc.explanation or exc}"
             ) from None
         return DockerSandbox(self.client, container, spec)
+
+    def check_spec(self, spec: SandboxSpec) -> None:
+        try:
+            self.client.images.get(spec.image)
+        except ImageNotFound:
+            raise SandboxError(
+                f"image {spec.image} does not exist on the engine; build it first "
+                "(rock image build-base for the base image)."
+            ) from None
+        except DockerException as exc:
+            raise SandboxError(
+                f"the engine cannot use image {spec.image!r}: {getattr(exc, 'explanation', None) or exc}"
+            ) from None
 
     def _find(self, sandbox_id: str) -> docker.models.containers.Container:
         found = self.client.containers.list(

@@ -368,7 +368,7 @@ def create_app(
         """Create a pool or change its spec and sizes; it fills in the background."""
         if settings.min_idle > settings.max_total:
             raise InvalidRequest(
-                f"min_idle ({settings.min_idle}) cannot exceed max_total ({settings.max_total}); "
+                f"body.min_idle ({settings.min_idle}) cannot exceed max_total ({settings.max_total}); "
                 "lower min_idle or raise max_total.",
                 fields=["body.min_idle"],
             )

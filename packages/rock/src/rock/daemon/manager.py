@@ -87,6 +87,7 @@ class _Pool:
         self.idle: deque[str] = deque()
         self.members: set[str] = set()  # every live sandbox that came from this pool
         self.starting = 0
+        self.error: str | None = None
 
     @property
     def in_use(self) -> int:
@@ -514,6 +515,7 @@ class SandboxManager:
         return self.pool(name)
 
     def _put_pool(self, name: str, settings: PoolSettings) -> None:
+        self.backend.check_spec(settings.spec)
         if settings.min_idle > settings.max_total:
             raise SandboxError(
                 f"pool {name}: min_idle ({settings.min_idle}) cannot exceed max_total "
@@ -559,6 +561,7 @@ class SandboxManager:
                 idle=len(pool.idle),
                 in_use=pool.in_use,
                 starting=pool.starting,
+                error=pool.error,
             )
 
     def delete_pool(self, name: str) -> None:
@@ -661,10 +664,15 @@ class SandboxManager:
                 pool = self._pools.get(name)
                 if pool is not None and _shape(pool.settings.spec) == _shape(box.spec):
                     pool.idle.append(box.id)
+                    pool.error = None
                     return
             self._destroy(box.id, f"pool {name} changed while it started")
         except Exception as exc:
             log.warning("could not start a sandbox for pool %s: %s", name, exc)
+            with self._lock:
+                pool = self._pools.get(name)
+                if pool is not None:
+                    pool.error = str(exc)
             time.sleep(1.0)  # do not spin on a broken image
         finally:
             with self._lock:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import secrets
+import socket
 import threading
 from pathlib import Path
 from types import FrameType
@@ -99,70 +101,90 @@ class _Server(uvicorn.Server):
         super().handle_exit(sig, frame)
 
 
-def serve(config: ServeConfig, *, ready: threading.Event | None = None) -> None:
+class Daemon:
+    """One daemon: its store, backend, manager, app and server. ``run()`` blocks until
+    SIGTERM/SIGINT (main thread) or `stop()` (any thread)."""
+
+    def __init__(self, config: ServeConfig) -> None:
+        self.config = config
+        self.home = config.home
+        self.token = load_or_create_token(self.home)
+        self.metrics = Metrics()
+        self.store = StateStore(
+            config.database_url, home=self.home, max_output_chars=config.max_output_chars
+        )
+        self.backend = make_backend(config.backend, config.daemon_id, self.home)
+        self.manager = SandboxManager(
+            self.backend, self.store, daemon_id=config.daemon_id, metrics=self.metrics
+        )
+        self.metrics.watch(self.manager)
+        self.url: str | None = None
+        self.ready = threading.Event()
+        self.app = create_app(
+            self.manager, self.token, metrics=self.metrics, start=self._start, stop=self._stop
+        )
+        uv_config = uvicorn.Config(
+            self.app,
+            host=config.host,
+            port=config.port,
+            log_level=config.log_level,
+            timeout_graceful_shutdown=int(config.grace_sec) + 5,
+            access_log=False,
+        )
+        self.server = _Server(uv_config)
+        self.server.manager = self.manager
+        self.server.grace_sec = config.grace_sec
+        original_startup = self.server.startup
+
+        async def startup(sockets: list[socket.socket] | None = None) -> None:
+            await original_startup(sockets=sockets)
+            if self.server.started:
+                self._listening()
+
+        self.server.startup = startup  # type: ignore[method-assign]
+
+    def _start(self) -> None:
+        self.manager.start(self.config.pools)
+        log.info("reconciled at start-up: %s", self.manager.reconciled)
+
+    def _stop(self) -> None:
+        grace = 0.0 if self.manager.closing else self.config.grace_sec
+        self.manager.close(grace_sec=grace, cleanup=self.config.cleanup)
+        self.store.close()
+        path = self.home / DAEMON_FILE
+        with contextlib.suppress(OSError, ValueError):
+            if json.loads(path.read_text()).get("pid") == os.getpid():
+                path.unlink()
+
+    def _listening(self) -> None:
+        port = self.config.port
+        for srv in self.server.servers:
+            for sock in srv.sockets:
+                port = sock.getsockname()[1]
+        self.url = f"http://{self.config.host}:{port}"
+        _write_daemon_file(self.home, self.url)
+        log.info(
+            "rock daemon %s listening on %s (token in %s)",
+            self.config.daemon_id,
+            self.url,
+            self.home / TOKEN_FILE,
+        )
+        self.ready.set()
+
+    def run(self) -> None:
+        self.server.run()
+
+    def stop(self) -> None:
+        """Shut down as SIGTERM would (from any thread)."""
+        self.server.handle_exit(15, None)
+
+
+def serve(config: ServeConfig) -> None:
     """Run the daemon until SIGTERM or SIGINT."""
     logging.basicConfig(
         level=config.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s"
     )
-    home = config.home
-    token = load_or_create_token(home)
-    metrics = Metrics()
-    store = StateStore(config.database_url, home=home, max_output_chars=config.max_output_chars)
-    backend = make_backend(config.backend, config.daemon_id, home)
-    manager = SandboxManager(backend, store, daemon_id=config.daemon_id, metrics=metrics)
-    metrics.watch(manager)
-
-    def start() -> None:
-        manager.start(config.pools)
-        log.info("reconciled at start-up: %s", manager.reconciled)
-
-    def stop() -> None:
-        manager.close(
-            grace_sec=0.0 if manager.closing else config.grace_sec, cleanup=config.cleanup
-        )
-        store.close()
-        with_file = home / DAEMON_FILE
-        try:
-            if json.loads(with_file.read_text()).get("pid") == os.getpid():
-                with_file.unlink()
-        except (OSError, ValueError):
-            pass
-
-    app = create_app(manager, token, metrics=metrics, start=start, stop=stop)
-    uv_config = uvicorn.Config(
-        app,
-        host=config.host,
-        port=config.port,
-        log_level=config.log_level,
-        timeout_graceful_shutdown=int(config.grace_sec) + 5,
-        access_log=False,
-    )
-    server = _Server(uv_config)
-    server.manager = manager
-    server.grace_sec = config.grace_sec
-
-    original_startup = server.startup
-
-    async def startup(sockets: list | None = None) -> None:  # type: ignore[type-arg]
-        await original_startup(sockets=sockets)
-        if server.started:
-            port = config.port
-            for srv in server.servers:
-                for sock in srv.sockets:
-                    port = sock.getsockname()[1]
-            url = f"http://{config.host}:{port}"
-            _write_daemon_file(home, url)
-            log.info(
-                "rock daemon %s listening on %s (token in %s)",
-                config.daemon_id,
-                url,
-                home / TOKEN_FILE,
-            )
-            if ready is not None:
-                ready.set()
-
-    server.startup = startup  # type: ignore[method-assign]
-    server.run()
+    Daemon(config).run()
 
 
 def _write_daemon_file(home: Path, url: str) -> None:
