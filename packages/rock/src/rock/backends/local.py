@@ -28,6 +28,7 @@ import shutil
 import signal
 import stat
 import subprocess
+import sys
 import tarfile
 import threading
 import time
@@ -49,6 +50,12 @@ _STRAGGLER_GRACE_SEC = 0.5
 _KILL_GRACE_SEC = 1.0
 """After a command is killed, how long to keep reading what it left in its pipes."""
 _CHUNK = 1 << 16
+_RESTORED = (signal.SIGINT, signal.SIGQUIT)
+
+
+def _restore_signals() -> None:
+    for sig in _RESTORED:
+        signal.signal(sig, signal.SIG_DFL)
 
 
 def default_root() -> Path:
@@ -84,6 +91,27 @@ def _environ_holds(pid: int, entries: frozenset[bytes]) -> bool:
         return False
 
 
+def _await_delivery(pids: Collection[int], sig: int, *, within: float) -> None:
+    """Wait until no process of ``pids`` has ``sig`` pending (or ``within`` seconds pass)."""
+    bit, end = 1 << (sig - 1), time.monotonic() + within
+    waiting = set(pids)
+    while waiting and time.monotonic() < end:
+        for pid in list(waiting):
+            try:
+                with open(f"/proc/{pid}/status", "rb") as fh:
+                    masks = [
+                        int(line.split()[1], 16)
+                        for line in fh
+                        if line.startswith((b"SigPnd:", b"ShdPnd:"))
+                    ]
+            except (OSError, ValueError, IndexError):
+                masks = []
+            if not any(mask & bit for mask in masks):
+                waiting.discard(pid)
+        if waiting:
+            time.sleep(0.002)
+
+
 def kill_processes(
     roots: Collection[int], *, keep_roots: bool = False, marker: Iterable[str] = ()
 ) -> None:
@@ -100,6 +128,8 @@ def kill_processes(
         for pid in roots:
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGINT)
+        # A shell acts on SIGINT after its child dies only if it took the signal first.
+        _await_delivery(roots, signal.SIGINT, within=1.0)
     for _ in range(3):
         table = _process_table()
         spared: set[int] = set()
@@ -207,6 +237,9 @@ class _Pipes:
     def drain_in_background(self) -> None:
         """Leave the pipes to a thread that discards what comes until they close, so
         background processes holding them are not killed by SIGPIPE."""
+        for capped in (self.out, self.err):  # the result has its copy
+            capped.cap = 0
+            capped.data.clear()
 
         def drain() -> None:
             with contextlib.suppress(OSError, ValueError):
@@ -309,8 +342,22 @@ def _rmtree(path: Path) -> None:
                 os.chmod(failed, 0o700)
         func(failed)
 
-    if os.path.lexists(path):
+    if not os.path.lexists(path):
+        return
+    if sys.version_info >= (3, 12):
+        shutil.rmtree(path, onexc=retry)
+    else:
         shutil.rmtree(path, onerror=retry)
+
+
+def _tree_size(path: Path) -> int:
+    """Bytes under ``path`` (symlinks counted as links, not followed)."""
+    total = 0
+    for top, dirs, files in os.walk(path):
+        for name in dirs + files:
+            with contextlib.suppress(OSError):
+                total += os.lstat(os.path.join(top, name)).st_size
+    return total
 
 
 def _write_json(path: Path, data: dict[str, Any]) -> None:
@@ -377,7 +424,8 @@ class LocalSandbox(Sandbox):
         self.snapshots = snapshots
         self._state = "running"  # kept here only when there is no meta.json
         self._lock = threading.Lock()
-        self._procs: dict[int, subprocess.Popen[bytes]] = {}
+        self._procs: dict[int, tuple[subprocess.Popen[bytes], str | None]] = {}
+        """Live children by pid, with the ``ROCK_EXEC_ID`` of commands (None for shells)."""
 
     @classmethod
     def at(
@@ -444,10 +492,6 @@ class LocalSandbox(Sandbox):
         if self._check() == "stopped":
             self._set_state("running")
 
-    def _track(self, proc: subprocess.Popen[bytes]) -> None:
-        with self._lock:
-            self._procs[proc.pid] = proc
-
     def _untrack(self, proc: subprocess.Popen[bytes]) -> None:
         with self._lock:
             self._procs.pop(proc.pid, None)
@@ -458,8 +502,17 @@ class LocalSandbox(Sandbox):
     def _kill_all(self) -> None:
         """Kill every process this sandbox started, tracked here or found by its marker."""
         with self._lock:
-            roots = [pid for pid, proc in self._procs.items() if proc.returncode is None]
+            roots = [pid for pid, (proc, _) in self._procs.items() if proc.returncode is None]
         kill_processes(roots, marker=self._marker())
+
+    def interrupt(self) -> int:
+        """Kill every command running now and what it started (sessions are left alone);
+        return how many were running. Each returns exit code 137, not timed out."""
+        with self._lock:
+            running = [(pid, exec_id) for pid, (_, exec_id) in self._procs.items() if exec_id]
+        for pid, exec_id in running:
+            kill_processes([pid], marker=[f"ROCK_EXEC_ID={exec_id}"])
+        return len(running)
 
     # --- paths --------------------------------------------------------------
 
@@ -505,17 +558,26 @@ class LocalSandbox(Sandbox):
         ids = {"ROCK_SANDBOX_ID": self.id, "ROCK_SANDBOX_ROOT": str(self.root), **ours}
         return {**base, **self.spec.env, **extra, **ids}
 
-    def _spawn(self, argv: list[str], **kwargs: Any) -> subprocess.Popen[bytes]:
-        try:
-            proc = subprocess.Popen(
-                ["/bin/sh", "-c", _CORE_OFF, "sh", *argv],
-                start_new_session=True,
-                bufsize=0,
-                **kwargs,
-            )
-        except OSError as exc:
-            raise SandboxError(f"sandbox {self.id} cannot start a process: {exc}.") from None
-        self._track(proc)
+    def _spawn(
+        self, argv: list[str], exec_id: str | None = None, **kwargs: Any
+    ) -> subprocess.Popen[bytes]:
+        # SIGINT ignored here (a parent started with `&` from a script) would be inherited
+        # and could not be trapped, so sessions could not interrupt: reset it in the child.
+        # Only then: a preexec_fn costs the fast spawn path and is unsafe with threads.
+        ignored = any(signal.getsignal(sig) == signal.SIG_IGN for sig in _RESTORED)
+        # Under the lock, so stop() and interrupt() never miss a process being started.
+        with self._lock:
+            try:
+                proc = subprocess.Popen(
+                    ["/bin/sh", "-c", _CORE_OFF, "sh", *argv],
+                    start_new_session=True,
+                    bufsize=0,
+                    preexec_fn=_restore_signals if ignored else None,
+                    **kwargs,
+                )
+            except OSError as exc:
+                raise SandboxError(f"sandbox {self.id} cannot start a process: {exc}.") from None
+            self._procs[proc.pid] = (proc, exec_id)
         return proc
 
     def run(self, request: ExecRequest) -> ExecResult:
@@ -537,6 +599,7 @@ class LocalSandbox(Sandbox):
         deadline = None if request.timeout is None else started + request.timeout
         proc = self._spawn(
             argv,
+            exec_id,
             cwd=cwd,
             env=self._env(request.env, ROCK_EXEC_ID=exec_id),
             stdin=subprocess.PIPE if request.stdin is not None else subprocess.DEVNULL,
@@ -856,6 +919,29 @@ class LocalBackend(Backend):
                 raise SandboxError(f"cannot create sandbox {sandbox_id}: {exc}.") from None
             raise
         return sandbox
+
+    def check_spec(self, spec: SandboxSpec) -> None:
+        _image_dir(spec.image)
+
+    def images(self) -> list[dict[str, Any]]:
+        """The snapshots: their paths are what ``spec.image`` takes."""
+        try:
+            found = sorted(p for p in self.snapshots.iterdir() if not p.name.startswith("."))
+        except FileNotFoundError:
+            return []
+        out = []
+        for path in found:
+            size = _tree_size(path)
+            created = datetime.fromtimestamp(path.stat().st_mtime, UTC).isoformat()
+            out.append(
+                {
+                    "id": str(path),
+                    "tags": [path.name],
+                    "size_mb": round(size / 2**20, 1),
+                    "created": created,
+                }
+            )
+        return out
 
     def _load(self, home: Path) -> LocalSandbox | None:
         try:

@@ -1,0 +1,295 @@
+"""The `rock` verbs against a real daemon (`rock serve` in a subprocess) and a real engine."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import docker
+import pytest
+from click.testing import CliRunner, Result
+
+from rock.backends.base import LABEL_DAEMON
+from rock.cli import main
+from rock.images.base import BASE_IMAGE
+
+_CLEAN_ENV = {"ROCK_URL": None, "ROCK_TOKEN": None, "ROCK_HOME": None}
+
+
+def rock(*args: str, input: bytes | str | None = None) -> Result:
+    return CliRunner(env=_CLEAN_ENV).invoke(main, list(args), input=input)
+
+
+@pytest.fixture(scope="module")
+def daemon(
+    tmp_path_factory: pytest.TempPathFactory, docker_client: docker.DockerClient
+) -> Iterator[Path]:
+    """A `rock serve` subprocess on a free port; yields its home."""
+    home = tmp_path_factory.mktemp("rock-home")
+    daemon_id = f"pytest-cli-{secrets.token_hex(4)}"
+    env = {k: v for k, v in os.environ.items() if k not in _CLEAN_ENV}
+    log = (home / "serve.log").open("wb")
+    command = [sys.executable, "-m", "rock.cli", "serve", "--home", str(home), "--port", "0"]
+    command += ["--daemon-id", daemon_id, "--log-level", "warning", "--grace", "2"]
+    proc = subprocess.Popen(
+        command,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env=env,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while not (home / "daemon.json").exists():
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"rock serve did not start: {(home / 'serve.log').read_text()}")
+            time.sleep(0.05)
+        yield home
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()
+        for container in docker_client.containers.list(
+            all=True, filters={"label": f"{LABEL_DAEMON}={daemon_id}"}
+        ):
+            container.remove(force=True)
+
+
+@pytest.fixture(scope="module")
+def box(daemon: Path) -> str:
+    """One sandbox made with `rock sandbox create`, shared by the verbs' tests."""
+    result = rock(
+        "sandbox", "create", "--home", str(daemon), "--label", "suite=cli", "--env", "GREETING=hi"
+    )
+    assert result.exit_code == 0, result.output
+    return result.stdout.strip()
+
+
+@pytest.mark.docker
+def test_create_then_ls_table_and_json(daemon: Path, box: str) -> None:
+    assert box.startswith("sb-")
+    table = rock("sandbox", "ls", "--home", str(daemon), "--label", "suite=cli")
+    assert table.exit_code == 0, table.output
+    header, *rows = table.stdout.splitlines()
+    assert header.split()[:5] == ["ID", "STATE", "POOL", "IMAGE", "AGE"]
+    assert [row.split()[:4] for row in rows] == [[box, "busy", "-", BASE_IMAGE]]
+
+    listed = rock("sandbox", "ls", "--home", str(daemon), "--json", "--state", "busy")
+    infos = {info["id"]: info for info in json.loads(listed.stdout)}
+    assert infos[box]["labels"] == {"suite": "cli"}
+    assert infos[box]["spec"]["env"] == {"GREETING": "hi"}
+
+    as_json = rock("sandbox", "create", "--home", str(daemon), "--no-pool", "--json")
+    info = json.loads(as_json.stdout)
+    assert info["state"] == "busy" and info["image"] == BASE_IMAGE
+    assert rock("sandbox", "rm", "--home", str(daemon), info["id"]).exit_code == 0
+
+
+@pytest.mark.docker
+def test_exec_streams_bytes_and_exit_code(daemon: Path, box: str) -> None:
+    home = ["--home", str(daemon)]
+    result = rock("sandbox", "exec", *home, box, "printf 'a\\0\\377'; echo oops >&2; exit 3")
+    assert result.exit_code == 3
+    assert result.stdout_bytes == b"a\x00\xff"
+    assert result.stderr == "oops\n"
+
+    argv = rock("sandbox", "exec", *home, "--env", "X=1", "--cwd", "/tmp", box, "--", "env")
+    assert argv.exit_code == 0
+    assert "X=1" in argv.stdout.splitlines() and "GREETING=hi" in argv.stdout.splitlines()
+
+    piped = rock("sandbox", "exec", *home, "--stdin", box, "--", "wc", "-c", input=b"12345")
+    assert (piped.exit_code, piped.stdout.strip()) == (0, "5")
+
+
+@pytest.mark.docker
+def test_exec_timeout_exits_124(daemon: Path, box: str) -> None:
+    result = rock("sandbox", "exec", "--home", str(daemon), "--timeout", "0.5", box, "sleep 10")
+    assert result.exit_code == 124
+    assert "timed out after 0.5s" in result.stderr
+
+
+@pytest.mark.docker
+def test_shell_keeps_state_between_piped_lines(daemon: Path, box: str) -> None:
+    lines = "cd /tmp\nexport N=7\npwd\necho n=$N $GREETING\n\nfalse\n"
+    result = rock("sandbox", "shell", "--home", str(daemon), box, input=lines)
+    assert result.stdout == "/tmp\nn=7 hi\n"
+    assert result.exit_code == 1  # the last command's status
+    assert "rock:" not in result.output  # no prompt when stdin is not a terminal
+    closed = rock("sandbox", "shell", "--home", str(daemon), box, input="true\nexit 4\necho no\n")
+    assert (closed.exit_code, closed.stdout) == (4, "")
+
+
+@pytest.mark.docker
+def test_cp_trees_both_ways(daemon: Path, box: str, tmp_path: Path) -> None:
+    home = ["--home", str(daemon)]
+    tree = tmp_path / "tree"
+    (tree / "sub").mkdir(parents=True)
+    (tree / "run.sh").write_bytes(b"#!/bin/sh\necho ran\n")
+    (tree / "run.sh").chmod(0o755)
+    (tree / "sub" / "blob.bin").write_bytes(bytes(range(256)) * 64)
+
+    assert rock("sandbox", "cp", *home, str(tree), f"{box}:/work/tree").exit_code == 0
+    ran = rock("sandbox", "exec", *home, box, "/work/tree/run.sh && ls /work/tree/sub")
+    assert ran.stdout == "ran\nblob.bin\n"
+    # into an existing directory: under its own name, like docker cp
+    assert rock("sandbox", "cp", *home, str(tree / "run.sh"), f"{box}:/work").exit_code == 0
+    assert rock("sandbox", "exec", *home, box, "cat /work/run.sh").stdout == "#!/bin/sh\necho ran\n"
+
+    back = tmp_path / "back"
+    assert rock("sandbox", "cp", *home, f"{box}:/work/tree", str(back)).exit_code == 0
+    assert (back / "sub" / "blob.bin").read_bytes() == bytes(range(256)) * 64
+    assert os.access(back / "run.sh", os.X_OK)
+    assert rock("sandbox", "cp", *home, f"{box}:/work/tree", str(back)).exit_code == 0
+    assert (back / "tree" / "run.sh").exists()  # back exists now: the tree lands inside
+
+    both = rock("sandbox", "cp", *home, str(tree), str(back))
+    assert both.exit_code == 2
+    assert both.stderr.startswith("rock: exactly one of") and "ID:PATH" in both.stderr
+    missing = rock("sandbox", "cp", *home, f"{box}:/no/such", str(tmp_path / "x"))
+    assert missing.exit_code == 1 and "/no/such does not exist" in missing.stderr
+
+
+@pytest.mark.docker
+def test_logs_show_history_and_commands(daemon: Path, box: str) -> None:
+    home = ["--home", str(daemon)]
+    rock("sandbox", "exec", *home, box, "echo logged-line; exit 5")
+    text = rock("sandbox", "logs", *home, box)
+    assert text.exit_code == 0, text.output
+    assert "ready -> busy" in text.stdout and "started for a client" in text.stdout
+    assert "exit 5" in text.stdout and "echo logged-line; exit 5" in text.stdout
+    assert "out| logged-line" in text.stdout
+
+    as_json = json.loads(rock("sandbox", "logs", *home, "--json", box).stdout)
+    assert as_json["sandbox"]["id"] == box
+    assert [h["to_state"] for h in as_json["sandbox"]["history"]][-1] == "busy"
+    last = as_json["commands"][-1]
+    assert (last["command"], last["exit_code"]) == ("echo logged-line; exit 5", 5)
+
+
+@pytest.mark.docker
+def test_rm_removes_known_ids_and_reports_unknown(daemon: Path) -> None:
+    home = ["--home", str(daemon)]
+    made = rock("sandbox", "create", *home, "--no-pool").stdout.strip()
+    result = rock("sandbox", "rm", *home, "sb-unknown", made)
+    assert result.exit_code == 1
+    assert result.stdout == f"{made}\n"
+    assert result.stderr == "rock: no sandbox sb-unknown; list them with 'rock sandbox ls'.\n"
+    states = json.loads(rock("sandbox", "ls", *home, "--all", "--json").stdout)
+    assert {info["id"]: info["state"] for info in states}[made] == "deleted"
+
+
+@pytest.mark.docker
+def test_pool_set_wait_create_from_it_and_rm(daemon: Path) -> None:
+    home = ["--home", str(daemon)]
+    made = rock("pool", "set", *home, "cli-warm", "--min-idle", "1", "--max-total", "2", "--wait")
+    assert made.exit_code == 0, made.output
+    assert made.stdout.startswith("pool cli-warm: 1 idle")
+
+    pools = {p["name"]: p for p in json.loads(rock("pool", "ls", *home, "--json").stdout)}
+    assert pools["cli-warm"]["idle"] == 1 and pools["cli-warm"]["max_total"] == 2
+    table = rock("pool", "ls", *home).stdout.splitlines()
+    assert table[0].split()[:2] == ["NAME", "IDLE"] and table[1].split()[:2] == ["cli-warm", "1"]
+
+    taken = rock("sandbox", "create", *home, "--pool", "cli-warm", "--json")
+    assert json.loads(taken.stdout)["pool"] == "cli-warm"
+    # a change keeps what was not given
+    resized = json.loads(rock("pool", "set", *home, "cli-warm", "--min-idle", "0", "--json").stdout)
+    assert (resized["min_idle"], resized["max_total"]) == (0, 2)
+
+    assert rock("pool", "rm", *home, "cli-warm").exit_code == 0
+    gone = rock("sandbox", "create", *home, "--pool", "cli-warm")
+    assert gone.exit_code == 1
+    assert gone.stderr == "rock: no pool named cli-warm; list them with 'rock pool ls'.\n"
+    rock("sandbox", "rm", *home, json.loads(taken.stdout)["id"])
+
+
+@pytest.mark.docker
+def test_image_ls_through_daemon_and_without_one(daemon: Path, tmp_path: Path) -> None:
+    via_daemon = rock("image", "ls", "--home", str(daemon), "--json")
+    assert via_daemon.exit_code == 0, via_daemon.output
+    assert any(BASE_IMAGE in image["tags"] for image in json.loads(via_daemon.stdout))
+
+    direct = rock("image", "ls", "--home", str(tmp_path), "--url", "http://127.0.0.1:9")
+    direct_json = rock("image", "ls", "--url", "http://127.0.0.1:9", "--retries", "0", "--json")
+    assert direct.exit_code == 0 and BASE_IMAGE in direct.stdout
+    assert "no daemon answers" in direct.stderr
+    assert any(BASE_IMAGE in image["tags"] for image in json.loads(direct_json.stdout))
+
+
+# --- bad input and no daemon: no engine or daemon needed ----------------------------------
+
+
+@pytest.mark.parametrize(
+    ("args", "sentence"),
+    [
+        (
+            ["serve", "--pool", "warm=2"],
+            "rock: --pool warm=2 is not NAME=MIN:MAX[:IMAGE]; write it like warm=2:8",
+        ),
+        (["serve", "--pool", "warm=9:2"], "rock: --pool warm=9:2: MIN (9) must not exceed MAX"),
+        (
+            ["sandbox", "create", "--env", "NOEQUALS"],
+            "rock: --env NOEQUALS is not KEY=VALUE; write it like --env NOEQUALS=value.",
+        ),
+        (["sandbox", "ls", "--label", "=x"], "rock: --label =x is not KEY=VALUE"),
+        (["serve", "--host", "0.0.0.0"], "rock: --host 0.0.0.0 is not a loopback address"),
+    ],
+)
+def test_bad_input_is_one_sentence(args: list[str], sentence: str, tmp_path: Path) -> None:
+    result = rock(*args, "--home", str(tmp_path))
+    assert result.exit_code == 2
+    assert result.stderr.startswith(sentence)
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "daemon.json").exists()
+
+
+def test_serve_host_refusal_says_why(tmp_path: Path) -> None:
+    result = rock("serve", "--host", "0.0.0.0", "--home", str(tmp_path))
+    assert "runs commands" in result.stderr and "--allow-remote" in result.stderr
+
+
+@pytest.mark.parametrize(
+    "verb",
+    [
+        ["sandbox", "ls"],
+        ["sandbox", "create"],
+        ["sandbox", "exec", "sb-1", "true"],
+        ["sandbox", "shell", "sb-1"],
+        ["sandbox", "cp", "sb-1:/a", "b"],
+        ["sandbox", "rm", "sb-1"],
+        ["sandbox", "logs", "sb-1"],
+        ["pool", "set", "p"],
+        ["pool", "ls"],
+        ["pool", "rm", "p"],
+    ],
+)
+def test_no_daemon_is_one_sentence_and_quick(verb: list[str], tmp_path: Path) -> None:
+    started = time.monotonic()
+    result = rock(*verb, "--home", str(tmp_path), "--url", "http://127.0.0.1:9", "--retries", "0")
+    assert time.monotonic() - started < 5
+    assert result.exit_code == 1
+    assert result.stderr.startswith("rock: no rock daemon answers at http://127.0.0.1:9")
+    assert "rock serve" in result.stderr and len(result.stderr.splitlines()) == 1
+
+
+def test_every_verb_has_help() -> None:
+    verbs = [
+        ["serve"],
+        *(["sandbox", v] for v in ("create", "ls", "exec", "shell", "cp", "rm", "logs")),
+        *(["pool", v] for v in ("set", "ls", "rm")),
+        ["image", "ls"],
+    ]
+    for verb in verbs:
+        result = rock(*verb, "--help")
+        assert result.exit_code == 0, verb
+        assert len(result.stdout.split("\n\n")[1].strip()) > 20, verb  # a described command
