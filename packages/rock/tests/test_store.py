@@ -9,20 +9,15 @@ PostgreSQL tests with the script's reason; ROCK_SKIP_POSTGRES=1 skips them inste
 from __future__ import annotations
 
 import itertools
-import os
 import sqlite3
-import subprocess
 import threading
-import uuid
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 import psycopg
 import pytest
-from psycopg import sql
-from sqlalchemy.engine import make_url
 
 from rock.errors import RockError
 from rock.store import (
@@ -37,7 +32,6 @@ from rock.store import (
     normalise_url,
 )
 
-ENSURE_POSTGRES = Path(__file__).resolve().parents[3] / "scripts" / "ensure-postgres.sh"
 TABLES = {"sandboxes", "sandbox_transitions", "exec_records"}
 S = SandboxState
 
@@ -45,62 +39,6 @@ OpenStore = Callable[..., StateStore]
 
 
 # --- fixtures ---------------------------------------------------------------------------
-
-
-def _postgres_unavailable(reason: str) -> NoReturn:
-    if os.environ.get("ROCK_SKIP_POSTGRES") == "1":
-        pytest.skip(f"ROCK_SKIP_POSTGRES=1 and {reason}")
-    pytest.fail(reason, pytrace=False)
-
-
-def _start_postgres() -> str:
-    """Run scripts/ensure-postgres.sh; its last stdout line is the URL, its last stderr
-    line the reason it failed."""
-    try:
-        proc = subprocess.run(
-            ["bash", str(ENSURE_POSTGRES)], capture_output=True, text=True, timeout=900, check=False
-        )
-    except subprocess.TimeoutExpired:
-        _postgres_unavailable(f"{ENSURE_POSTGRES} did not finish within 900 s.")
-    lines = proc.stdout.strip().splitlines()
-    if proc.returncode != 0 or not lines:
-        errors = proc.stderr.strip().splitlines()
-        _postgres_unavailable(
-            errors[-1] if errors else f"{ENSURE_POSTGRES} exited with {proc.returncode}."
-        )
-    return lines[-1]
-
-
-@pytest.fixture(scope="session")
-def pg_server_url() -> str:
-    """A PostgreSQL server whose role may create databases: $ROCK_TEST_PG_URL, or the
-    one scripts/ensure-postgres.sh starts. ROCK_SKIP_POSTGRES=1 alone skips at once."""
-    url = os.environ.get("ROCK_TEST_PG_URL")
-    if not url:
-        if os.environ.get("ROCK_SKIP_POSTGRES") == "1":
-            pytest.skip("ROCK_SKIP_POSTGRES=1: the PostgreSQL state-store tests are skipped")
-        url = _start_postgres()
-    refused = ""
-    try:
-        psycopg.connect(url, connect_timeout=10).close()
-    except psycopg.Error as exc:
-        refused = f"PostgreSQL at {make_url(url)!r} refused a connection: {exc}"
-    if refused:
-        _postgres_unavailable(refused)
-    return url
-
-
-@pytest.fixture
-def pg_url(pg_server_url: str) -> Iterator[str]:
-    """A fresh, empty database on the server, dropped after the test."""
-    name = f"rock_test_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(pg_server_url, autocommit=True) as conn:
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    yield make_url(pg_server_url).set(database=name).render_as_string(hide_password=False)
-    with psycopg.connect(pg_server_url, autocommit=True) as conn:
-        conn.execute(
-            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
-        )
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])

@@ -24,7 +24,9 @@ from pydantic import BaseModel, TypeAdapter
 from rock.backends._shell import SessionError
 from rock.backends.base import (
     PathEscape,
+    PoolNotFound,
     Sandbox,
+    SandboxConflict,
     SandboxError,
     SandboxNotFound,
     pack_upload,
@@ -69,10 +71,10 @@ _SLACK = 30.0
 _KINDS: dict[str, type[Exception]] = {
     "SandboxNotFound": SandboxNotFound,
     "UnknownSandbox": SandboxNotFound,
-    "PoolNotFound": SandboxNotFound,
+    "PoolNotFound": PoolNotFound,
     "PathEscape": PathEscape,
     "SandboxError": SandboxError,
-    "SandboxConflict": SandboxError,
+    "SandboxConflict": SandboxConflict,
     "IllegalTransition": IllegalTransition,
     "SessionError": SessionError,
     "InvalidRequest": InvalidRequest,

@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
+from rock.errors import RockError
 from rock.models import SessionResult
 
 # Kill a process, every descendant and its process group: stop them all first (so a
@@ -48,7 +49,7 @@ class Channel(Protocol):
     def close(self) -> None: ...
 
 
-class SessionError(RuntimeError):
+class SessionError(RockError, RuntimeError):
     """A session's shell died or would not start."""
 
 

@@ -29,6 +29,17 @@ class SandboxNotFound(SandboxError, KeyError):
         return str(self.args[0]) if self.args else "sandbox not found"
 
 
+class SandboxConflict(SandboxError):
+    """The sandbox exists but cannot do this now (stopped, in error, waiting in a pool)."""
+
+
+class PoolNotFound(SandboxError, KeyError):
+    """No warm pool has this name."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else "pool not found"
+
+
 class PathEscape(SandboxError, PermissionError):
     """A path points outside the sandbox root."""
 

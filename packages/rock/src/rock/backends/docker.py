@@ -185,10 +185,7 @@ class DockerSandbox(Sandbox):
         if pid_box:
             with self._running_lock:
                 self._running.discard(pid_box[0])
-        try:
-            code = self._api.exec_inspect(exec_id).get("ExitCode")
-        except APIError:
-            code = None
+        code = self._exit_code(exec_id)
         if code is None:
             code = 137 if timed_out else -1
         result = ExecResult(
@@ -206,6 +203,23 @@ class DockerSandbox(Sandbox):
             result.oom_killed = self._oom_since_last()
         sock.close()
         return result
+
+    def _exit_code(self, exec_id: str, wait: float = 10.0) -> int | None:
+        """The exec's exit status. The engine closes the output stream a moment before
+        it records the status (longer under load), so ask again until it is there."""
+        deadline = time.monotonic() + wait
+        delay = 0.002
+        while True:
+            try:
+                info = self._api.exec_inspect(exec_id)
+            except APIError:
+                return None
+            if info.get("ExitCode") is not None and not info.get("Running"):
+                return int(info["ExitCode"])
+            if time.monotonic() > deadline:
+                return None
+            time.sleep(delay)
+            delay = min(delay * 2, 0.05)
 
     @staticmethod
     def _drain(sock: socket.socket, on_frame: Callable[[int, bytes], None]) -> None:

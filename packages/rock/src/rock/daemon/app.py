@@ -24,8 +24,14 @@ from starlette.concurrency import run_in_threadpool
 
 from rock import __version__
 from rock.backends._shell import SessionError
-from rock.backends.base import PathEscape, SandboxError, SandboxNotFound
-from rock.daemon.manager import PoolNotFound, SandboxConflict, SandboxManager
+from rock.backends.base import (
+    PathEscape,
+    PoolNotFound,
+    SandboxConflict,
+    SandboxError,
+    SandboxNotFound,
+)
+from rock.daemon.manager import SandboxManager
 from rock.daemon.metrics import Metrics
 from rock.errors import (
     DaemonError,
@@ -214,9 +220,10 @@ def create_app(
         return Response(metrics.render(), media_type="text/plain; version=0.0.4")
 
     @api.post("/v1/sandboxes", response_model=SandboxInfo, status_code=201, tags=["sandboxes"])
-    def create(request: CreateSandboxRequest) -> SandboxInfo:
+    def create(request: CreateSandboxRequest) -> Response:
         """Start a sandbox or take one from a warm pool."""
-        return manager.create(request)
+        info = manager.create(request)
+        return Response(info.model_dump_json(), status_code=201, media_type="application/json")
 
     @api.get("/v1/sandboxes", response_model=list[SandboxInfo], tags=["sandboxes"])
     def list_sandboxes(

@@ -29,7 +29,15 @@ from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 from rock.backends._shell import SessionError
-from rock.backends.base import Backend, Sandbox, SandboxError, SandboxNotFound, Session
+from rock.backends.base import (
+    Backend,
+    PoolNotFound,
+    Sandbox,
+    SandboxConflict,
+    SandboxError,
+    SandboxNotFound,
+    Session,
+)
 from rock.errors import PoolExhausted, ShuttingDown
 from rock.models import (
     CreateSandboxRequest,
@@ -64,17 +72,6 @@ T = TypeVar("T")
 _RUNNING = frozenset({S.READY, S.BUSY})
 
 
-class SandboxConflict(SandboxError):
-    """The sandbox exists but cannot do this now (stopped, in error, waiting in a pool)."""
-
-
-class PoolNotFound(SandboxError, KeyError):
-    """No pool has this name."""
-
-    def __str__(self) -> str:
-        return str(self.args[0]) if self.args else "pool not found"
-
-
 def _shape(spec: SandboxSpec) -> tuple[object, ...]:
     """What a pool's sandboxes share with a request for them: image and limits."""
     return (spec.image, spec.memory_mb, spec.cpus, spec.pids_limit, spec.network)
@@ -88,6 +85,7 @@ class _Pool:
         self.members: set[str] = set()  # every live sandbox that came from this pool
         self.starting = 0
         self.error: str | None = None
+        self.quiet_until = 0.0
 
     @property
     def in_use(self) -> int:
@@ -103,7 +101,8 @@ class SandboxManager:
         store: StateStore,
         *,
         daemon_id: str = "default",
-        maintenance_interval: float = 1.0,
+        maintenance_interval: float = 0.25,
+        refill_delay: float = 0.2,
         liveness_interval: float = 2.0,
         fill_workers: int = 4,
         metrics: Any = None,
@@ -112,6 +111,7 @@ class SandboxManager:
         self.store = store
         self.daemon_id = daemon_id
         self.maintenance_interval = maintenance_interval
+        self.refill_delay = refill_delay
         self.liveness_interval = liveness_interval
         self.metrics = metrics
         self._lock = threading.RLock()
@@ -328,7 +328,12 @@ class SandboxManager:
                     return None
                 sandbox_id = pool.idle.popleft()
                 box = self._boxes.get(sandbox_id)
-            self._wake.set()
+                # Refill once acquiring pauses: starting a container takes the engine
+                # hundreds of ms of CPU, which would slow the rest of a burst.
+                pool.quiet_until = time.monotonic() + self.refill_delay
+                dry = not pool.idle
+            if dry:
+                self._wake.set()
             if box is None:
                 continue
             spec = self._pool_spec(pool_name, wanted)
@@ -636,7 +641,10 @@ class SandboxManager:
         with self._lock:
             plans: list[tuple[str, int]] = []
             trims: list[str] = []
+            now = time.monotonic()
             for pool in self._pools.values():
+                if pool.idle and now < pool.quiet_until:
+                    continue  # acquiring is under way; refill when it pauses
                 want = pool.settings.min_idle - len(pool.idle) - pool.starting
                 room = pool.settings.max_total - len(pool.members) - pool.starting
                 if want > 0 and room > 0:

@@ -11,6 +11,7 @@ import socket
 import threading
 from pathlib import Path
 from types import FrameType
+from typing import Literal
 
 import uvicorn
 from pydantic import BaseModel, Field
@@ -37,7 +38,7 @@ class ServeConfig(BaseModel):
     home: Path
     host: str = DEFAULT_HOST
     port: int = Field(default=DEFAULT_PORT, ge=0, le=65535)
-    backend: str = "docker"
+    backend: Literal["docker", "local"] = "docker"
     database_url: str | None = None
     daemon_id: str = "default"
     pools: dict[str, PoolSettings] = Field(default_factory=dict)
@@ -45,7 +46,7 @@ class ServeConfig(BaseModel):
     cleanup: bool = False
     """Delete every sandbox at shutdown, even those with TTL left."""
     max_output_chars: int = 8192
-    log_level: str = "info"
+    log_level: Literal["critical", "error", "warning", "info", "debug", "trace"] = "info"
 
 
 def load_or_create_token(home: Path) -> str:
