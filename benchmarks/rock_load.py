@@ -47,7 +47,9 @@ def run_load(clients: int, execs: int, target: Target) -> tuple[float, list[floa
                     with lock:
                         wrong[0] += 1
                         if wrong[0] <= 3:
-                            print(f"  wrong: want {token!r}, got {out[:200]!r} {err[:200]!r} {code}")
+                            print(
+                                f"  wrong: want {token!r}, got {out[:200]!r} {err[:200]!r} {code}"
+                            )
             except Exception as exc:
                 with lock:
                     errors[0] += 1

@@ -52,8 +52,14 @@ def main() -> None:
         rock_rate = args.n / (time.perf_counter() - started)
         alive = sum(1 for s in client.list() if s.state == "busy")
         with ThreadPoolExecutor(args.parallel) as pool:
-            answers = list(pool.map(lambda b: b.exec("echo ok").stdout, boxes))
-        working = sum(1 for a in answers if a == b"ok\n")
+            answers = list(pool.map(lambda b: b.exec("echo ok", timeout=300), boxes))
+        working = sum(1 for a in answers if a.stdout == b"ok\n" and a.exit_code == 0)
+        for box, a in zip(boxes, answers, strict=True):
+            if a.stdout != b"ok\n" or a.exit_code != 0:
+                print(
+                    f"  {box.id} did not answer: exit {a.exit_code}, stdout {a.stdout[:100]!r}, "
+                    f"stderr {a.stderr[:300]!r}, timed out {a.timed_out}, {a.duration_sec:.1f}s"
+                )
         rock_mib = (before - settle()) / args.n
         with ThreadPoolExecutor(args.parallel) as pool:
             list(pool.map(lambda b: b.delete(), boxes))

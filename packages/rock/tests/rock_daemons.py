@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import uuid
 from pathlib import Path
@@ -49,7 +50,7 @@ def start_daemon(home: Path, **overrides: object) -> Running:
 def stop_daemon(running: Running, docker_client: docker.DockerClient) -> None:
     running.daemon.stop()
     running.thread.join(60)
-    for container in docker_client.containers.list(
-        all=True, filters={"label": f"{LABEL_DAEMON}={running.daemon.config.daemon_id}"}
-    ):
-        container.remove(force=True)
+    label = f"{LABEL_DAEMON}={running.daemon.config.daemon_id}"
+    for row in docker_client.api.containers(all=True, filters={"label": label}):
+        with contextlib.suppress(docker.errors.NotFound):
+            docker_client.api.remove_container(row["Id"], force=True)

@@ -19,7 +19,7 @@ import httpx
 import pytest
 from rock_daemons import SMALL, Running, start_daemon, stop_daemon
 
-from rock.backends.base import LABEL_DAEMON, SandboxError, SandboxNotFound
+from rock.backends.base import LABEL_DAEMON, PoolNotFound, SandboxError, SandboxNotFound
 from rock.client import AsyncClient, Client
 from rock.errors import DaemonUnreachable, InvalidRequest, PoolExhausted, Unauthorized
 from rock.models import SandboxSpec
@@ -93,9 +93,10 @@ def test_unknown_sandbox_session_and_pool_are_404(client: Client) -> None:
     assert info.value.status == 404  # type: ignore[attr-defined]
     with pytest.raises(SandboxNotFound):
         client.request("POST", "/v1/sandboxes/sb-nope/exec", json={"command": "true"})
-    with pytest.raises(SandboxNotFound, match="no pool named nope"):
+    with pytest.raises(PoolNotFound, match="no pool named nope") as pool_info:
         client.pool("nope")
-    with pytest.raises(SandboxNotFound, match="no pool named nope"):
+    assert pool_info.value.status == 404  # type: ignore[attr-defined]
+    with pytest.raises(PoolNotFound, match="no pool named nope"):
         client.create(pool="nope")
 
 
@@ -444,19 +445,20 @@ def test_kill_9_under_load_then_restart_leaks_nothing(
         w.join(30)
     assert done[0] > 0
     label = {"label": f"{LABEL_DAEMON}={daemon_id}"}
-    assert docker_client.containers.list(all=True, filters=label)  # the crash left containers
+    assert docker_client.api.containers(all=True, filters=label)  # the crash left containers
 
     proc, url = _spawn(home, daemon_id, cleanup=True)
     try:
         client = Client(url, token, retries=0)
         client.wait_pool("crash", timeout=60)
         live = {s.id: s for s in client.list() if s.state != "error"}
+        # the raw listing: containers.list would inspect each one, racing the pool's work
         containers = {
-            c.labels["dev.ale.rock.sandbox"]: c
-            for c in docker_client.containers.list(all=True, filters=label)
+            c["Labels"]["dev.ale.rock.sandbox"]: c
+            for c in docker_client.api.containers(all=True, filters=label)
         }
         assert set(containers) == set(live), "every container has a row and every row a container"
-        assert all(c.status == "running" for c in containers.values())
+        assert all(c["State"] == "running" for c in containers.values())
         for info in live.values():
             assert info.state in ("ready", "busy")
             if info.state == "busy":
@@ -464,4 +466,4 @@ def test_kill_9_under_load_then_restart_leaks_nothing(
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(60)
-    assert docker_client.containers.list(all=True, filters=label) == []
+    assert docker_client.api.containers(all=True, filters=label) == []

@@ -17,45 +17,38 @@ Snapshots are copies of that filesystem under ``<root>/snapshots/``.
 from __future__ import annotations
 
 import contextlib
-import io
 import json
 import os
-import posixpath
 import re
 import secrets
-import selectors
 import shutil
-import signal
 import stat
 import subprocess
 import sys
-import tarfile
 import threading
 import time
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
-from rock.backends._shell import Channel, SessionError, ShellSession
-from rock.backends.base import Backend, PathEscape, Sandbox, SandboxError, SandboxNotFound
+from rock.backends._confine import ConfinedRoot
+from rock.backends._proc import (
+    Pipes,
+    ProcessChannel,
+    kill_processes,
+    read_until_exit,
+    shell_exit_code,
+    spawn,
+)
+from rock.backends._shell import Channel, ShellSession
+from rock.backends.base import Backend, Sandbox, SandboxError, SandboxNotFound
 from rock.models import DEFAULT_MAX_OUTPUT, ExecRequest, ExecResult, SandboxSpec
+
+__all__ = ["LocalBackend", "LocalSandbox", "default_root", "kill_processes"]
 
 _ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 _SNAPSHOTS = "snapshots"
-# Every command starts through this: no core files, then the command itself (same pid).
-_CORE_OFF = 'ulimit -c 0 2>/dev/null; exec "$@"'
-_STRAGGLER_GRACE_SEC = 0.5
-"""After a command exits, how long to wait for pipes its background children hold open."""
-_KILL_GRACE_SEC = 1.0
-"""After a command is killed, how long to keep reading what it left in its pipes."""
-_CHUNK = 1 << 16
-_RESTORED = (signal.SIGINT, signal.SIGQUIT)
-
-
-def _restore_signals() -> None:
-    for sig in _RESTORED:
-        signal.signal(sig, signal.SIG_DFL)
 
 
 def default_root() -> Path:
@@ -63,246 +56,7 @@ def default_root() -> Path:
     return Path(os.environ.get("ROCK_HOME") or Path.home() / ".rock") / "sandboxes"
 
 
-# --- killing process trees ---------------------------------------------------
-
-
-def _process_table() -> dict[int, tuple[int, int]]:
-    """``pid -> (ppid, pgid)`` of every live process (zombies left out)."""
-    table: dict[int, tuple[int, int]] = {}
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry.name}/stat", "rb") as fh:
-                line = fh.read()
-        except OSError:
-            continue
-        fields = line.rsplit(b")", 1)[-1].split()  # the command name may hold anything
-        if len(fields) >= 3 and fields[0] not in (b"Z", b"X"):
-            table[int(entry.name)] = (int(fields[1]), int(fields[2]))
-    return table
-
-
-def _environ_holds(pid: int, entries: frozenset[bytes]) -> bool:
-    try:
-        with open(f"/proc/{pid}/environ", "rb") as fh:
-            return entries <= set(fh.read().split(b"\0"))
-    except OSError:
-        return False
-
-
-def _await_delivery(pids: Collection[int], sig: int, *, within: float) -> None:
-    """Wait until no process of ``pids`` has ``sig`` pending (or ``within`` seconds pass)."""
-    bit, end = 1 << (sig - 1), time.monotonic() + within
-    waiting = set(pids)
-    while waiting and time.monotonic() < end:
-        for pid in list(waiting):
-            try:
-                with open(f"/proc/{pid}/status", "rb") as fh:
-                    masks = [
-                        int(line.split()[1], 16)
-                        for line in fh
-                        if line.startswith((b"SigPnd:", b"ShdPnd:"))
-                    ]
-            except (OSError, ValueError, IndexError):
-                masks = []
-            if not any(mask & bit for mask in masks):
-                waiting.discard(pid)
-        if waiting:
-            time.sleep(0.002)
-
-
-def kill_processes(
-    roots: Collection[int], *, keep_roots: bool = False, marker: Iterable[str] = ()
-) -> None:
-    """Kill ``roots``, their descendants, their process groups and every process whose
-    environment holds all the ``NAME=value`` entries of ``marker`` (with its descendants).
-
-    The marker finds what escaped the tree (double forks, ``setsid``). Each pass stops
-    every victim before killing any, so a fork bomb cannot outrun the scan; three passes
-    catch late forks. With ``keep_roots`` the roots get SIGINT instead and survive, their
-    groups too (a session's shell). This process and its ancestors are always spared.
-    """
-    wanted = frozenset(entry.encode() for entry in marker)
-    if keep_roots:
-        for pid in roots:
-            with contextlib.suppress(OSError):
-                os.kill(pid, signal.SIGINT)
-        # A shell acts on SIGINT after its child dies only if it took the signal first.
-        _await_delivery(roots, signal.SIGINT, within=1.0)
-    for _ in range(3):
-        table = _process_table()
-        spared: set[int] = set()
-        pid = os.getpid()
-        while pid in table and pid not in spared:
-            spared.add(pid)
-            pid = table[pid][0]
-        children: dict[int, list[int]] = {}
-        for pid, (ppid, _) in table.items():
-            children.setdefault(ppid, []).append(pid)
-        todo = [*roots]
-        if not keep_roots:
-            todo += [pid for pid, (_, pgid) in table.items() if pgid in roots]
-        if wanted:
-            todo += [pid for pid in table if pid not in spared and _environ_holds(pid, wanted)]
-        victims: set[int] = set()
-        while todo:
-            pid = todo.pop()
-            if pid not in victims:
-                victims.add(pid)
-                todo += children.get(pid, [])
-        victims = (victims & table.keys()) - spared
-        if keep_roots:
-            victims -= set(roots)
-        if not victims:
-            break
-        for sig in (signal.SIGSTOP, signal.SIGKILL):
-            for pid in victims:
-                with contextlib.suppress(OSError):
-                    os.kill(pid, sig)
-    if not keep_roots:
-        for pid in roots:
-            with contextlib.suppress(OSError):
-                os.killpg(pid, signal.SIGKILL)
-
-
-# --- pipes -------------------------------------------------------------------
-
-
-class _Capped:
-    def __init__(self, cap: int) -> None:
-        self.cap = cap
-        self.data = bytearray()
-        self.total = 0
-
-    def add(self, chunk: bytes) -> None:
-        self.total += len(chunk)
-        room = self.cap - len(self.data)
-        if room > 0:
-            self.data.extend(chunk[:room])
-
-
-class _Pipes:
-    """Feeds a child's stdin and reads its stdout and stderr (capped) in one thread."""
-
-    def __init__(self, proc: subprocess.Popen[bytes], stdin: bytes | None, cap: int) -> None:
-        self.out, self.err = _Capped(cap), _Capped(cap)
-        self._sel = selectors.DefaultSelector()
-        assert proc.stdout is not None and proc.stderr is not None
-        self._sel.register(proc.stdout, selectors.EVENT_READ, self.out)
-        self._sel.register(proc.stderr, selectors.EVENT_READ, self.err)
-        self._input = memoryview(stdin or b"")
-        if proc.stdin is not None:
-            if self._input:
-                os.set_blocking(proc.stdin.fileno(), False)
-                self._sel.register(proc.stdin, selectors.EVENT_WRITE, None)
-            else:
-                proc.stdin.close()
-
-    @property
-    def open(self) -> bool:
-        return bool(self._sel.get_map())
-
-    def pump(self, timeout: float) -> None:
-        """Move bytes for at most ``timeout`` seconds; return as soon as some moved."""
-        for key, _ in self._sel.select(max(timeout, 0.0)):
-            fileobj: IO[bytes] = key.fileobj  # type: ignore[assignment]
-            if key.data is None:
-                try:
-                    written = os.write(key.fd, self._input[:_CHUNK])
-                except BlockingIOError:
-                    continue
-                except OSError:  # the command closed its stdin: drop the rest
-                    written = len(self._input)
-                self._input = self._input[written:]
-                if not self._input:
-                    self._close(fileobj)
-            else:
-                chunk = os.read(key.fd, _CHUNK)
-                if chunk:
-                    key.data.add(chunk)
-                else:
-                    self._close(fileobj)
-
-    def _close(self, fileobj: IO[bytes]) -> None:
-        self._sel.unregister(fileobj)
-        with contextlib.suppress(OSError):
-            fileobj.close()
-
-    def close(self) -> None:
-        for key in list(self._sel.get_map().values()):
-            self._close(key.fileobj)  # type: ignore[arg-type]
-        self._sel.close()
-
-    def drain_in_background(self) -> None:
-        """Leave the pipes to a thread that discards what comes until they close, so
-        background processes holding them are not killed by SIGPIPE."""
-        for capped in (self.out, self.err):  # the result has its copy
-            capped.cap = 0
-            capped.data.clear()
-
-        def drain() -> None:
-            with contextlib.suppress(OSError, ValueError):
-                while self.open:
-                    self.pump(5.0)
-            self.close()
-
-        threading.Thread(target=drain, name="rock-local-drain", daemon=True).start()
-
-
-class _ProcessChannel:
-    """A session's bash as a child process; its stdout (stderr merged) goes to ``on_data``."""
-
-    def __init__(
-        self,
-        proc: subprocess.Popen[bytes],
-        on_data: Callable[[bytes | None], None],
-        on_close: Callable[[], None],
-    ) -> None:
-        self._proc = proc
-        self._on_close = on_close
-        threading.Thread(
-            target=self._pump, args=(on_data,), name="rock-local-session", daemon=True
-        ).start()
-
-    def _pump(self, on_data: Callable[[bytes | None], None]) -> None:
-        stdout = self._proc.stdout
-        assert stdout is not None
-        try:  # the thread owns stdout: closing it elsewhere while read() blocks is unsafe
-            while chunk := os.read(stdout.fileno(), _CHUNK):
-                on_data(chunk)
-        except OSError:
-            pass
-        finally:
-            stdout.close()
-            on_data(None)
-
-    def send(self, data: bytes) -> None:
-        assert self._proc.stdin is not None
-        view = memoryview(data)
-        try:
-            while view:
-                view = view[os.write(self._proc.stdin.fileno(), view) :]
-        except (OSError, ValueError):
-            raise SessionError("the session's shell exited; open a new session.") from None
-
-    def close(self) -> None:
-        assert self._proc.stdin is not None
-        with contextlib.suppress(OSError):
-            self._proc.stdin.close()
-        if self._proc.returncode is None:
-            with contextlib.suppress(OSError):
-                os.killpg(self._proc.pid, signal.SIGKILL)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self._proc.wait(5.0)
-        self._on_close()
-
-
 # --- files -------------------------------------------------------------------
-
-
-def _inside(real: str, root: str) -> bool:
-    return real == root or real.startswith(root.rstrip("/") + "/")
 
 
 def _skip_uncopyable(exclude: str | None) -> Callable[[str, list[str]], set[str]]:
@@ -419,6 +173,7 @@ class LocalSandbox(Sandbox):
         self.id = sandbox_id
         self.spec = spec
         self.root = Path(os.path.realpath(root))
+        self._files = ConfinedRoot(self.root, sandbox_id)
         self.home = home
         """The directory holding ``meta.json`` and the root; None when the root is the user's."""
         self.snapshots = snapshots
@@ -514,38 +269,6 @@ class LocalSandbox(Sandbox):
             kill_processes([pid], marker=[f"ROCK_EXEC_ID={exec_id}"])
         return len(running)
 
-    # --- paths --------------------------------------------------------------
-
-    def _relative(self, path: str) -> str:
-        if "\0" in path:
-            raise SandboxError(f"{path!r} holds a NUL byte; pass a plain path.")
-        rel = posixpath.normpath(path.lstrip("/") or ".")
-        if rel == ".." or rel.startswith("../"):
-            raise self._escape(path)
-        return rel
-
-    def _escape(self, path: str) -> PathEscape:
-        return PathEscape(
-            f"{path} resolves outside the sandbox root {self.root}; use a path inside it."
-        )
-
-    def _resolve(self, path: str) -> str:
-        """The real host path of ``path`` inside the root, symlinks followed and checked."""
-        real = os.path.realpath(os.path.join(self.root, self._relative(path)))
-        if not _inside(real, str(self.root)):
-            raise self._escape(path)
-        return real
-
-    def _workdir(self, cwd: str | None) -> str:
-        if cwd is None:
-            return str(self.root)
-        real = self._resolve(cwd)
-        if not os.path.isdir(real):
-            raise SandboxError(
-                f"working directory {cwd} does not exist in sandbox {self.id}; create it first."
-            )
-        return real
-
     # --- exec ---------------------------------------------------------------
 
     def _env(self, extra: dict[str, str], **ours: str) -> dict[str, str]:
@@ -561,20 +284,10 @@ class LocalSandbox(Sandbox):
     def _spawn(
         self, argv: list[str], exec_id: str | None = None, **kwargs: Any
     ) -> subprocess.Popen[bytes]:
-        # SIGINT ignored here (a parent started with `&` from a script) would be inherited
-        # and could not be trapped, so sessions could not interrupt: reset it in the child.
-        # Only then: a preexec_fn costs the fast spawn path and is unsafe with threads.
-        ignored = any(signal.getsignal(sig) == signal.SIG_IGN for sig in _RESTORED)
         # Under the lock, so stop() and interrupt() never miss a process being started.
         with self._lock:
             try:
-                proc = subprocess.Popen(
-                    ["/bin/sh", "-c", _CORE_OFF, "sh", *argv],
-                    start_new_session=True,
-                    bufsize=0,
-                    preexec_fn=_restore_signals if ignored else None,
-                    **kwargs,
-                )
+                proc = spawn(argv, **kwargs)
             except OSError as exc:
                 raise SandboxError(f"sandbox {self.id} cannot start a process: {exc}.") from None
             self._procs[proc.pid] = (proc, exec_id)
@@ -589,7 +302,7 @@ class LocalSandbox(Sandbox):
         grace and leaves them running (their later output is dropped).
         """
         self._wake()
-        cwd = self._workdir(request.cwd if request.cwd is not None else self.spec.workdir)
+        cwd = self._files.workdir(request.cwd if request.cwd is not None else self.spec.workdir)
         command = request.command
         argv = ["bash", "-c", command] if isinstance(command, str) else list(command)
         if not argv:
@@ -606,35 +319,18 @@ class LocalSandbox(Sandbox):
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
         )
-        pipes = _Pipes(proc, request.stdin, request.max_output_bytes)
-        timed_out = False
+        pipes = Pipes(proc, request.stdin, request.max_output_bytes)
         try:
-            exited_at: float | None = None
-            while pipes.open:
-                now = time.monotonic()
-                if proc.poll() is not None:
-                    exited_at = now if exited_at is None else exited_at
-                    if now - exited_at >= _STRAGGLER_GRACE_SEC:
-                        break
-                elif deadline is not None and now >= deadline:
-                    timed_out = True
-                    break
-                pipes.pump(0.25 if deadline is None else min(0.25, deadline - now))
-            if not timed_out:
-                try:
-                    proc.wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
-                except subprocess.TimeoutExpired:
-                    timed_out = True
-            if timed_out:
-                kill_processes([proc.pid], marker=[f"ROCK_EXEC_ID={exec_id}"])
-                proc.wait()
-                grace_end = time.monotonic() + _KILL_GRACE_SEC
-                while pipes.open and (left := grace_end - time.monotonic()) > 0:
-                    pipes.pump(left)
+            timed_out = read_until_exit(
+                proc,
+                pipes,
+                deadline,
+                kill=lambda: kill_processes([proc.pid], marker=[f"ROCK_EXEC_ID={exec_id}"]),
+            )
             duration = time.monotonic() - started
             out, err = pipes.out, pipes.err
             result = ExecResult(
-                exit_code=137 if timed_out else _exit_code(proc.wait()),
+                exit_code=137 if timed_out else shell_exit_code(proc.wait()),
                 stdout=bytes(out.data),
                 stderr=bytes(err.data),
                 stdout_truncated=out.total > len(out.data),
@@ -665,13 +361,13 @@ class LocalSandbox(Sandbox):
             self._wake()
             proc = self._spawn(
                 ["bash", "--noprofile", "--norc"],
-                cwd=self._workdir(self.spec.workdir),
+                cwd=self._files.workdir(self.spec.workdir),
                 env=self._env({}),
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
             )
-            return _ProcessChannel(proc, on_data, lambda: self._untrack(proc))
+            return ProcessChannel(proc, on_data, lambda: self._untrack(proc))
 
         return ShellSession(
             open_channel,
@@ -683,49 +379,13 @@ class LocalSandbox(Sandbox):
 
     def read_file(self, path: str) -> bytes:
         self._check()
-        real = self._resolve(path)
-        try:  # O_NONBLOCK: a fifo must not hang the open
-            fd = os.open(real, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-        except FileNotFoundError:
-            raise SandboxError(f"{path} does not exist in sandbox {self.id}.") from None
-        except OSError as exc:
-            raise SandboxError(
-                f"cannot read {path} in sandbox {self.id}: {exc.strerror}."
-            ) from None
-        try:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                raise SandboxError(
-                    f"{path} in sandbox {self.id} is not a regular file; use download for trees."
-                )
-            os.set_blocking(fd, True)
-            chunks = []
-            while chunk := os.read(fd, 1 << 20):
-                chunks.append(chunk)
-            return b"".join(chunks)
-        finally:
-            os.close(fd)
+        return self._files.read_file(path)
 
     def write_file(self, path: str, data: bytes, mode: int = 0o644) -> None:
         """Write ``data`` to ``path`` with ``mode``, making parent directories; a final
         symlink is followed only when it stays inside the root."""
         self._check()
-        real = self._resolve(path)
-        try:
-            os.makedirs(os.path.dirname(real), exist_ok=True)
-            fd = os.open(
-                real, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600
-            )
-        except IsADirectoryError:
-            raise SandboxError(
-                f"{path} in sandbox {self.id} is a directory; write to a file path."
-            ) from None
-        except OSError as exc:
-            raise SandboxError(
-                f"cannot write {path} in sandbox {self.id}: {exc.strerror}."
-            ) from None
-        with open(fd, "wb", closefd=True) as fh:
-            fh.write(data)
-            os.fchmod(fh.fileno(), mode)
+        self._files.write_file(path, data, mode)
 
     def put_archive(self, directory: str, data: bytes) -> None:
         """Unpack a tar archive into ``directory`` (made if missing), keeping modes but not
@@ -733,65 +393,12 @@ class LocalSandbox(Sandbox):
         root, or with an absolute name, is refused with :class:`PathEscape`; device files
         are refused too."""
         self._check()
-        dest = self._resolve(directory)
-        try:
-            os.makedirs(dest, exist_ok=True)
-            with tarfile.open(fileobj=io.BytesIO(data)) as tar:
-                tar.extractall(dest, filter=self._member_filter)
-        except SandboxError:
-            raise
-        except tarfile.TarError as exc:
-            raise SandboxError(
-                f"the archive for {directory} is not a valid tar stream ({exc}); send a tar archive."
-            ) from None
-        except OSError as exc:
-            raise SandboxError(
-                f"cannot write into {directory} in sandbox {self.id}: {exc.strerror or exc}."
-            ) from None
-
-    def _member_filter(self, member: tarfile.TarInfo, dest: str) -> tarfile.TarInfo:
-        """Called by tarfile just before each member is extracted, so the checks see the
-        links that earlier members made."""
-        name, root = member.name, str(self.root)
-        if name.startswith("/"):
-            raise PathEscape(
-                f"archive member {name} has an absolute name; use names relative to the target directory."
-            )
-        rel = posixpath.normpath(name)
-        target = os.path.join(dest, rel)
-        if rel == ".." or rel.startswith("../") or not _inside(os.path.realpath(target), root):
-            raise PathEscape(
-                f"archive member {name} resolves outside the sandbox root {root}; use paths inside it."
-            )
-        if member.issym() or member.islnk():
-            base = os.path.dirname(target) if member.issym() else dest
-            link = os.path.realpath(os.path.join(base, member.linkname))
-            if not _inside(link, root):
-                raise PathEscape(
-                    f"archive member {name} links to {member.linkname}, outside the sandbox root {root}; use links that stay inside it."
-                )
-        if member.ischr() or member.isblk():
-            raise SandboxError(
-                f"archive member {name} is a device file; the local backend does not make devices."
-            )
-        mode = None if member.mode is None else member.mode & 0o1777
-        return member.replace(mode=mode, uid=None, gid=None, uname=None, gname=None, deep=False)
+        self._files.put_archive(directory, data)
 
     def get_archive(self, path: str) -> bytes:
         """A tar of ``path`` (a symlink to it followed) whose top member is its base name."""
         self._check()
-        real = self._resolve(path)
-        if not os.path.exists(real):
-            raise SandboxError(f"{path} does not exist in sandbox {self.id}.")
-        rel = self._relative(path)
-        name = posixpath.basename(rel) if rel != "." else self.root.name or "root"
-        buf = io.BytesIO()
-        try:
-            with tarfile.open(fileobj=buf, mode="w") as tar:
-                tar.add(real, arcname=name)
-        except OSError as exc:
-            raise SandboxError(f"cannot read {path} in sandbox {self.id}: {exc}.") from None
-        return buf.getvalue()
+        return self._files.get_archive(path)
 
     # --- lifecycle ----------------------------------------------------------
 
@@ -849,11 +456,6 @@ class LocalSandbox(Sandbox):
         _rmtree(grave)
 
 
-def _exit_code(returncode: int) -> int:
-    """A signal death as a shell reports it (SIGKILL: 137)."""
-    return 128 - returncode if returncode < 0 else returncode
-
-
 # --- the backend -------------------------------------------------------------
 
 
@@ -903,7 +505,7 @@ class LocalBackend(Backend):
                 sandbox_id, spec, home / "root", home=home, snapshots=self.snapshots
             )
             if spec.workdir is not None:
-                os.makedirs(sandbox._resolve(spec.workdir), exist_ok=True)
+                os.makedirs(sandbox._files.resolve(spec.workdir), exist_ok=True)
             meta = {
                 "id": sandbox_id,
                 "backend": self.name,
