@@ -18,16 +18,40 @@ def _host() -> str:
     return os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
 
 
+MAX_CONNECTIONS = 256
+"""Connections to the engine kept for reuse (a running exec holds one of its own)."""
+
+
 def connect(timeout: float = 30) -> docker.DockerClient:
     """A client for the engine named by the environment (DOCKER_HOST), checked with a ping."""
     try:
-        client = docker.from_env(timeout=int(timeout))
+        client = docker.from_env(timeout=int(timeout), max_pool_size=MAX_CONNECTIONS)
+        _one_pool(client)
         client.ping()
     except DockerException as exc:
         raise EngineUnavailable(
             f"No Docker engine answers at {_host()} ({_short(exc)}); {START_HINT}."
         ) from None
     return client
+
+
+def _one_pool(client: docker.DockerClient) -> None:
+    """Share one connection pool for the engine's unix socket.
+
+    docker-py keys its pools by full URL (every exec id makes a new one) and keeps
+    only 25, closing the least recently used even while another thread is using it;
+    under concurrent execs that fails requests ('NoneType' object has no attribute
+    'qsize'). The socket is one host, so one pool is right.
+    """
+    adapter = getattr(client.api, "_custom_adapter", None)
+    if adapter is None or not hasattr(adapter, "socket_path"):
+        return  # TCP/TLS/ssh transports pool per host already
+    original = adapter.get_connection
+
+    def get_connection(url: str, proxies: Any = None) -> Any:
+        return original("http+docker://localhost", proxies)
+
+    adapter.get_connection = get_connection
 
 
 def _short(exc: Exception) -> str:

@@ -38,24 +38,44 @@ def _sock(obj: object) -> socket.socket:
     return getattr(obj, "_sock", obj)  # type: ignore[return-value]
 
 
-def _read_exact(sock: socket.socket, n: int) -> bytes:
-    out = bytearray()
-    while len(out) < n:
-        chunk = sock.recv(n - len(out))
-        if not chunk:
-            break
-        out.extend(chunk)
-    return bytes(out)
+def _reader(raw: object) -> Callable[[int], bytes]:
+    """Read n bytes (fewer only at EOF) of an exec's stream.
+
+    The HTTP parser may already have buffered the first frames together with the
+    response headers (a fast command's whole output, under load), so read through
+    its buffered reader, not the bare socket, or those bytes are lost.
+    """
+    buffered = getattr(
+        getattr(getattr(getattr(raw, "_response", None), "raw", None), "_fp", None), "fp", None
+    )
+    if buffered is not None and hasattr(buffered, "read"):
+
+        def read(n: int) -> bytes:
+            return buffered.read(n) or b""
+
+        return read
+    sock = _sock(raw)
+
+    def read_sock(n: int) -> bytes:
+        out = bytearray()
+        while len(out) < n:
+            chunk = sock.recv(n - len(out))
+            if not chunk:
+                break
+            out.extend(chunk)
+        return bytes(out)
+
+    return read_sock
 
 
-def _frames(sock: socket.socket, on_frame: Callable[[int, bytes], None]) -> None:
+def _frames(read: Callable[[int], bytes], on_frame: Callable[[int, bytes], None]) -> None:
     """Read docker's multiplexed stream (8-byte header: stream, 0, 0, 0, size) until EOF."""
     while True:
-        header = _read_exact(sock, 8)
+        header = read(8)
         if len(header) < 8:
             return
         stream, size = header[0], struct.unpack(">I", header[4:])[0]
-        payload = _read_exact(sock, size)
+        payload = read(size)
         if payload:
             on_frame(stream, payload)
 
@@ -79,12 +99,13 @@ class _ExecChannel:
     def __init__(self, raw: object, on_data: Callable[[bytes | None], None]) -> None:
         self._raw = raw
         self._sock = _sock(raw)
+        self._read = _reader(raw)
         self._thread = threading.Thread(target=self._pump, args=(on_data,), daemon=True)
         self._thread.start()
 
     def _pump(self, on_data: Callable[[bytes | None], None]) -> None:
         try:
-            _frames(self._sock, lambda _stream, data: on_data(data))
+            _frames(self._read, lambda _stream, data: on_data(data))
         except OSError:
             pass
         finally:
@@ -165,7 +186,7 @@ class DockerSandbox(Sandbox):
                 return
             (err if stream == 2 else out).add(data)
 
-        reader = threading.Thread(target=self._drain, args=(sock, on_frame), daemon=True)
+        reader = threading.Thread(target=self._drain, args=(_reader(raw), on_frame), daemon=True)
         reader.start()
         if request.stdin is not None:
             with contextlib.suppress(OSError):
@@ -222,9 +243,9 @@ class DockerSandbox(Sandbox):
             delay = min(delay * 2, 0.05)
 
     @staticmethod
-    def _drain(sock: socket.socket, on_frame: Callable[[int, bytes], None]) -> None:
+    def _drain(read: Callable[[int], bytes], on_frame: Callable[[int, bytes], None]) -> None:
         with contextlib.suppress(OSError):
-            _frames(sock, on_frame)
+            _frames(read, on_frame)
 
     def interrupt(self) -> int:
         with self._running_lock:
