@@ -174,7 +174,6 @@ def create_app(
     @app.exception_handler(RequestValidationError)
     async def invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
         message, fields = _validation_message(list(exc.errors()))
-        metrics.requests.labels(status="4xx").inc()
         return _error(422, "InvalidRequest", message, fields)
 
     @app.exception_handler(ValidationError)

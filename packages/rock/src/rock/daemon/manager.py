@@ -22,7 +22,6 @@ import logging
 import secrets
 import threading
 import time
-from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
@@ -34,18 +33,18 @@ from rock.backends.base import (
     PoolNotFound,
     Sandbox,
     SandboxConflict,
-    SandboxError,
     SandboxNotFound,
     Session,
 )
-from rock.errors import PoolExhausted, ShuttingDown
+from rock.daemon.pools import PoolsMixin, _Pool
+from rock.daemon.upkeep import UpkeepMixin
+from rock.errors import ShuttingDown
 from rock.models import (
     CreateSandboxRequest,
     ExecLog,
     ExecRequest,
     ExecResult,
     ImageInfo,
-    PoolInfo,
     PoolSettings,
     SandboxInfo,
     SandboxSpec,
@@ -72,27 +71,7 @@ T = TypeVar("T")
 _RUNNING = frozenset({S.READY, S.BUSY})
 
 
-def _shape(spec: SandboxSpec) -> tuple[object, ...]:
-    """What a pool's sandboxes share with a request for them: image and limits."""
-    return (spec.image, spec.memory_mb, spec.cpus, spec.pids_limit, spec.network)
-
-
-class _Pool:
-    def __init__(self, name: str, settings: PoolSettings) -> None:
-        self.name = name
-        self.settings = settings
-        self.idle: deque[str] = deque()
-        self.members: set[str] = set()  # every live sandbox that came from this pool
-        self.starting = 0
-        self.error: str | None = None
-        self.quiet_until = 0.0
-
-    @property
-    def in_use(self) -> int:
-        return len(self.members) - len(self.idle)
-
-
-class SandboxManager:
+class SandboxManager(PoolsMixin, UpkeepMixin):
     """Sandboxes, pools and sessions of one daemon; thread-safe."""
 
     def __init__(
@@ -148,57 +127,6 @@ class SandboxManager:
         self._thread = threading.Thread(target=self._maintain, name="rock-maintain", daemon=True)
         self._thread.start()
         self._wake.set()
-
-    def reconcile(self) -> dict[str, int]:
-        """Make the engine and the database agree; return counts of what was done."""
-        counts = {"adopted": 0, "removed": 0, "closed": 0, "failed": 0}
-        rows = {row.id: row for row in self.store.live(self.daemon_id)}
-        for box in self.backend.list():
-            row = rows.pop(box.id, None)
-            if row is None:
-                self._quiet_delete(box)
-                counts["removed"] += 1
-                continue
-            if row.state not in (S.READY, S.BUSY, S.STOPPED):
-                self._quiet_delete(box)
-                self._move(row.id, S.DELETED, f"the daemon stopped while it was {row.state}")
-                counts["closed"] += 1
-                continue
-            status = box.status()
-            if row.state != S.STOPPED and status.get("state") != "running":
-                self._quiet_delete(box)
-                self._move(
-                    row.id,
-                    S.ERROR,
-                    f"its container was {status.get('state')} when the daemon restarted",
-                )
-                counts["failed"] += 1
-                continue
-            pool = self._pools.get(row.pool_key or "")
-            if row.state == S.READY and (
-                pool is None or _shape(pool.settings.spec) != _shape(box.spec)
-            ):
-                self._quiet_delete(box)
-                self._move(row.id, S.DELETED, "its pool no longer wants it")
-                counts["removed"] += 1
-                continue
-            box.spec = SandboxSpec.model_validate(row.spec_json)
-            with self._lock:
-                self._boxes[row.id] = box
-                if row.state == S.STOPPED:
-                    self._stopped.add(row.id)
-                if pool is not None:
-                    pool.members.add(row.id)
-                    if row.state == S.READY:
-                        pool.idle.append(row.id)
-            counts["adopted"] += 1
-        for row in rows.values():
-            if row.state == S.ERROR:
-                continue  # already closed with its reason
-            self._move(row.id, S.DELETED, "its container was gone when the daemon restarted")
-            counts["closed"] += 1
-        log.info("reconciled: %s", counts)
-        return counts
 
     @property
     def closing(self) -> bool:
@@ -290,66 +218,6 @@ class SandboxManager:
             raise
         self._observe_acquire("cold", started)
         return self._info(record)
-
-    def _matching_pool(self, spec: SandboxSpec) -> str | None:
-        shape = _shape(spec)
-        with self._lock:
-            for pool in self._pools.values():
-                if _shape(pool.settings.spec) == shape and pool.idle:
-                    return pool.name
-        return None
-
-    def _pool_spec(self, pool_name: str, wanted: SandboxSpec) -> SandboxSpec:
-        base = self._pools[pool_name].settings.spec
-        fields = wanted.model_fields_set & {
-            "env",
-            "workdir",
-            "labels",
-            "ttl_sec",
-            "idle_timeout_sec",
-        }
-        return base.model_copy(update={name: getattr(wanted, name) for name in fields})
-
-    def _reserve(self, pool_name: str) -> None:
-        with self._lock:
-            pool = self._pools[pool_name]
-            if len(pool.members) + pool.starting >= pool.settings.max_total:
-                raise PoolExhausted(
-                    f"pool {pool_name} has no idle sandbox and is at its maximum of "
-                    f"{pool.settings.max_total}; release one or raise max_total with 'rock pool set'."
-                )
-            pool.starting += 1
-
-    def _acquire(self, pool_name: str, wanted: SandboxSpec) -> SandboxInfo | None:
-        while True:
-            with self._lock:
-                pool = self._pools.get(pool_name)
-                if pool is None or not pool.idle:
-                    return None
-                sandbox_id = pool.idle.popleft()
-                box = self._boxes.get(sandbox_id)
-                # Refill once acquiring pauses: starting a container takes the engine
-                # hundreds of ms of CPU, which would slow the rest of a burst.
-                pool.quiet_until = time.monotonic() + self.refill_delay
-                dry = not pool.idle
-            if dry:
-                self._wake.set()
-            if box is None:
-                continue
-            spec = self._pool_spec(pool_name, wanted)
-            try:
-                record = self.store.lease(
-                    sandbox_id,
-                    spec=spec.model_dump(mode="json"),
-                    labels=spec.labels,
-                    ttl_sec=spec.ttl_sec,
-                    idle_timeout_sec=spec.idle_timeout_sec,
-                    reason=f"acquired from pool {pool_name}",
-                )
-            except (IllegalTransition, UnknownSandbox, StoreError):
-                continue  # reaped or failed meanwhile: take the next one
-            box.spec = spec
-            return self._info(record)
 
     def _start(self, spec: SandboxSpec, pool_name: str | None) -> Sandbox:
         """Record, start and mark ready a new sandbox; errors leave the row in error."""
@@ -511,183 +379,8 @@ class SandboxManager:
         box = self._box(sandbox_id)
         self._use(sandbox_id, lambda: box.put_archive(directory, data))
 
-    # --- pools ----------------------------------------------------------------------
-
-    def set_pool(self, name: str, settings: PoolSettings) -> PoolInfo:
-        self._check_open()
-        self._put_pool(name, settings)
-        self._wake.set()
-        return self.pool(name)
-
-    def _put_pool(self, name: str, settings: PoolSettings) -> None:
-        self.backend.check_spec(settings.spec)
-        if settings.min_idle > settings.max_total:
-            raise SandboxError(
-                f"pool {name}: min_idle ({settings.min_idle}) cannot exceed max_total "
-                f"({settings.max_total}); lower min_idle or raise max_total."
-            )
-        self.store.put_pool(
-            self.daemon_id,
-            name,
-            spec=settings.spec.model_dump(mode="json"),
-            min_idle=settings.min_idle,
-            max_total=settings.max_total,
-        )
-        stale: list[str] = []
-        with self._lock:
-            pool = self._pools.get(name)
-            if pool is None:
-                self._pools[name] = _Pool(name, settings)
-            else:
-                if _shape(pool.settings.spec) != _shape(settings.spec) or (
-                    pool.settings.spec != settings.spec
-                ):
-                    stale = list(pool.idle)  # started with the old spec: replace them
-                    pool.idle.clear()
-                pool.settings = settings
-        for sandbox_id in stale:
-            self._destroy(sandbox_id, f"pool {name} was given a new spec")
-
-    def pools(self) -> list[PoolInfo]:
-        with self._lock:
-            names = sorted(self._pools)
-        return [self.pool(name) for name in names]
-
-    def pool(self, name: str) -> PoolInfo:
-        with self._lock:
-            pool = self._pools.get(name)
-            if pool is None:
-                raise PoolNotFound(f"no pool named {name}; list them with 'rock pool ls'.")
-            return PoolInfo(
-                name=name,
-                spec=pool.settings.spec,
-                min_idle=pool.settings.min_idle,
-                max_total=pool.settings.max_total,
-                idle=len(pool.idle),
-                in_use=pool.in_use,
-                starting=pool.starting,
-                error=pool.error,
-            )
-
-    def delete_pool(self, name: str) -> None:
-        with self._lock:
-            pool = self._pools.pop(name, None)
-        if pool is None:
-            raise PoolNotFound(f"no pool named {name}; list them with 'rock pool ls'.")
-        self.store.delete_pool(self.daemon_id, name)
-        for sandbox_id in list(pool.idle):
-            self._destroy(sandbox_id, f"pool {name} was deleted")
-
     def images(self) -> list[ImageInfo]:
         return [ImageInfo.model_validate(item) for item in self.backend.images()]
-
-    # --- maintenance ------------------------------------------------------------------
-
-    def _maintain(self) -> None:
-        while not self._stop.is_set():
-            self._wake.wait(self.maintenance_interval)
-            self._wake.clear()
-            if self._stop.is_set():
-                return
-            for step in (self._reap, self._check_liveness, self._fill_pools):
-                try:
-                    step()
-                except Exception:  # keep the loop alive; the next pass retries
-                    log.exception("maintenance step %s failed", step.__name__)
-                    if self.metrics is not None:
-                        self.metrics.error("maintenance")
-
-    def _reap(self) -> None:
-        now = datetime.now(UTC)
-        for row in self.store.expired(now, daemon_id=self.daemon_id):
-            if row.expires_at is not None and row.expires_at <= now:
-                reason = "its TTL ran out"
-            else:
-                reason = f"it was idle for more than {row.idle_timeout_sec:g}s"
-            self._destroy(row.id, reason)
-
-    def _check_liveness(self, force: bool = False) -> None:
-        if not force and time.monotonic() - self._last_liveness < self.liveness_interval:
-            return
-        self._last_liveness = time.monotonic()
-        states = self.backend.states()
-        with self._lock:
-            watched = list(self._boxes)
-        for sandbox_id in watched:
-            status = states.get(sandbox_id)
-            if status is not None and status.get("state") in ("running", "created"):
-                continue
-            try:
-                row = self.store.get(sandbox_id)
-            except UnknownSandbox:
-                continue
-            if row.state not in _RUNNING:
-                continue
-            if status is None:
-                reason = "its container disappeared"
-            else:
-                detail = self._boxes[sandbox_id].status() if sandbox_id in self._boxes else {}
-                reason = f"its container is {status.get('state')}"
-                if detail.get("exit_code") is not None:
-                    reason += f" (exit code {detail['exit_code']}"
-                    reason += (
-                        ", killed for using too much memory)" if detail.get("oom_killed") else ")"
-                    )
-            self._fail(sandbox_id, reason)
-
-    def _fill_pools(self) -> None:
-        if self._closing:
-            return
-        with self._lock:
-            plans: list[tuple[str, int]] = []
-            trims: list[str] = []
-            now = time.monotonic()
-            for pool in self._pools.values():
-                if pool.idle and now < pool.quiet_until:
-                    continue  # acquiring is under way; refill when it pauses
-                want = pool.settings.min_idle - len(pool.idle) - pool.starting
-                room = pool.settings.max_total - len(pool.members) - pool.starting
-                if want > 0 and room > 0:
-                    n = min(want, room)
-                    pool.starting += n
-                    plans.append((pool.name, n))
-                extra = len(pool.idle) - pool.settings.min_idle
-                for _ in range(max(0, extra)):
-                    trims.append(pool.idle.pop())
-        for sandbox_id in trims:
-            self._destroy(sandbox_id, "its pool shrank")
-        for name, n in plans:
-            for _ in range(n):
-                self._fill.submit(self._fill_one, name)
-
-    def _fill_one(self, name: str) -> None:
-        try:
-            with self._lock:
-                pool = self._pools.get(name)
-                spec = pool.settings.spec if pool is not None else None
-            if spec is None or self._closing:
-                return
-            box = self._start(spec, name)
-            with self._lock:
-                pool = self._pools.get(name)
-                if pool is not None and _shape(pool.settings.spec) == _shape(box.spec):
-                    pool.idle.append(box.id)
-                    pool.error = None
-                    return
-            self._destroy(box.id, f"pool {name} changed while it started")
-        except Exception as exc:
-            log.warning("could not start a sandbox for pool %s: %s", name, exc)
-            with self._lock:
-                pool = self._pools.get(name)
-                if pool is not None:
-                    pool.error = str(exc)
-            time.sleep(1.0)  # do not spin on a broken image
-        finally:
-            with self._lock:
-                pool = self._pools.get(name)
-                if pool is not None:
-                    pool.starting -= 1
-            self._wake.set()
 
     # --- helpers ------------------------------------------------------------------
 

@@ -1,0 +1,153 @@
+"""Keeping the daemon true to the engine: reconciliation at start-up, then a
+maintenance loop that reaps expired sandboxes, notices dead containers and refills pools.
+
+A mixin of `SandboxManager`, kept in its own file so that each file has one subject.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from rock.backends.base import Backend, Sandbox
+from rock.daemon.pools import _Pool, _shape
+from rock.models import SandboxSpec
+from rock.store import SandboxRecord, SandboxState, StateStore, UnknownSandbox
+
+log = logging.getLogger("rock.daemon")
+
+S = SandboxState
+_RUNNING = frozenset({S.READY, S.BUSY})
+
+
+class UpkeepMixin:
+    """`reconcile` at start-up and the maintenance loop (`_maintain`)."""
+
+    _lock: threading.RLock
+    _pools: dict[str, _Pool]
+    _boxes: dict[str, Sandbox]
+    _stopped: set[str]
+    _stop: threading.Event
+    _wake: threading.Event
+    _last_liveness: float
+    store: StateStore
+    backend: Backend
+    daemon_id: str
+    metrics: Any
+    maintenance_interval: float
+    liveness_interval: float
+
+    if TYPE_CHECKING:
+
+        def _destroy(self, sandbox_id: str, reason: str) -> SandboxRecord: ...
+        def _fail(self, sandbox_id: str, reason: str) -> None: ...
+        def _move(self, sandbox_id: str, state: SandboxState, reason: str) -> SandboxRecord: ...
+        def _fill_pools(self) -> None: ...
+        @staticmethod
+        def _quiet_delete(box: Sandbox) -> None: ...
+
+    def reconcile(self) -> dict[str, int]:
+        """Make the engine and the database agree; return counts of what was done."""
+        counts = {"adopted": 0, "removed": 0, "closed": 0, "failed": 0}
+        rows = {row.id: row for row in self.store.live(self.daemon_id)}
+        for box in self.backend.list():
+            row = rows.pop(box.id, None)
+            if row is None:
+                self._quiet_delete(box)
+                counts["removed"] += 1
+                continue
+            if row.state not in (S.READY, S.BUSY, S.STOPPED):
+                self._quiet_delete(box)
+                self._move(row.id, S.DELETED, f"the daemon stopped while it was {row.state}")
+                counts["closed"] += 1
+                continue
+            status = box.status()
+            if row.state != S.STOPPED and status.get("state") != "running":
+                self._quiet_delete(box)
+                self._move(
+                    row.id,
+                    S.ERROR,
+                    f"its container was {status.get('state')} when the daemon restarted",
+                )
+                counts["failed"] += 1
+                continue
+            pool = self._pools.get(row.pool_key or "")
+            if row.state == S.READY and (
+                pool is None or _shape(pool.settings.spec) != _shape(box.spec)
+            ):
+                self._quiet_delete(box)
+                self._move(row.id, S.DELETED, "its pool no longer wants it")
+                counts["removed"] += 1
+                continue
+            box.spec = SandboxSpec.model_validate(row.spec_json)
+            with self._lock:
+                self._boxes[row.id] = box
+                if row.state == S.STOPPED:
+                    self._stopped.add(row.id)
+                if pool is not None:
+                    pool.members.add(row.id)
+                    if row.state == S.READY:
+                        pool.idle.append(row.id)
+            counts["adopted"] += 1
+        for row in rows.values():
+            if row.state == S.ERROR:
+                continue  # already closed with its reason
+            self._move(row.id, S.DELETED, "its container was gone when the daemon restarted")
+            counts["closed"] += 1
+        log.info("reconciled: %s", counts)
+        return counts
+
+    def _maintain(self) -> None:
+        while not self._stop.is_set():
+            self._wake.wait(self.maintenance_interval)
+            self._wake.clear()
+            if self._stop.is_set():
+                return
+            for step in (self._reap, self._check_liveness, self._fill_pools):
+                try:
+                    step()
+                except Exception:  # keep the loop alive; the next pass retries
+                    log.exception("maintenance step %s failed", step.__name__)
+                    if self.metrics is not None:
+                        self.metrics.error("maintenance")
+
+    def _reap(self) -> None:
+        now = datetime.now(UTC)
+        for row in self.store.expired(now, daemon_id=self.daemon_id):
+            if row.expires_at is not None and row.expires_at <= now:
+                reason = "its TTL ran out"
+            else:
+                reason = f"it was idle for more than {row.idle_timeout_sec:g}s"
+            self._destroy(row.id, reason)
+
+    def _check_liveness(self, force: bool = False) -> None:
+        if not force and time.monotonic() - self._last_liveness < self.liveness_interval:
+            return
+        self._last_liveness = time.monotonic()
+        states = self.backend.states()
+        with self._lock:
+            watched = list(self._boxes)
+        for sandbox_id in watched:
+            status = states.get(sandbox_id)
+            if status is not None and status.get("state") in ("running", "created"):
+                continue
+            try:
+                row = self.store.get(sandbox_id)
+            except UnknownSandbox:
+                continue
+            if row.state not in _RUNNING:
+                continue
+            if status is None:
+                reason = "its container disappeared"
+            else:
+                detail = self._boxes[sandbox_id].status() if sandbox_id in self._boxes else {}
+                reason = f"its container is {status.get('state')}"
+                if detail.get("exit_code") is not None:
+                    reason += f" (exit code {detail['exit_code']}"
+                    reason += (
+                        ", killed for using too much memory)" if detail.get("oom_killed") else ")"
+                    )
+            self._fail(sandbox_id, reason)
