@@ -366,8 +366,22 @@ class DockerSandbox(Sandbox):
             raise SandboxNotFound(f"sandbox {self.id} is gone.") from None
 
     def delete(self) -> None:
-        with contextlib.suppress(NotFound):
+        """Remove the container; idempotent, and safe against a removal already under way."""
+        try:
             self.container.remove(force=True)
+        except NotFound:
+            return
+        except APIError as exc:
+            if exc.status_code != 409 or "in progress" not in str(exc.explanation):
+                raise
+            deadline = time.monotonic() + 60  # the engine is removing it: wait until it is gone
+            while time.monotonic() < deadline:
+                try:
+                    self.container.reload()
+                except NotFound:
+                    return
+                time.sleep(0.1)
+            raise SandboxError(f"sandbox {self.id} is still being removed after 60s.") from None
 
 
 class DockerBackend(Backend):
