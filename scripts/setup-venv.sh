@@ -12,6 +12,8 @@ fi
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 .venv/bin/python -m pip install -q --upgrade "pip>=25.1"
 .venv/bin/pip install -q --group dev
-.venv/bin/pip install -q -e packages/ale-core -e packages/rock -e packages/iflow-cli -e packages/roll
+# torch pinned: this version resolves to a CPU build here; an unpinned torch pulls CUDA wheels.
+.venv/bin/pip install -q "torch==2.13.0"
+.venv/bin/pip install -q -e packages/ale-core -e packages/rock -e "packages/iflow-cli[local,sandbox]" -e packages/roll
 touch .venv/.installed
 echo "[setup] .venv ready: $(.venv/bin/python --version), packages installed editable" >&2

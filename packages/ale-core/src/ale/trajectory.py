@@ -51,6 +51,8 @@ class FailureMode(StrEnum):
     SANDBOX_ERROR = "sandbox_error"
     VERIFIER_ERROR = "verifier_error"
     INTERRUPTED = "interrupted"
+    LOOP_DETECTED = "loop_detected"
+    """The agent repeated the same action (or kept failing) after a warning."""
     UNKNOWN = "unknown"
 
 

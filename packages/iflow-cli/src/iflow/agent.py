@@ -1,0 +1,617 @@
+"""The agent loop: one model call, its tool calls run, their observations back, until an end.
+
+``step()`` is query then execute; the ends of a run are exceptions
+(:class:`iflow.errors.AgentEnd`) that :meth:`Agent.run` catches and returns, recording
+the failure mode in the trajectory. Every step is appended both to ``history`` (what
+the model sees, which compression rewrites) and to ``trajectory`` (the full record in
+the shared schema). The same loop drives the TUI, headless runs, rock bench,
+synthesis and training rollouts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from ale.trajectory import AgentInfo, Role, Step, Timings, ToolCall, ToolResult, Trajectory, Usage
+from iflow import __version__
+from iflow.approval import (
+    ApprovalPolicy,
+    ApprovalRequest,
+    Approver,
+    Mode,
+    allow_all,
+    denial_message,
+    offered_kinds,
+)
+from iflow.context.compress import compress
+from iflow.context.loop import LoopDetector
+from iflow.context.tokens import TokenMeter
+from iflow.errors import (
+    AgentEnd,
+    AgentTimeout,
+    ContextLengthExceeded,
+    ContextTooLong,
+    Finished,
+    FormatError,
+    Interrupted,
+    LimitsExceeded,
+    LoopDetected,
+    ModelError,
+    ModelFailed,
+)
+from iflow.events import (
+    AssistantDelta,
+    AssistantMessage,
+    Compressed,
+    Event,
+    EventSink,
+    Notice,
+    RunEnded,
+    RunStarted,
+    TokensUpdated,
+    ToolFinished,
+    ToolStarted,
+    TurnStarted,
+)
+from iflow.models.base import Model, ModelResponse
+from iflow.prompts import FINISH_REMINDER, TODO_REMINDER, system_prompt
+from iflow.tools import Tool, ToolContext, ToolRegistry, default_tools
+from iflow.tools.todo import TodoList
+from iflow.workspace.base import Workspace
+from iflow.workspace.shell import ShellSession
+
+
+class AgentConfig(BaseModel):
+    """Limits and behaviour of a run."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_turns: int = Field(default=100, ge=1)
+    """Model calls per run before it ends with ``limits_exceeded``."""
+    max_tokens: int | None = Field(default=None, ge=1)
+    """Tokens (prompt + completion, summed over calls) per run."""
+    max_wall_sec: float | None = Field(default=None, gt=0)
+    """Wall-clock seconds per run before it ends with ``agent_timeout``."""
+    max_cost_usd: float | None = Field(default=None, gt=0)
+    """Cost per run, when the model reports costs."""
+    compress_threshold: float = Field(default=0.8, gt=0, le=1)
+    """Compress when the prompt passes this share of the context window."""
+    keep_recent_turns: int = Field(default=4, ge=1)
+    """Turns (assistant step + its observations) compression keeps verbatim."""
+    loop_threshold: int = Field(default=3, ge=2)
+    """Identical consecutive tool calls before the loop warning."""
+    fail_threshold: int = Field(default=5, ge=2)
+    """Consecutive failing tool calls before the loop warning."""
+    max_format_errors: int = Field(default=3, ge=1)
+    """Consecutive unreadable answers before the run ends with ``format_error``."""
+    require_finish: bool = False
+    """When True an answer without tool calls does not end the run; the model is told to call finish."""
+    todo_reminder_every: int = Field(default=6, ge=1)
+    """Turns without todo_write, while items are open, between reminders."""
+    approval_mode: Mode = "default"
+    headless: bool = False
+    """No person to ask: calls needing approval are denied with a sentence saying how to allow them."""
+    tool_output_limit: int = Field(default=30_000, ge=1000)
+    """Characters of a command's output the model sees (head and tail kept)."""
+
+
+TurnHook = Callable[["Agent"], Awaitable[None] | None]
+
+
+class Agent:
+    """One agent: a model, a workspace, tools, and the conversation so far."""
+
+    def __init__(
+        self,
+        model: Model,
+        workspace: Workspace,
+        *,
+        config: AgentConfig | None = None,
+        tools: list[Tool] | None = None,
+        approver: Approver | None = None,
+        on_event: EventSink | None = None,
+        after_turn: TurnHook | None = None,
+        memory: str = "",
+        prompt: str | None = None,
+        shell: ShellSession | None = None,
+        name: str = "iflow",
+    ) -> None:
+        self.model = model
+        self.workspace = workspace
+        self.config = config or AgentConfig()
+        self.approver = approver or allow_all
+        self.on_event = on_event
+        self.after_turn = after_turn
+        self.memory = memory
+        self.name = name
+        self.all_tools = ToolRegistry(
+            tools or default_tools(output_limit=self.config.tool_output_limit)
+        )
+        self.policy = ApprovalPolicy(self.config.approval_mode)
+        self.shell = shell or ShellSession(workspace)
+        self.todos = TodoList()
+        self.ctx = ToolContext(workspace=workspace, shell=self.shell, todos=self.todos, agent=self)
+        self._custom_prompt = prompt
+        self.history: list[Step] = [Step(role=Role.SYSTEM, content=self._system_prompt())]
+        self.trajectory = Trajectory(
+            agent=AgentInfo(
+                name=name,
+                version=__version__,
+                extra={"approval_mode": self.config.approval_mode, "workspace": workspace.kind},
+            ),
+            model=model.name,
+            steps=list(self.history),
+        )
+        self.loops = LoopDetector(self.config.loop_threshold, self.config.fail_threshold)
+        self.turn = 0
+        """Model calls made in this agent's life (across runs)."""
+        self.prompt_tokens = 0
+        self.completion_tokens = 0
+        self.cost_usd = 0.0
+        self.final_answer = ""
+        self.policy_version: int | None = None
+        """Set by the trainer: recorded on every assistant step."""
+        self._set_tools()
+        self._inner: asyncio.Task[AgentEnd] | None = None
+        self._interrupting = False
+        self._since_todo = 0
+        self._format_errors = 0
+        self._run_turns = 0
+        self._run_tokens = 0
+        self._run_cost = 0.0
+
+    # -- set-up ----------------------------------------------------------------------------
+
+    def _system_prompt(self) -> str:
+        if self._custom_prompt is not None:
+            return self._custom_prompt
+        return system_prompt(
+            workspace=self.workspace.kind,
+            cwd=self.workspace.root,
+            mode=self.policy.mode,
+            memory=self.memory,
+        )
+
+    def _set_tools(self) -> None:
+        self.tools = self.all_tools.only(offered_kinds(self.policy.mode))
+        self.schemas = self.tools.schemas()
+        self.meter = TokenMeter(
+            self.model, self.schemas, exact=bool(getattr(self.model, "exact_tokens", False))
+        )
+
+    def set_mode(self, mode: Mode) -> None:
+        """Switch the approval mode (the TUI's ``/mode``); the system prompt follows."""
+        self.policy.mode = mode
+        self.config = self.config.model_copy(update={"approval_mode": mode})
+        self._set_tools()
+        if self.history and self.history[0].role is Role.SYSTEM:
+            self.history[0] = Step(role=Role.SYSTEM, content=self._system_prompt())
+
+    def emit(self, event: Event) -> None:
+        if self.on_event is not None:
+            self.on_event(event)
+
+    def context_used(self) -> int:
+        """Tokens the prompt takes now."""
+        return self.meter.count(self.history)
+
+    # -- a run -----------------------------------------------------------------------------
+
+    async def run(self, prompt: str) -> AgentEnd:
+        """Give the agent ``prompt`` and let it work until an end; return that end."""
+        self._interrupting = False
+        self._run_turns = self._run_tokens = 0
+        self._run_cost = 0.0
+        self.final_answer = ""
+        started_at, started = datetime.now(UTC), time.monotonic()
+        self.emit(
+            RunStarted(
+                prompt=prompt,
+                model=self.model.name,
+                workspace=self.workspace.kind,
+                mode=self.policy.mode,
+            )
+        )
+        self._inner = asyncio.create_task(self._loop(prompt))
+        try:
+            end = await self._inner
+        except asyncio.CancelledError:
+            if not self._interrupting:
+                raise
+            end = Interrupted("the run was interrupted; the session is kept and you can go on.")
+            self._close_dangling_calls("interrupted by the user before it ran")
+        finally:
+            self._inner = None
+        self._record_end(end, started_at, time.monotonic() - started)
+        return end
+
+    def interrupt(self) -> bool:
+        """Stop the running turn (Ctrl+C); ``run`` returns :class:`Interrupted`. False when idle."""
+        if self._inner is None or self._inner.done():
+            return False
+        self._interrupting = True
+        self._inner.cancel()
+        return True
+
+    async def _loop(self, prompt: str) -> AgentEnd:
+        self._append(Step(role=Role.USER, content=prompt, timestamp=datetime.now(UTC)))
+        deadline = asyncio.timeout(self.config.max_wall_sec)
+        try:
+            async with deadline:
+                while True:
+                    self._check_limits()
+                    await self.step()
+        except AgentEnd as end:
+            return end
+        except TimeoutError:
+            if not deadline.expired():
+                raise
+            self._close_dangling_calls("stopped: the run's time limit passed")
+            return AgentTimeout(
+                f"the run passed its time limit of {self.config.max_wall_sec:g} s; "
+                "raise max_wall_sec to give it longer."
+            )
+
+    def _check_limits(self) -> None:
+        c = self.config
+        if self._run_turns >= c.max_turns:
+            raise LimitsExceeded(
+                f"the agent used its {c.max_turns} turns without finishing; "
+                "raise --max-turns (or max_turns in settings) to let it go on."
+            )
+        if c.max_tokens is not None and self._run_tokens >= c.max_tokens:
+            raise LimitsExceeded(
+                f"the run spent {self._run_tokens} tokens, over its limit of {c.max_tokens}; "
+                "raise max_tokens to let it go on."
+            )
+        if c.max_cost_usd is not None and self._run_cost >= c.max_cost_usd:
+            raise LimitsExceeded(
+                f"the run cost ${self._run_cost:.4f}, over its limit of ${c.max_cost_usd:.4f}; "
+                "raise max_cost_usd to let it go on."
+            )
+
+    async def step(self) -> None:
+        """One turn: fit the context, call the model, run its tool calls, record everything."""
+        self.turn += 1
+        self._run_turns += 1
+        self.emit(TurnStarted(turn=self.turn))
+        await self._fit_context()
+        covered = len(self.history)
+        response = await self._query()
+        self._account(response, covered)
+        self._append(
+            Step(
+                role=Role.ASSISTANT,
+                content=response.content,
+                reasoning=response.reasoning,
+                tool_calls=response.tool_calls,
+                usage=response.usage,
+                prompt_token_ids=response.prompt_token_ids,
+                token_ids=response.token_ids,
+                logprobs=response.logprobs,
+                policy_version=self.policy_version,
+                timestamp=datetime.now(UTC),
+            )
+        )
+        self.emit(
+            AssistantMessage(
+                content=response.content,
+                reasoning=response.reasoning,
+                tool_calls=[c.model_dump() for c in response.tool_calls],
+            )
+        )
+        await self._act(response)
+
+    async def _act(self, response: ModelResponse) -> None:
+        results: list[ToolResult] = []
+        notes: list[str] = []
+        end: AgentEnd | None = None
+        if response.format_errors:
+            self._format_errors += 1
+            results += [ToolResult(content=e, is_error=True) for e in response.format_errors]
+        elif not response.tool_calls:
+            if not self.config.require_finish:
+                self.final_answer = response.content
+                raise Finished("the agent answered without further tool calls.")
+            self._format_errors += 1
+            notes.append(FINISH_REMINDER)
+        else:
+            self._format_errors = 0
+        if self._format_errors >= self.config.max_format_errors and not response.tool_calls:
+            end = FormatError(
+                f"the model gave {self._format_errors} answers in a row without a usable "
+                "tool call; check that it supports tool calls (or set tool_format to text)."
+            )
+        finish: str | None = None
+        for call in response.tool_calls:
+            if end is not None:
+                results.append(
+                    ToolResult(call_id=call.id, content="Not run: the run stopped.", is_error=True)
+                )
+                continue
+            result = await self._execute(call)
+            results.append(result)
+            verdict = self.loops.observe(call, result)
+            if verdict == "warn":
+                notes.append(f"<warning>{self.loops.describe()}</warning>")
+                self.emit(Notice(level="warning", text=self.loops.describe()))
+            elif verdict == "stop":
+                end = LoopDetected(
+                    "the agent kept repeating itself after a warning "
+                    f"({call.name} with the same arguments, or failing calls in a row); the run was stopped."
+                )
+            if call.name == "finish" and not result.is_error:
+                finish = str(result.metadata.get("summary", ""))
+        notes += self._reminders(response.tool_calls)
+        if results or notes:
+            self._append(
+                Step(
+                    role=Role.TOOL,
+                    tool_results=results,
+                    content="\n\n".join(notes),
+                    timestamp=datetime.now(UTC),
+                )
+            )
+        await self._after_turn()
+        if end is not None:
+            raise end
+        if finish is not None:
+            self.final_answer = finish or response.content
+            raise Finished("the agent called finish.")
+
+    def _reminders(self, calls: list[ToolCall]) -> list[str]:
+        if any(c.name == "todo_write" for c in calls):
+            self._since_todo = 0
+            return []
+        self._since_todo += 1
+        if self.todos.open_items() and self._since_todo >= self.config.todo_reminder_every:
+            self._since_todo = 0
+            return [TODO_REMINDER.format(todos=self.todos.render())]
+        return []
+
+    async def _execute(self, call: ToolCall) -> ToolResult:
+        checked = self.tools.validate(call)
+        if isinstance(checked, ToolResult):
+            if call.name in self.all_tools and call.name not in self.tools:
+                checked = ToolResult(
+                    call_id=call.id,
+                    is_error=True,
+                    content=f"{call.name} is not available in {self.policy.mode} mode; "
+                    "only read-only tools can be used now.",
+                )
+            self._emit_result(call, checked)
+            return checked
+        tool, _ = checked
+        self.emit(
+            ToolStarted(
+                call_id=call.id,
+                name=call.name,
+                arguments=call.arguments,
+                title=tool.describe(call.arguments),
+            )
+        )
+        if self.policy.needs_approval(tool.kind, call.arguments):
+            request = ApprovalRequest(
+                tool=tool.name,
+                kind=tool.kind,
+                title=tool.describe(call.arguments),
+                arguments=call.arguments,
+            )
+            decision = "deny" if self.config.headless else await self.approver(request)
+            if decision == "deny":
+                denied = ToolResult(
+                    call_id=call.id,
+                    is_error=True,
+                    content=denial_message(request, headless=self.config.headless),
+                    metadata={"denied": True},
+                )
+                self._emit_result(call, denied)
+                return denied
+            if decision == "allow_always":
+                self.policy.remember(tool.kind, call.arguments)
+        result = await self.tools.call(call, self.ctx)
+        self._emit_result(call, result)
+        return result
+
+    def _emit_result(self, call: ToolCall, result: ToolResult) -> None:
+        self.emit(
+            ToolFinished(
+                call_id=call.id,
+                name=call.name,
+                content=result.content,
+                is_error=result.is_error,
+                metadata=result.metadata,
+            )
+        )
+
+    async def _query(self) -> ModelResponse:
+        on_delta = (lambda text: self.emit(AssistantDelta(text=text))) if self.on_event else None
+        for attempt in (1, 2):
+            try:
+                return await self.model.complete(self.history, self.schemas, on_delta=on_delta)
+            except ContextTooLong as exc:
+                if attempt == 2 or not await self.compress(force=True):
+                    raise ContextLengthExceeded(str(exc)) from exc
+            except ModelError as exc:
+                raise ModelFailed(str(exc)) from exc
+        raise AssertionError("unreachable")
+
+    def _account(self, response: ModelResponse, covered: int) -> None:
+        usage = response.usage or Usage()
+        prompt = usage.prompt_tokens if usage.prompt_tokens is not None else self.context_used()
+        completion = usage.completion_tokens or len(response.token_ids or []) or 0
+        self.meter.reported(covered, usage.prompt_tokens)
+        self.prompt_tokens += prompt
+        self.completion_tokens += completion
+        self._run_tokens += prompt + completion
+        if usage.cost_usd:
+            self.cost_usd += usage.cost_usd
+            self._run_cost += usage.cost_usd
+
+    # -- context ---------------------------------------------------------------------------
+
+    async def _fit_context(self) -> None:
+        used = self.context_used()
+        limit = self.model.context_limit
+        self.emit(
+            TokensUpdated(used=used, limit=limit, total=self.prompt_tokens + self.completion_tokens)
+        )
+        if used > self.config.compress_threshold * limit:
+            await self.compress()
+            if self.context_used() > limit:
+                raise ContextLengthExceeded(
+                    f"the prompt takes {self.context_used()} tokens even after compression, over "
+                    f"the model's {limit}; start a new session or use a model with a larger context."
+                )
+
+    async def compress(self, *, force: bool = False) -> bool:
+        """Replace older turns by a summary (``/compress``); False when nothing could be dropped."""
+        before = self.context_used()
+        target = self.config.compress_threshold * self.model.context_limit
+        done = await compress(
+            self.history, self.model, self.todos, keep_recent_turns=self.config.keep_recent_turns
+        )
+        if done is None:
+            return False
+        keep = self.config.keep_recent_turns
+        while self.meter.count(done.history) > target and keep > 1:
+            keep -= 1
+            smaller = await compress(
+                self.history, self.model, self.todos, keep_recent_turns=keep, use_model=False
+            )
+            if smaller is None:
+                break
+            done = smaller
+        self.history = done.history
+        self.meter.reset()
+        self.trajectory.steps.append(done.summary)
+        after = self.context_used()
+        self.emit(
+            Compressed(method=done.method, before=before, after=after, dropped_steps=done.dropped)
+        )
+        self.emit(Notice(text=f"Context compressed ({done.method}): {before} -> {after} tokens."))
+        return True
+
+    # -- records ---------------------------------------------------------------------------
+
+    def _append(self, step: Step) -> None:
+        self.history.append(step)
+        self.trajectory.steps.append(step)
+
+    async def _after_turn(self) -> None:
+        if self.after_turn is not None:
+            result = self.after_turn(self)
+            if result is not None:
+                await result
+
+    def _close_dangling_calls(self, why: str) -> None:
+        """Answer tool calls left without results, so the history stays well-formed."""
+        if not self.history or self.history[-1].role is not Role.ASSISTANT:
+            return
+        calls = self.history[-1].tool_calls
+        if calls:
+            self._append(
+                Step(
+                    role=Role.TOOL,
+                    tool_results=[
+                        ToolResult(call_id=c.id, content=f"Not run: {why}.", is_error=True)
+                        for c in calls
+                    ],
+                )
+            )
+
+    def _record_end(self, end: AgentEnd, started_at: datetime, seconds: float) -> None:
+        t = self.trajectory
+        t.failure_mode = end.failure_mode
+        t.usage = Usage(
+            prompt_tokens=self.prompt_tokens,
+            completion_tokens=self.completion_tokens,
+            cost_usd=self.cost_usd or None,
+        )
+        t.timings = Timings(started_at=started_at, finished_at=datetime.now(UTC), agent_sec=seconds)
+        t.extra.setdefault("iflow", {})["end"] = {"outcome": _outcome(end), "message": str(end)}
+        self.emit(
+            RunEnded(
+                outcome=_outcome(end),
+                message=str(end),
+                exit_code=end.exit_code,
+                turns=self._run_turns,
+                result=self.final_answer,
+            )
+        )
+
+    # -- sub-agents ------------------------------------------------------------------------
+
+    def spawn(self, *, max_turns: int) -> Agent:
+        """A sub-agent for the ``task`` tool: same model, workspace and policy, own context."""
+        shell = ShellSession(self.workspace)
+        shell.cwd = self.shell.cwd
+        config = self.config.model_copy(update={"max_turns": min(max_turns, self.config.max_turns)})
+        sub = Agent(
+            self.model,
+            self.workspace,
+            config=config,
+            tools=[t for t in self.all_tools if t.name != "task"],
+            approver=self.approver,
+            memory=self.memory,
+            shell=shell,
+            name=f"{self.name}-task",
+        )
+        sub.policy = self.policy
+        return sub
+
+    def adopt_subagent(self, description: str, sub: Agent) -> None:
+        subs = self.trajectory.extra.setdefault("iflow", {}).setdefault("subagents", [])
+        subs.append(
+            {"description": description, "trajectory": sub.trajectory.model_dump(mode="json")}
+        )
+        self.prompt_tokens += sub.prompt_tokens
+        self.completion_tokens += sub.completion_tokens
+
+    # -- sessions --------------------------------------------------------------------------
+
+    def state(self) -> dict[str, Any]:
+        """What a session file keeps to resume this agent."""
+        return {
+            "history": self.history,
+            "trajectory": self.trajectory,
+            "todos": self.todos.dump(),
+            "turns": self.turn,
+            "tokens_used": self.prompt_tokens + self.completion_tokens,
+            "extra": {
+                "cwd": self.shell.cwd,
+                "always": sorted(self.policy.always),
+                "completion_tokens": self.completion_tokens,
+            },
+        }
+
+    def restore(
+        self,
+        *,
+        history: list[Step],
+        trajectory: Trajectory,
+        todos: list[dict[str, str]],
+        turns: int,
+        tokens_used: int,
+        extra: dict[str, Any],
+    ) -> None:
+        self.history = list(history)
+        self.trajectory = trajectory
+        self.todos.replace(TodoList.load(todos).items)
+        self.turn = turns
+        self.completion_tokens = int(extra.get("completion_tokens", 0))
+        self.prompt_tokens = max(0, tokens_used - self.completion_tokens)
+        self.policy.always = set(extra.get("always", []))
+        if extra.get("cwd"):
+            self.shell.cwd = str(extra["cwd"])
+        self.meter.reset()
+
+
+def _outcome(end: AgentEnd) -> str:
+    return "finished" if end.failure_mode is None else end.failure_mode.value

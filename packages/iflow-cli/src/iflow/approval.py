@@ -1,0 +1,111 @@
+"""Approval modes: which tool calls may run without asking a person.
+
+- ``default``: asks before shell commands and file writes;
+- ``auto-edit``: file writes allowed, shell commands ask;
+- ``plan``: read-only tools only (the others are not even offered to the model);
+- ``yolo``: never asks.
+
+Headless runs have no one to ask: :func:`headless_approver` denies what would need a
+question, with a sentence saying how to allow it.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+Mode = Literal["default", "auto-edit", "plan", "yolo"]
+MODES: tuple[Mode, ...] = ("default", "auto-edit", "plan", "yolo")
+Decision = Literal["allow_once", "allow_always", "deny"]
+
+_ASKS: dict[str, set[str]] = {
+    "default": {"edit", "execute"},
+    "auto-edit": {"execute"},
+    "plan": set(),
+    "yolo": set(),
+}
+_OFFERED: dict[str, set[str]] = {
+    "default": {"read", "edit", "execute", "other"},
+    "auto-edit": {"read", "edit", "execute", "other"},
+    "plan": {"read", "other"},
+    "yolo": {"read", "edit", "execute", "other"},
+}
+
+
+@dataclass
+class ApprovalRequest:
+    """What the approval prompt shows."""
+
+    tool: str
+    kind: str
+    title: str
+    arguments: dict[str, Any]
+
+
+Approver = Callable[[ApprovalRequest], Awaitable[Decision]]
+
+
+def check_mode(mode: str) -> Mode:
+    if mode not in MODES:
+        raise ValueError(f"unknown approval mode {mode!r}; use one of {', '.join(MODES)}")
+    return mode  # type: ignore[return-value]
+
+
+def offered_kinds(mode: Mode) -> set[str]:
+    """The tool kinds the model is offered in ``mode``."""
+    return _OFFERED[mode]
+
+
+@dataclass
+class ApprovalPolicy:
+    """The mode plus what the person allowed "always" during this session."""
+
+    mode: Mode = "default"
+    always: set[str] = field(default_factory=set)
+    """Keys allowed for the rest of the session: ``edit`` or ``execute:<command root>``."""
+
+    def key(self, kind: str, arguments: dict[str, Any]) -> str:
+        if kind == "execute":
+            return f"execute:{_command_root(str(arguments.get('command', '')))}"
+        return kind
+
+    def needs_approval(self, kind: str, arguments: dict[str, Any]) -> bool:
+        if kind not in _ASKS[self.mode]:
+            return False
+        return self.key(kind, arguments) not in self.always
+
+    def remember(self, kind: str, arguments: dict[str, Any]) -> None:
+        self.always.add(self.key(kind, arguments))
+
+
+def _command_root(command: str) -> str:
+    try:
+        words = shlex.split(command)
+    except ValueError:
+        words = command.split()
+    return words[0] if words else ""
+
+
+async def headless_approver(request: ApprovalRequest) -> Decision:
+    """Headless mode never asks: everything that would need a question is denied."""
+    return "deny"
+
+
+async def allow_all(request: ApprovalRequest) -> Decision:
+    return "allow_once"
+
+
+def denial_message(request: ApprovalRequest, *, headless: bool) -> str:
+    if headless:
+        how = (
+            "rerun with --yolo"
+            if request.kind == "execute"
+            else "rerun with --approval-mode auto-edit or --yolo"
+        )
+        return (
+            f"{request.tool} needs approval, which a headless run cannot ask for; "
+            f"the call was not run ({how} to allow it)."
+        )
+    return f"The user denied this {request.tool} call; it was not run. Ask or try another way."

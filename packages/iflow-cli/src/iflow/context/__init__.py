@@ -1,0 +1,1 @@
+"""Context engineering: token accounting, compression, memory files and loop detection."""
