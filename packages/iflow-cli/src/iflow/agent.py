@@ -229,6 +229,7 @@ class Agent:
         finally:
             self._inner = None
         self._record_end(end, started_at, time.monotonic() - started)
+        await self._after_turn()
         return end
 
     def interrupt(self) -> bool:

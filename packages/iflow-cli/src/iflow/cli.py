@@ -1,25 +1,202 @@
-"""The ``iflow`` command."""
+"""The ``iflow`` command: the TUI by default, one headless run with ``-p``."""
 
 from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from pathlib import Path
+from typing import Any
 
 import click
 
 from iflow import __version__
+from iflow.errors import IflowError
+from iflow.sessions import SessionData, SessionStore
+from iflow.settings import Settings, load_settings
+
+
+def _settings(cwd: Path, home: Path, flags: dict[str, Any]) -> Settings:
+    return load_settings(cwd=cwd, home=home, env=os.environ, flags=flags)
+
+
+def _resume(store: SessionStore, resume: str | None) -> SessionData | None:
+    if resume is None:
+        return None
+    if resume in ("", "latest"):
+        data, warnings = store.latest()
+        for warning in warnings:
+            click.echo(f"iflow: {warning}", err=True)
+        return data
+    return store.load(resume)
+
+
+def _list_sessions(store: SessionStore) -> None:
+    summaries, warnings = store.list()
+    for warning in warnings:
+        click.echo(f"iflow: {warning}", err=True)
+    if not summaries:
+        click.echo(f"No saved sessions in {store.root}.")
+        return
+    for s in summaries:
+        click.echo(f"{s.id}  {s.updated_at:%Y-%m-%d %H:%M}  {s.turns:>4} turns  {s.title}")
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="iflow")
+@click.option("-p", "--prompt", default=None, help="Run this task headless and exit.")
 @click.option(
-    "-p",
-    "--prompt",
-    default=None,
-    help="Run one task headless and exit (arrives with the agent issue).",
+    "-o",
+    "--output-format",
+    type=click.Choice(["text", "json", "stream-json"]),
+    default="text",
+    show_default=True,
+    help="Headless output: the answer, one JSON object, or every event as a JSON line.",
 )
-def main(prompt: str | None) -> None:
-    """iflow: a terminal coding agent (the agent loop, tools and TUI arrive with the iflow issue)."""
-    raise click.ClickException(
-        "the iflow agent is not built yet (it arrives with the iflow issue); only --help and --version work."
-    )
+@click.option("-y", "--yolo", is_flag=True, help="Run every tool call without asking.")
+@click.option(
+    "--approval-mode",
+    type=click.Choice(["default", "auto-edit", "plan", "yolo"]),
+    default=None,
+    help="When to ask before tool calls (default: settings, else 'default').",
+)
+@click.option("--max-turns", type=int, default=None, help="Model calls per run.")
+@click.option(
+    "-w",
+    "--workspace",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Directory the agent works in (default: the current one).",
+)
+@click.option("-m", "--model", default=None, help="Model name (openai provider).")
+@click.option(
+    "--provider",
+    type=click.Choice(["openai", "local", "scripted"]),
+    default=None,
+    help="Where the model runs.",
+)
+@click.option("--base-url", default=None, help="OpenAI-compatible server URL.")
+@click.option("--api-key", default=None, help="API key (prefer IFLOW_API_KEY).")
+@click.option("--model-path", default=None, help="Local transformers model directory.")
+@click.option("--script", default=None, help="JSON file of responses for the scripted model.")
+@click.option("--context-limit", type=int, default=None, help="The model's context window.")
+@click.option(
+    "-r",
+    "--resume",
+    default=None,
+    is_flag=False,
+    flag_value="latest",
+    help="Resume a saved session (the latest when no ID is given).",
+)
+@click.option("--list-sessions", is_flag=True, help="List saved sessions and exit.")
+@click.option(
+    "--trajectory",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Write the run's trajectory (ALE JSONL) here.",
+)
+@click.option(
+    "--atif",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Write the run's trajectory as ATIF JSON here.",
+)
+def main(
+    prompt: str | None,
+    output_format: str,
+    yolo: bool,
+    approval_mode: str | None,
+    max_turns: int | None,
+    workspace: Path | None,
+    model: str | None,
+    provider: str | None,
+    base_url: str | None,
+    api_key: str | None,
+    model_path: str | None,
+    script: str | None,
+    context_limit: int | None,
+    resume: str | None,
+    list_sessions: bool,
+    trajectory: Path | None,
+    atif: Path | None,
+) -> None:
+    """iflow: a terminal coding agent. Without -p it opens the TUI."""
+    cwd = (workspace or Path.cwd()).resolve()
+    if not cwd.is_dir():
+        raise click.ClickException(
+            f"the workspace {cwd} is not a directory; create it or pass another -w."
+        )
+    home = Path.home()
+    flags = {
+        "model": model,
+        "provider": provider,
+        "base_url": base_url,
+        "api_key": api_key,
+        "model_path": model_path,
+        "script": script,
+        "context_limit": context_limit,
+        "max_turns": max_turns,
+        "approval_mode": "yolo" if yolo else approval_mode,
+    }
+    try:
+        settings = _settings(cwd, home, flags)
+        from iflow.runner import sessions_root
+
+        store = SessionStore(sessions_root(settings, home))
+        if list_sessions:
+            _list_sessions(store)
+            return
+        resumed = _resume(store, resume)
+        if prompt is None and not sys.stdin.isatty():
+            prompt = sys.stdin.read().strip() or None
+        if prompt is not None:
+            code = asyncio.run(
+                _headless(
+                    settings, cwd, home, store, resumed, prompt, output_format, trajectory, atif
+                )
+            )
+            sys.exit(code)
+        code = _tui(settings, cwd, home, store, resumed)
+        sys.exit(code)
+    except IflowError as exc:
+        raise click.ClickException(str(exc)) from exc
+
+
+async def _headless(
+    settings: Settings,
+    cwd: Path,
+    home: Path,
+    store: SessionStore,
+    resumed: SessionData | None,
+    prompt: str,
+    fmt: str,
+    trajectory: Path | None,
+    atif: Path | None,
+) -> int:
+    from iflow.headless import run_headless
+    from iflow.runner import build_agent
+    from iflow.workspace.local import LocalWorkspace
+
+    async with LocalWorkspace(cwd) as workspace:
+        agent, recorder = build_agent(
+            settings, workspace, cwd=cwd, home=home, headless=True, store=store, resume=resumed
+        )
+        return await run_headless(
+            agent,
+            prompt,
+            fmt=fmt,  # type: ignore[arg-type]
+            recorder=recorder,
+            trajectory_path=trajectory,
+            atif_path=atif,
+        )
+
+
+def _tui(
+    settings: Settings, cwd: Path, home: Path, store: SessionStore, resumed: SessionData | None
+) -> int:
+    from iflow.tui.app import run_tui
+
+    return run_tui(settings, cwd=cwd, home=home, store=store, resume=resumed)
 
 
 if __name__ == "__main__":

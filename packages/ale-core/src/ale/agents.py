@@ -1,0 +1,76 @@
+"""The agent contract between agent packages and the harnesses that run them.
+
+An agent package (iflow, or any other) registers a class in the entry-point group
+``ale.agents``; ``rock bench`` and the synthesis pipeline load it by name with
+:func:`load_agent`, so they never import the agent's package. The class is built with
+the harness's ``--model`` and ``--agent-kwarg key=value`` pairs, and its ``run`` gets the
+task instruction and a sandbox (an object with rock's ``Sandbox`` verbs: ``exec``,
+``read_file``, ``write_file``...). It returns the episode's trajectory in the shared schema.
+"""
+
+from __future__ import annotations
+
+import json
+from importlib.metadata import entry_points
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+from ale.trajectory import Trajectory
+
+GROUP = "ale.agents"
+
+
+@runtime_checkable
+class BenchAgent(Protocol):
+    """What a harness needs from an agent."""
+
+    name: str
+
+    async def run(
+        self,
+        instruction: str,
+        sandbox: Any,
+        *,
+        logs_dir: Path | None = None,
+        timeout_sec: float | None = None,
+    ) -> Trajectory:
+        """Work on ``instruction`` inside ``sandbox``; return the trajectory (its
+        ``failure_mode`` says how the run ended when it did not finish cleanly)."""
+        ...
+
+
+class AgentNotFound(LookupError):
+    """No installed package registers an agent of that name."""
+
+
+def available_agents() -> list[str]:
+    """Names registered in the ``ale.agents`` entry-point group."""
+    return sorted({ep.name for ep in entry_points(group=GROUP)})
+
+
+def load_agent(name: str, **kwargs: Any) -> BenchAgent:
+    """The agent registered as ``name``, built with ``kwargs``."""
+    for ep in entry_points(group=GROUP):
+        if ep.name == name:
+            factory = ep.load()
+            return factory(**kwargs)
+    known = ", ".join(available_agents()) or "none"
+    raise AgentNotFound(
+        f"no agent named {name!r} is installed (installed agents: {known}); "
+        "install the package that provides it, e.g. iflow-cli for 'iflow'."
+    )
+
+
+def parse_agent_kwargs(pairs: list[str]) -> dict[str, Any]:
+    """``["max_turns=30", "temperature=0.2"]`` as a dict; values are read as JSON when they
+    parse (numbers, booleans, lists), else kept as strings."""
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"agent kwarg {pair!r} is not key=value; write it like max_turns=30")
+        try:
+            out[key.strip()] = json.loads(value)
+        except json.JSONDecodeError:
+            out[key.strip()] = value
+    return out

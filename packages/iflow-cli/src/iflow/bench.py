@@ -1,0 +1,82 @@
+"""The ``ale.agents`` entry point ``iflow``: the agent as harnesses (rock bench, synthesis,
+rollouts) run it, on a rock sandbox, headless and in yolo mode.
+
+``IflowAgent(model=..., **kwargs)`` takes the harness's ``--model`` and ``--agent-kwarg``
+pairs: any setting of :class:`iflow.settings.Settings` (provider, base_url, api_key,
+model_path, max_turns, context_limit, temperature...). Settings files and ``IFLOW_*``
+variables of the machine running the harness apply below them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+from typing import Any
+
+from ale.trajectory import Trajectory
+from iflow.models.base import Model
+from iflow.runner import build_agent
+from iflow.settings import load_settings
+
+
+class IflowAgent:
+    """The iflow agent for harnesses."""
+
+    name = "iflow"
+
+    def __init__(
+        self, model: str | None = None, *, model_obj: Model | None = None, **kwargs: Any
+    ) -> None:
+        flags = {"model": model, **kwargs, "approval_mode": "yolo"}
+        self.settings = load_settings(cwd=Path.cwd(), env=os.environ, flags=flags)
+        self._model = model_obj
+        """A model object to use instead of building one from settings (trainers, tests)."""
+
+    async def run(
+        self,
+        instruction: str,
+        sandbox: Any,
+        *,
+        logs_dir: Path | None = None,
+        timeout_sec: float | None = None,
+        root: str | None = None,
+    ) -> Trajectory:
+        """Work on ``instruction`` inside ``sandbox`` (rock Sandbox verbs); return the trajectory."""
+        from iflow.workspace.sandbox import SandboxWorkspace
+
+        settings = self.settings
+        if timeout_sec is not None:
+            settings = settings.model_copy(update={"max_wall_sec": timeout_sec})
+        workspace = SandboxWorkspace(
+            sandbox, root=root or await asyncio.to_thread(_workdir, sandbox)
+        )
+        agent, _ = build_agent(
+            settings,
+            workspace,
+            cwd=Path.cwd(),
+            home=Path.home(),
+            headless=True,
+            model=self._model,
+            memory=False,
+        )
+        await agent.run(instruction)
+        trajectory = agent.trajectory
+        if logs_dir is not None:
+            from ale.atif import write_atif
+            from ale.jsonl import write_jsonl
+
+            logs_dir.mkdir(parents=True, exist_ok=True)
+            write_jsonl(logs_dir / "trajectory.jsonl", [trajectory])
+            write_atif(trajectory, logs_dir / "trajectory.atif.json")
+        return trajectory
+
+
+def _workdir(sandbox: Any) -> str:
+    """The sandbox's working directory (the image's WORKDIR), ``/`` when it cannot be read."""
+    try:
+        result = sandbox.exec("pwd", timeout=30)
+    except Exception:
+        return "/"
+    text = result.stdout.decode(errors="replace").strip() if result.exit_code == 0 else ""
+    return text if text.startswith("/") else "/"

@@ -1,0 +1,198 @@
+"""Wiring shared by every surface: settings -> model, workspace, memory, agent, session.
+
+The TUI, headless runs and the ``ale.agents`` entry point all build their agent here,
+so the system prompt, tools and context engineering are the same everywhere.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from ale.trajectory import Role, Step
+from iflow.agent import Agent, AgentConfig
+from iflow.approval import Approver
+from iflow.context.memory import load_memory, render_memory
+from iflow.events import EventSink
+from iflow.models import make_model
+from iflow.models.base import Model
+from iflow.sessions import SessionData, SessionStore, clip_title
+from iflow.settings import Settings
+from iflow.workspace.base import Workspace
+
+
+def agent_config(settings: Settings, *, headless: bool) -> AgentConfig:
+    """The agent's limits and behaviour from settings."""
+    return AgentConfig(
+        max_turns=settings.max_turns,
+        max_tokens=settings.max_tokens,
+        max_wall_sec=settings.max_wall_sec,
+        max_cost_usd=settings.max_cost_usd,
+        compress_threshold=settings.compress_threshold,
+        keep_recent_turns=max(1, settings.keep_recent_turns),
+        loop_threshold=settings.loop_threshold,
+        approval_mode=settings.approval_mode,
+        headless=headless,
+        tool_output_limit=max(1000, settings.tool_output_limit),
+    )
+
+
+def model_from(settings: Settings) -> Model:
+    """The model the settings name; a :class:`ConfigError` naming what is missing."""
+    kwargs: dict[str, object] = {}
+    if settings.max_output_tokens is not None:
+        kwargs["max_tokens"] = settings.max_output_tokens
+    if settings.tool_format is not None:
+        kwargs["tool_format"] = settings.tool_format
+    return make_model(
+        settings.provider,
+        model=settings.model,
+        base_url=settings.base_url,
+        api_key=settings.api_key.get_secret_value() if settings.api_key else None,
+        model_path=settings.model_path,
+        script=settings.script,
+        context_limit=settings.context_limit,
+        temperature=settings.temperature,
+        **kwargs,
+    )
+
+
+def sessions_root(settings: Settings, home: Path) -> Path:
+    return Path(settings.sessions_dir) if settings.sessions_dir else home / ".iflow" / "sessions"
+
+
+@dataclass
+class SessionRecorder:
+    """Saves the agent's session after every turn (the agent's ``after_turn`` hook).
+
+    The first save, and any save after the history was rewritten (compression, a mode
+    change, a resume), writes a whole snapshot; every other save appends the new steps
+    and the changed state to the session's journal, so a turn costs the same to save at
+    turn 200 as at turn 2.
+    """
+
+    store: SessionStore
+    data: SessionData
+    saves: int = 0
+    _history: list[Step] | None = None
+    _head: Step | None = None
+    _saved_history: int = 0
+    _saved_steps: int = 0
+
+    async def __call__(self, agent: Agent) -> None:
+        await asyncio.to_thread(self.save, agent)
+
+    def save(self, agent: Agent) -> None:
+        history, steps = agent.history, agent.trajectory.steps
+        state = agent.state()
+        session = {
+            "todos": state["todos"],
+            "turns": state["turns"],
+            "tokens_used": state["tokens_used"],
+            "extra": state["extra"],
+            "approval_mode": agent.policy.mode,
+            "model": agent.model.name,
+        }
+        if not self.data.title:
+            first = next((s.content for s in steps if s.role is Role.USER), "")
+            session["title"] = clip_title(first)
+        grown = len(history) - self._saved_history
+        appendable = (
+            self.saves > 0
+            and history is self._history
+            and bool(history)
+            and history[0] is self._head
+            and grown == len(steps) - self._saved_steps
+            and all(
+                a is b
+                for a, b in zip(
+                    history[len(history) - grown :], steps[len(steps) - grown :], strict=True
+                )
+            )
+        )
+        for name, value in session.items():
+            setattr(self.data, name, value)
+        self.data.history = history
+        self.data.trajectory = agent.trajectory
+        if appendable:
+            new = steps[len(steps) - grown :] if grown else []
+            records: list[dict[str, Any]] = []
+            if new:
+                records.append(
+                    {
+                        "kind": "steps",
+                        "steps": [s.model_dump(mode="json", exclude_none=True) for s in new],
+                    }
+                )
+            t = agent.trajectory
+            records.append(
+                {
+                    "kind": "state",
+                    "session": {**session, "updated_at": datetime.now(UTC).isoformat()},
+                    "trajectory": {
+                        "failure_mode": t.failure_mode.value if t.failure_mode else None,
+                        "usage": t.usage.model_dump(mode="json") if t.usage else None,
+                        "timings": t.timings.model_dump(mode="json") if t.timings else None,
+                        "extra": t.extra,
+                    },
+                }
+            )
+            self.store.append(self.data.id, records)
+        else:
+            self.store.save(self.data)
+        self._history, self._head = history, (history[0] if history else None)
+        self._saved_history, self._saved_steps = len(history), len(steps)
+        self.saves += 1
+
+
+def build_agent(
+    settings: Settings,
+    workspace: Workspace,
+    *,
+    cwd: Path,
+    home: Path,
+    headless: bool,
+    approver: Approver | None = None,
+    on_event: EventSink | None = None,
+    model: Model | None = None,
+    store: SessionStore | None = None,
+    resume: SessionData | None = None,
+    memory: bool = True,
+) -> tuple[Agent, SessionRecorder | None]:
+    """An agent for ``workspace``; with ``store`` its session is saved after every turn
+    (resuming ``resume`` when given)."""
+    mem = render_memory(load_memory(cwd, home)) if memory else ""
+    agent = Agent(
+        model or model_from(settings),
+        workspace,
+        config=agent_config(settings, headless=headless),
+        approver=approver,
+        on_event=on_event,
+        memory=mem,
+    )
+    recorder: SessionRecorder | None = None
+    if store is not None:
+        if resume is not None:
+            agent.restore(
+                history=resume.history,
+                trajectory=resume.trajectory,
+                todos=resume.todos,
+                turns=resume.turns,
+                tokens_used=resume.tokens_used,
+                extra=resume.extra,
+            )
+            data = resume
+        else:
+            data = SessionData(
+                id=store.new_id(),
+                cwd=str(cwd),
+                model=agent.model.name,
+                provider=settings.provider,
+                approval_mode=settings.approval_mode,
+            )
+        recorder = SessionRecorder(store, data)
+        agent.after_turn = recorder
+    return agent, recorder

@@ -1,0 +1,258 @@
+"""Slash commands typed at the prompt: ``/help``, ``/mode plan``, ``/resume ID``..."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from iflow.approval import MODES, check_mode
+from iflow.errors import IflowError
+from iflow.tui.widgets import human_tokens
+
+if TYPE_CHECKING:
+    from iflow.agent import Agent
+    from iflow.tui.app import IflowApp
+
+HELP = """\
+Commands
+  /help            this help
+  /clear           clear the view (Ctrl+L); the agent keeps its history, /compress shrinks it
+  /compress        summarise older turns now to free context (shows tokens before -> after)
+  /mode [MODE]     show or set the approval mode: default, auto-edit, plan, yolo
+  /model           the model, its provider and where each setting came from
+  /todo            the agent's todo list
+  /save [PATH]     write the trajectory: ALE JSONL, or ATIF when PATH ends in .atif.json
+                   (default: the sessions directory)
+  /resume [ID]     list saved sessions; with an ID (or a unique prefix) resume that one
+  /quit            quit (also Ctrl+D on an empty prompt, or Ctrl+C twice when idle)
+Keys
+  Enter            send the prompt; while a run is going, prompts are queued and run in turn
+  Up / Down        recall earlier prompts of this session
+  PgUp / PgDn      scroll the conversation (the mouse wheel too)
+  Tab              complete a /command
+  Ctrl+C or Esc    interrupt the running turn; the session is kept and you can go on
+  Ctrl+L           clear the view
+  y / a / n        answer an approval: allow once, always allow, deny (also 1 / 2 / 3; Esc denies)"""
+
+MODE_HELP = {
+    "default": "asks before shell commands and file writes",
+    "auto-edit": "file writes run without asking, shell commands ask",
+    "plan": "read-only: only tools that change nothing are offered",
+    "yolo": "every tool call runs without asking",
+}
+
+
+class SlashCommands:
+    """Runs one command line against the app (and its agent)."""
+
+    def __init__(self, app: IflowApp) -> None:
+        self.app = app
+        self.table: dict[str, Callable[[str], Awaitable[None]]] = {
+            "help": self.help,
+            "clear": self.clear,
+            "compress": self.compress,
+            "mode": self.mode,
+            "model": self.model,
+            "todo": self.todo,
+            "save": self.save,
+            "resume": self.resume,
+            "quit": self.quit,
+            "exit": self.quit,
+        }
+
+    async def run(self, line: str) -> None:
+        name, _, arg = line.strip()[1:].partition(" ")
+        handler = self.table.get(name.lower())
+        if handler is None:
+            await self._say(f"Unknown command /{name}; type /help to see the commands.", "warning")
+            return
+        await handler(arg.strip())
+
+    async def _say(self, text: str, level: str = "info") -> None:
+        await self.app.conversation.notice(text, level)
+
+    async def _agent(self) -> Agent | None:
+        if self.app.agent is None:
+            why = "could not be started (see above)" if self.app.failed else "is still starting"
+            await self._say(f"The model {why}; this command needs it.", "warning")
+        return self.app.agent
+
+    async def _idle(self, what: str) -> bool:
+        if self.app.busy:
+            await self._say(
+                f"{what} cannot run while the agent is working; wait for it or press Ctrl+C.",
+                "warning",
+            )
+            return False
+        return True
+
+    # -- the commands ----------------------------------------------------------------------
+
+    async def help(self, arg: str) -> None:
+        await self.app.conversation.text_block(HELP, "help")
+
+    async def clear(self, arg: str) -> None:
+        await self.app.conversation.clear_view()
+        await self._say("View cleared; the agent still remembers the conversation.")
+
+    async def quit(self, arg: str) -> None:
+        self.app.action_quit_app()
+
+    async def todo(self, arg: str) -> None:
+        agent = await self._agent()
+        if agent is not None:
+            await self.app.conversation.text_block(agent.todos.render(), "todo")
+
+    async def mode(self, arg: str) -> None:
+        agent = await self._agent()
+        if agent is None:
+            return
+        if not arg:
+            current = agent.policy.mode
+            lines = [f"Approval mode: {current} ({MODE_HELP[current]})."]
+            lines += [f"  /mode {m:<10} {MODE_HELP[m]}" for m in MODES]
+            await self.app.conversation.text_block("\n".join(lines))
+            return
+        try:
+            mode = check_mode(arg)
+        except ValueError:
+            await self._say(f"Unknown mode {arg!r}; use one of {', '.join(MODES)}.", "warning")
+            return
+        agent.set_mode(mode)
+        self.app.refresh_status()
+        await self._say(f"Approval mode set to {mode}: {MODE_HELP[mode]}.")
+
+    async def model(self, arg: str) -> None:
+        agent = await self._agent()
+        if agent is None:
+            return
+        settings = self.app.settings
+        limit = human_tokens(agent.model.context_limit)
+        if settings is None:
+            await self.app.conversation.text_block(f"Model: {agent.model.name} (context {limit})")
+            return
+        lines = [
+            f"Model: {agent.model.name} (provider {settings.provider}, context {limit})",
+            f"  provider from: {settings.source('provider')}",
+            f"  model from:    {settings.source('model')}",
+        ]
+        if settings.base_url:
+            lines.append(f"  base URL:      {settings.base_url} ({settings.source('base_url')})")
+        others = sorted(set(settings.sources) - {"provider", "model", "base_url", "api_key"})
+        for name in others:
+            lines.append(f"  {name} from {settings.source(name)}")
+        await self.app.conversation.text_block("\n".join(lines))
+
+    async def compress(self, arg: str) -> None:
+        agent = await self._agent()
+        if agent is None or not await self._idle("/compress"):
+            return
+        self.app.run_worker(self._compress(agent), group="agent", exit_on_error=False)
+
+    async def _compress(self, agent: Agent) -> None:
+        before = agent.context_used()
+        self.app.busy = True
+        try:
+            done = await agent.compress(force=True)
+        except IflowError as exc:
+            await self._say(f"Compression failed: {exc}", "error")
+            return
+        finally:
+            self.app.busy = False
+            self.app.refresh_status()
+        if not done:
+            await self._say(
+                f"Nothing to compress yet ({human_tokens(before)} tokens): the conversation "
+                f"is no longer than the {agent.config.keep_recent_turns} recent turns kept."
+            )
+
+    async def save(self, arg: str) -> None:
+        agent = await self._agent()
+        if agent is None:
+            return
+        path = self._save_path(agent, arg)
+        trajectory = agent.trajectory.model_copy(deep=True)
+        try:
+            await asyncio.to_thread(_write_trajectory, trajectory, path)
+        except (OSError, ValueError) as exc:
+            await self._say(f"Could not write {path}: {exc}; choose another path.", "error")
+            return
+        kind = "ATIF" if path.name.endswith(".atif.json") else "ALE JSONL"
+        await self._say(f"Trajectory saved to {path} ({kind}, {len(trajectory.steps)} steps).")
+
+    def _save_path(self, agent: Agent, arg: str) -> Path:
+        if arg:
+            path = Path(arg).expanduser()
+            return path if path.is_absolute() else self.app.cwd / path
+        recorder, store = self.app.recorder, self.app.store
+        name = recorder.data.id if recorder is not None else agent.trajectory.trajectory_id
+        folder = store.root if store is not None else self.app.cwd
+        return folder / f"{name}.jsonl"
+
+    async def resume(self, arg: str) -> None:
+        agent = await self._agent()
+        store = self.app.store
+        if agent is None:
+            return
+        if store is None:
+            await self._say("Sessions are not saved in this run, so none can be resumed.")
+            return
+        if not arg:
+            await self._list_sessions()
+            return
+        if not await self._idle("/resume"):
+            return
+        try:
+            data = await asyncio.to_thread(store.load, arg)
+        except IflowError as exc:
+            await self._say(str(exc), "error")
+            return
+        agent.restore(
+            history=data.history,
+            trajectory=data.trajectory,
+            todos=data.todos,
+            turns=data.turns,
+            tokens_used=data.tokens_used,
+            extra=data.extra,
+        )
+        if self.app.recorder is not None:
+            self.app.recorder.data = data
+        await self.app.conversation.clear_view()
+        await self.app.replay()
+        self.app.refresh_status()
+        await self._say(f"Resumed session {data.id} ({data.turns} turns): {data.title}")
+
+    async def _list_sessions(self) -> None:
+        store = self.app.store
+        assert store is not None
+        summaries, warnings = await asyncio.to_thread(store.list)
+        for warning in warnings:
+            await self._say(warning, "warning")
+        if not summaries:
+            await self._say(f"No saved sessions in {store.root}.")
+            return
+        current = self.app.recorder.data.id if self.app.recorder else None
+        lines = ["Saved sessions (newest first); /resume ID resumes one:"]
+        for s in summaries[:20]:
+            mark = "*" if s.id == current else " "
+            lines.append(
+                f"{mark} {s.id}  {s.updated_at:%Y-%m-%d %H:%M}  {s.turns:>3} turns  {s.title}"
+            )
+        if len(summaries) > 20:
+            lines.append(f"  … and {len(summaries) - 20} older")
+        await self.app.conversation.text_block("\n".join(lines))
+
+
+def _write_trajectory(trajectory: object, path: Path) -> None:
+    from ale.atif import write_atif
+    from ale.jsonl import write_jsonl
+    from ale.trajectory import Trajectory
+
+    assert isinstance(trajectory, Trajectory)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.name.endswith(".atif.json"):
+        write_atif(trajectory, path)
+    else:
+        write_jsonl(path, [trajectory])

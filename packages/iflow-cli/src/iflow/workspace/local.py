@@ -1,0 +1,226 @@
+"""The local workspace: the user's own machine.
+
+Commands run as ``bash -c`` subprocesses of iflow, each in its own session (process
+group) so a timeout can kill everything it started. This workspace does NOT confine
+paths: absolute paths and ``..`` reach anywhere the user can, exactly as the user's own
+shell would. Use :class:`iflow.workspace.sandbox.SandboxWorkspace` for isolation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import stat
+import time
+from pathlib import Path
+from typing import Any
+
+from iflow.errors import WorkspaceError
+from iflow.workspace import _fsops
+from iflow.workspace.base import ExecOutput, Workspace
+
+MAX_OUTPUT_BYTES = 1 << 20
+"""Bytes of stdout and of stderr kept per command; the rest is counted and dropped."""
+KILL_GRACE_SEC = 1.0
+"""After SIGTERM at a timeout, how long the process group gets before SIGKILL."""
+PIPE_GRACE_SEC = 0.5
+"""After the command exits, how long background children holding its output open may
+keep writing before the output is returned without them (they keep running)."""
+TIMEOUT_EXIT = 124
+
+
+def dropped_note(kept: int, total: int) -> str:
+    """The line appended to a stream whose output was capped."""
+    return f"\n[iflow: output past {kept:,} bytes was dropped ({total:,} bytes in all)]\n"
+
+
+class _Capped:
+    def __init__(self, cap: int) -> None:
+        self.cap = cap
+        self.data = bytearray()
+        self.total = 0
+
+    def add(self, chunk: bytes) -> None:
+        self.total += len(chunk)
+        room = self.cap - len(self.data)
+        if room > 0:
+            self.data.extend(chunk[:room])
+
+    def text(self) -> str:
+        out = self.data.decode("utf-8", errors="replace")
+        if self.total > len(self.data):
+            out += dropped_note(len(self.data), self.total)
+        return out
+
+
+class _Collector(asyncio.SubprocessProtocol):
+    """Collects a process's output and tells when it exited and when its pipes closed
+    (separately: background children may hold the pipes after the shell exits)."""
+
+    def __init__(self, cap: int) -> None:
+        self.out, self.err = _Capped(cap), _Capped(cap)
+        self.exited = asyncio.Event()
+        self.closed = asyncio.Event()
+
+    def pipe_data_received(self, fd: int, data: bytes) -> None:
+        (self.err if fd == 2 else self.out).add(data)
+
+    def process_exited(self) -> None:
+        self.exited.set()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed.set()
+
+
+def _killpg(pid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, sig)
+
+
+class LocalWorkspace(Workspace):
+    """Commands and files on this machine, starting in ``root``."""
+
+    kind = "local"
+
+    def __init__(self, root: str | Path, *, max_output_bytes: int = MAX_OUTPUT_BYTES) -> None:
+        path = Path(root).expanduser().resolve()
+        if not path.is_dir():
+            raise WorkspaceError(f"The workspace root {path} is not a directory; create it first.")
+        self.root = str(path)
+        self.max_output_bytes = max_output_bytes
+
+    async def exec(
+        self,
+        command: str,
+        *,
+        cwd: str | None = None,
+        env: dict[str, str] | None = None,
+        timeout: float | None = 120.0,
+        stdin: bytes | None = None,
+    ) -> ExecOutput:
+        """Run ``command`` with ``bash -c``; at ``timeout`` SIGTERM then SIGKILL its process
+        group and return exit 124 with what it printed so far."""
+        workdir = self.resolve(cwd) if cwd else self.root
+        if not os.path.isdir(workdir):
+            raise WorkspaceError(
+                f"The directory {workdir} does not exist; create it or run the command elsewhere."
+            )
+        loop = asyncio.get_running_loop()
+        started = time.monotonic()
+        transport, proto = await loop.subprocess_exec(
+            lambda: _Collector(self.max_output_bytes),
+            "bash",
+            "-c",
+            command,
+            cwd=workdir,
+            env={**os.environ, **env} if env else None,
+            stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            start_new_session=True,
+        )
+        pid = transport.get_pid()
+        timed_out = False
+        try:
+            if stdin is not None:
+                pipe = transport.get_pipe_transport(0)
+                if pipe is not None:
+                    pipe.write(stdin)
+                    pipe.write_eof()
+            try:
+                await asyncio.wait_for(proto.exited.wait(), timeout)
+            except TimeoutError:
+                timed_out = True
+                await self._kill(pid, proto)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(proto.closed.wait(), PIPE_GRACE_SEC)
+        except asyncio.CancelledError:
+            _killpg(pid, signal.SIGKILL)
+            raise
+        finally:
+            transport.close()
+        code = transport.get_returncode()
+        if timed_out:
+            code = TIMEOUT_EXIT
+        elif code is None:
+            code = -1
+        elif code < 0:
+            code = 128 - code  # killed by a signal: report it as shells do
+        return ExecOutput(
+            exit_code=code,
+            stdout=proto.out.text(),
+            stderr=proto.err.text(),
+            timed_out=timed_out,
+            duration_sec=time.monotonic() - started,
+        )
+
+    @staticmethod
+    async def _kill(pid: int, proto: _Collector) -> None:
+        _killpg(pid, signal.SIGTERM)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(proto.exited.wait(), KILL_GRACE_SEC)
+        _killpg(pid, signal.SIGKILL)  # children that outlived or ignored SIGTERM
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(proto.exited.wait(), KILL_GRACE_SEC)
+
+    async def read_bytes(self, path: str) -> bytes:
+        target = self.resolve(path)
+        return await asyncio.to_thread(_read, target)
+
+    async def write_bytes(self, path: str, data: bytes) -> None:
+        target = self.resolve(path)
+        await asyncio.to_thread(_write, target, data)
+
+    async def fsop(self, op: str, args: dict[str, Any]) -> dict[str, Any]:
+        args = {"root": self.root, **args, "path": self.resolve(str(args.get("path") or "."))}
+        return await asyncio.to_thread(_fsops.run, op, args)
+
+
+def _read(path: str) -> bytes:
+    try:
+        if not stat.S_ISREG(os.stat(path).st_mode) and not os.path.isdir(path):
+            raise WorkspaceError(
+                f"{path} is not a regular file (a device, pipe or socket); read it with "
+                "run_shell_command instead."
+            )
+        with open(path, "rb") as fh:
+            return fh.read()
+    except WorkspaceError:
+        raise
+    except FileNotFoundError:
+        raise WorkspaceError(f"{path} does not exist; check the path.") from None
+    except IsADirectoryError:
+        raise WorkspaceError(
+            f"{path} is a directory, not a file; use list_directory to see what it holds."
+        ) from None
+    except PermissionError:
+        raise WorkspaceError(
+            f"{path} cannot be read (permission denied); pick a file you may read."
+        ) from None
+    except OSError as exc:
+        raise WorkspaceError(f"{path} cannot be read: {exc.strerror or exc}.") from None
+
+
+def _write(path: str, data: bytes) -> None:
+    try:
+        os.makedirs(os.path.dirname(path) or "/", exist_ok=True)
+        with open(path, "wb") as fh:
+            fh.write(data)
+    except IsADirectoryError:
+        raise WorkspaceError(f"{path} is a directory; give a file path to write.") from None
+    except FileExistsError:
+        raise WorkspaceError(
+            f"A parent of {path} is a file, not a directory; pick another path."
+        ) from None
+    except NotADirectoryError:
+        raise WorkspaceError(
+            f"A parent of {path} is a file, not a directory; pick another path."
+        ) from None
+    except PermissionError:
+        raise WorkspaceError(
+            f"{path} cannot be written (permission denied); pick a path you may write."
+        ) from None
+    except OSError as exc:
+        raise WorkspaceError(f"{path} cannot be written: {exc.strerror or exc}.") from None

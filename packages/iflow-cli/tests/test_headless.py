@@ -1,0 +1,249 @@
+"""``iflow -p`` as users run it: a real subprocess, a scripted model, a real workspace."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ale.atif import read_atif
+from ale.jsonl import read_jsonl
+from ale.trajectory import Trajectory
+from iflow.sessions import SessionStore
+
+
+def script(path: Path, responses: list) -> Path:
+    path.write_text(json.dumps(responses))
+    return path
+
+
+def shell(command: str) -> dict:
+    return {"tool_calls": [{"name": "run_shell_command", "arguments": {"command": command}}]}
+
+
+def finish(summary: str) -> dict:
+    return {"tool_calls": [{"name": "finish", "arguments": {"summary": summary}}]}
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> dict[str, str]:
+    home = tmp_path / "home"
+    home.mkdir()
+    keep = {k: v for k, v in os.environ.items() if not k.startswith(("IFLOW_", "OPENAI_"))}
+    return {**keep, "HOME": str(home)}
+
+
+def iflow(args: list[str], env: dict[str, str], cwd: Path, stdin: str | None = None):
+    return subprocess.run(
+        [sys.executable, "-m", "iflow.cli", *args],
+        env=env,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        input=stdin,
+    )
+
+
+@pytest.fixture
+def work(tmp_path: Path) -> Path:
+    work = tmp_path / "work"
+    work.mkdir()
+    return work
+
+
+def test_text_output_and_exit_code(tmp_path: Path, env, work: Path) -> None:
+    s = script(tmp_path / "s.json", [shell("echo made > out.txt"), finish("made out.txt")])
+    r = iflow(
+        ["-p", "make a file", "--provider", "scripted", "--script", str(s), "--yolo"], env, work
+    )
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "made out.txt"
+    assert (work / "out.txt").read_text() == "made\n"
+    assert "$" in r.stderr or "run_shell_command" in r.stderr  # progress goes to stderr
+
+
+def test_json_output(tmp_path: Path, env, work: Path) -> None:
+    s = script(tmp_path / "s.json", [shell("echo hi"), finish("ok")])
+    r = iflow(
+        ["-p", "go", "--provider", "scripted", "--script", str(s), "-y", "-o", "json"], env, work
+    )
+    assert r.returncode == 0, r.stderr
+    record = json.loads(r.stdout)
+    assert record["outcome"] == "finished" and record["result"] == "ok"
+    assert record["turns"] == 2 and record["session_id"]
+    assert record["usage"]["context_limit"] > 0
+
+
+def test_stream_json_output(tmp_path: Path, env, work: Path) -> None:
+    s = script(tmp_path / "s.json", [shell("echo hi"), finish("ok")])
+    r = iflow(
+        [
+            "-p",
+            "go",
+            "--provider",
+            "scripted",
+            "--script",
+            str(s),
+            "-y",
+            "--output-format",
+            "stream-json",
+        ],
+        env,
+        work,
+    )
+    assert r.returncode == 0, r.stderr
+    lines = [json.loads(line) for line in r.stdout.splitlines()]
+    types = [line["type"] for line in lines]
+    assert types[0] == "run_started" and types[-1] == "result"
+    assert "tool_started" in types and "tool_finished" in types and "run_ended" in types
+    shell_done = next(line for line in lines if line["type"] == "tool_finished")
+    assert shell_done["metadata"]["exit_code"] == 0
+
+
+def test_exit_code_is_nonzero_unless_finished(tmp_path: Path, env, work: Path) -> None:
+    s = script(tmp_path / "s.json", [shell(f"echo {i}") for i in range(5)])
+    r = iflow(
+        [
+            "-p",
+            "go",
+            "--provider",
+            "scripted",
+            "--script",
+            str(s),
+            "-y",
+            "--max-turns",
+            "2",
+            "-o",
+            "json",
+        ],
+        env,
+        work,
+    )
+    assert r.returncode == 1
+    assert json.loads(r.stdout)["outcome"] == "limits_exceeded"
+
+
+def test_headless_refuses_to_ask(tmp_path: Path, env, work: Path) -> None:
+    s = script(tmp_path / "s.json", [shell("touch nope"), finish("could not")])
+    r = iflow(["-p", "go", "--provider", "scripted", "--script", str(s), "-o", "json"], env, work)
+    assert r.returncode == 0
+    assert not (work / "nope").exists()
+    store = SessionStore(Path(env["HOME"]) / ".iflow" / "sessions")
+    data, _ = store.latest()
+    denied = data.trajectory.steps[3].tool_results[0]
+    assert denied.is_error and "--yolo" in denied.content
+
+
+def test_trajectory_and_atif_files(tmp_path: Path, env, work: Path) -> None:
+    s = script(tmp_path / "s.json", [shell("echo hi"), finish("ok")])
+    r = iflow(
+        [
+            "-p",
+            "go",
+            "--provider",
+            "scripted",
+            "--script",
+            str(s),
+            "-y",
+            "--trajectory",
+            str(tmp_path / "t.jsonl"),
+            "--atif",
+            str(tmp_path / "t.json"),
+        ],
+        env,
+        work,
+    )
+    assert r.returncode == 0, r.stderr
+    [traj] = list(read_jsonl(tmp_path / "t.jsonl", Trajectory))
+    assert traj.agent.name == "iflow" and len(traj.steps) == 6
+    assert read_atif(tmp_path / "t.json").steps == traj.steps
+
+
+def test_resume_continues_a_session(tmp_path: Path, env, work: Path) -> None:
+    s1 = script(tmp_path / "a.json", [finish("first")])
+    r = iflow(["-p", "one", "--provider", "scripted", "--script", str(s1), "-o", "json"], env, work)
+    sid = json.loads(r.stdout)["session_id"]
+    s2 = script(tmp_path / "b.json", [finish("second")])
+    r = iflow(
+        [
+            "-p",
+            "two",
+            "--provider",
+            "scripted",
+            "--script",
+            str(s2),
+            "-o",
+            "json",
+            "--resume",
+            sid[:12],
+        ],
+        env,
+        work,
+    )
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["session_id"] == sid
+    data = SessionStore(Path(env["HOME"]) / ".iflow" / "sessions").load(sid)
+    users = [s.content for s in data.history if s.role.value == "user"]
+    assert users == ["one", "two"]
+    listing = iflow(["--list-sessions"], env, work)
+    assert sid in listing.stdout and "one" in listing.stdout
+
+
+def test_corrupt_session_is_a_clear_error(tmp_path: Path, env, work: Path) -> None:
+    s = script(tmp_path / "a.json", [finish("first")])
+    r = iflow(["-p", "one", "--provider", "scripted", "--script", str(s), "-o", "json"], env, work)
+    good = json.loads(r.stdout)["session_id"]
+    sessions = Path(env["HOME"]) / ".iflow" / "sessions"
+    (sessions / "20990101-000000-abcdef.json").write_text("{not json")
+    r = iflow(
+        [
+            "-p",
+            "x",
+            "--provider",
+            "scripted",
+            "--script",
+            str(s),
+            "--resume",
+            "20990101-000000-abcdef",
+        ],
+        env,
+        work,
+    )
+    assert r.returncode != 0
+    assert "20990101-000000-abcdef" in r.stderr and "Traceback" not in r.stderr
+    r = iflow(
+        ["-p", "two", "--provider", "scripted", "--script", str(s), "-o", "json", "--resume", good],
+        env,
+        work,
+    )
+    assert r.returncode == 0 and json.loads(r.stdout)["session_id"] == good
+    listing = iflow(["--list-sessions"], env, work)
+    assert good in listing.stdout and "20990101-000000-abcdef" in listing.stderr
+
+
+def test_missing_model_setting_is_one_sentence(env, work: Path) -> None:
+    r = iflow(["-p", "go"], env, work)
+    assert r.returncode != 0 and "Traceback" not in r.stderr
+    assert "IFLOW_MODEL" in r.stderr and "settings.json" in r.stderr
+
+
+def test_prompt_from_stdin(tmp_path: Path, env, work: Path) -> None:
+    s = script(tmp_path / "s.json", [finish("from stdin")])
+    r = iflow(["--provider", "scripted", "--script", str(s)], env, work, stdin="do it\n")
+    assert r.returncode == 0 and r.stdout.strip() == "from stdin"
+
+
+def test_settings_files_are_used(tmp_path: Path, env, work: Path) -> None:
+    s = script(tmp_path / "s.json", [shell("echo hi"), finish("ok")])
+    (work / ".iflow").mkdir()
+    (work / ".iflow" / "settings.json").write_text(
+        json.dumps({"provider": "scripted", "script": str(s), "approvalMode": "yolo"})
+    )
+    r = iflow(["-p", "go", "-o", "json"], env, work)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["result"] == "ok"

@@ -1,0 +1,382 @@
+"""The TUI through Textual's pilot: a scripted model, a real local workspace, a real session
+store. Waits poll a condition with a generous upper bound; nothing asserts on timing."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+from textual.pilot import Pilot
+from textual.widgets import Static
+
+from ale.atif import read_atif
+from ale.jsonl import read_jsonl
+from iflow.models.scripted import ScriptedModel
+from iflow.runner import build_agent
+from iflow.sessions import SessionStore
+from iflow.settings import Settings
+from iflow.tui.app import IflowApp
+from iflow.tui.assistant import AssistantView
+from iflow.tui.widgets import NoticeLine, ToolPanel, UserMessage
+from iflow.workspace.local import LocalWorkspace
+
+
+def shell(command: str, content: str = "") -> dict[str, Any]:
+    return {
+        "content": content,
+        "tool_calls": [{"name": "run_shell_command", "arguments": {"command": command}}],
+    }
+
+
+@asynccontextmanager
+async def tui(
+    tmp_path: Path, responses: list[Any], *, mode: str = "default", **settings: Any
+) -> AsyncIterator[tuple[IflowApp, Pilot[int]]]:
+    """An app on a scripted agent working in ``tmp_path/ws``, sessions in ``tmp_path/sessions``."""
+    root = tmp_path / "ws"
+    root.mkdir(exist_ok=True)
+    config = Settings(provider="scripted", approval_mode=mode, **settings)
+    store = SessionStore(tmp_path / "sessions")
+    async with LocalWorkspace(root) as workspace:
+        agent, recorder = build_agent(
+            config,
+            workspace,
+            cwd=root,
+            home=tmp_path,
+            headless=False,
+            model=ScriptedModel(responses),
+            store=store,
+        )
+        app = IflowApp(agent=agent, recorder=recorder, store=store, settings=config, cwd=root)
+        async with app.run_test(size=(110, 40)) as pilot:
+            await pilot.pause()
+            yield app, pilot
+
+
+async def wait_for(pilot: Pilot[int], condition: Callable[[], object], limit: float = 30) -> None:
+    deadline = time.monotonic() + limit
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"gave up waiting after {limit} s")
+        await pilot.pause(0.02)
+
+
+async def send(pilot: Pilot[int], text: str) -> None:
+    app = pilot.app
+    assert isinstance(app, IflowApp)
+    app.prompt_input.value = text
+    await pilot.press("enter")
+    await pilot.pause()
+
+
+def ends(app: IflowApp) -> list[str]:
+    return [str(w.content) for w in app.query(".run-end").results(Static)]
+
+
+async def run_prompt(pilot: Pilot[int], text: str) -> str:
+    """Send a prompt and wait for its run to end; the end line."""
+    app = pilot.app
+    assert isinstance(app, IflowApp)
+    before = len(ends(app))
+    await send(pilot, text)
+    await wait_for(pilot, lambda: len(ends(app)) > before and not app.busy)
+    return ends(app)[-1]
+
+
+def panels(app: IflowApp) -> list[ToolPanel]:
+    return list(app.query(ToolPanel))
+
+
+def notices(app: IflowApp) -> list[str]:
+    return [n.text for n in app.query(NoticeLine)]
+
+
+def blocks(app: IflowApp, cls: str) -> list[str]:
+    return [str(w.content) for w in app.query(f".{cls}").results(Static)]
+
+
+def texts(app: IflowApp) -> list[str]:
+    return [v.text for v in app.query(AssistantView)]
+
+
+async def test_prompt_shows_the_shell_call_with_output_exit_code_and_status(
+    tmp_path: Path,
+) -> None:
+    responses = [shell("echo hello-from-tui", "Let me look."), "All **done**."]
+    async with tui(tmp_path, responses, mode="yolo") as (app, pilot):
+        end = await run_prompt(pilot, "say hello")
+        assert "done" in end and "2 turns" in end
+        assert [str(u.content) for u in app.query(UserMessage)] == ["› say hello"]
+        (panel,) = panels(app)
+        assert "echo hello-from-tui" in panel.call_title
+        assert "hello-from-tui" in panel.output and panel.state == "ok"
+        assert panel.exit_code == 0
+        assert str(panel.meta_view.content).startswith("exit 0 · ")
+        assert texts(app) == ["Let me look.", "All **done**."]
+        status = app.status_bar.plain
+        assert "scripted" in status and "mode yolo" in status and "turn 2" in status
+        assert f"/{app.status_bar.tokens_text.split('/')[1]}" in status
+        assert app.status_bar.limit == 32768 and "/32.8k (" in status
+        assert app.status_bar.used == app.agent.context_used() > 0  # type: ignore[union-attr]
+
+
+async def test_failing_command_is_styled_as_an_error(tmp_path: Path) -> None:
+    async with tui(tmp_path, [shell("exit 3"), "It failed."], mode="yolo") as (app, pilot):
+        await run_prompt(pilot, "fail")
+        (panel,) = panels(app)
+        assert panel.state == "error" and panel.exit_code == 3
+        assert panel.has_class("-error") and "exit 3" in str(panel.meta_view.content)
+
+
+async def test_approval_allow_once_runs_the_command_and_gives_focus_back(tmp_path: Path) -> None:
+    async with tui(tmp_path, [shell("touch allowed.txt"), "Made it."]) as (app, pilot):
+        await send(pilot, "make a file")
+        await wait_for(pilot, lambda: app.approval_panel.display)
+        question = str(app.query_one("#approval-detail", Static).content)
+        assert "touch allowed.txt" in question
+        assert app.busy and not (tmp_path / "ws" / "allowed.txt").exists()
+        await pilot.press("y")
+        await wait_for(pilot, lambda: ends(app) and not app.busy)
+        assert (tmp_path / "ws" / "allowed.txt").exists()
+        assert panels(app)[0].state == "ok"
+        assert not app.approval_panel.display
+        assert app.focused is app.prompt_input
+
+
+async def test_approval_deny_shows_the_denial_and_the_run_goes_on(tmp_path: Path) -> None:
+    async with tui(tmp_path, [shell("touch denied.txt"), "Understood."]) as (app, pilot):
+        await send(pilot, "make a file")
+        await wait_for(pilot, lambda: app.approval_panel.display)
+        await pilot.press("n")
+        await wait_for(pilot, lambda: ends(app) and not app.busy)
+        (panel,) = panels(app)
+        assert panel.state == "denied" and panel.has_class("-denied")
+        assert "denied" in panel.output and "denied" in str(panel.meta_view.content)
+        assert not (tmp_path / "ws" / "denied.txt").exists()
+        assert texts(app)[-1] == "Understood."
+
+
+async def test_approval_always_lets_the_same_command_root_run_without_asking(
+    tmp_path: Path,
+) -> None:
+    responses = [shell("echo first"), shell("echo second"), "Both ran."]
+    async with tui(tmp_path, responses) as (app, pilot):
+        await send(pilot, "echo twice")
+        await wait_for(pilot, lambda: app.approval_panel.display)
+        await pilot.press("a")
+        # A second question would leave the run waiting and this wait would fail.
+        await wait_for(pilot, lambda: ends(app) and not app.busy)
+        assert [p.state for p in panels(app)] == ["ok", "ok"]
+        assert "second" in panels(app)[1].output
+        assert "execute:echo" in app.agent.policy.always  # type: ignore[union-attr]
+
+
+async def test_prompt_sent_during_a_run_is_queued_and_runs_next(tmp_path: Path) -> None:
+    responses = [shell("echo waiting"), "First done.", "Second done."]
+    async with tui(tmp_path, responses) as (app, pilot):
+        await send(pilot, "first")
+        await wait_for(pilot, lambda: app.approval_panel.display)
+        app.prompt_input.focus()
+        await send(pilot, "second")
+        assert app.queue == ["second"] and any("Queued" in n for n in notices(app))
+        app.approval_panel.focus()
+        await pilot.press("escape")  # deny
+        await wait_for(pilot, lambda: len(ends(app)) == 2 and not app.busy)
+        assert [str(u.content) for u in app.query(UserMessage)] == ["› first", "› second"]
+        assert texts(app)[-1] == "Second done."
+
+
+@pytest.mark.parametrize("key", ["ctrl+c", "escape"])
+async def test_interrupt_stops_a_running_command_and_the_session_goes_on(
+    tmp_path: Path, key: str
+) -> None:
+    responses = [shell("sleep 30"), "Back again."]
+    async with tui(tmp_path, responses, mode="yolo") as (app, pilot):
+        await send(pilot, "wait a while")
+        await wait_for(pilot, lambda: panels(app) and app.busy)
+        await pilot.press(key)
+        await wait_for(pilot, lambda: ends(app) and not app.busy)
+        assert "interrupted" in ends(app)[-1]
+        assert panels(app)[0].state == "error"
+        assert app.is_running and app.focused is app.prompt_input
+        end = await run_prompt(pilot, "go on")
+        assert "done" in end and texts(app)[-1] == "Back again."
+
+
+async def test_ctrl_c_twice_when_idle_quits(tmp_path: Path) -> None:
+    async with tui(tmp_path, []) as (app, pilot):
+        app.prompt_input.value = "draft"
+        await pilot.press("ctrl+c")
+        assert app.prompt_input.value == "" and app.is_running
+        await pilot.press("ctrl+c")
+        assert app.is_running
+        await pilot.press("ctrl+c")
+        await pilot.pause()
+    assert app.return_code == 0
+
+
+async def test_mode_command_changes_the_status_bar_and_the_agent(tmp_path: Path) -> None:
+    async with tui(tmp_path, []) as (app, pilot):
+        assert "mode default" in app.status_bar.plain
+        await send(pilot, "/mode plan")
+        await pilot.pause()
+        assert app.agent is not None and app.agent.policy.mode == "plan"
+        assert "mode plan" in app.status_bar.plain
+        assert any("set to plan" in n for n in notices(app))
+        await send(pilot, "/mode")
+        assert "Approval mode: plan" in blocks(app, "info-block")[-1]
+        await send(pilot, "/mode bogus")
+        assert any("Unknown mode 'bogus'" in n for n in notices(app))
+
+
+async def test_help_todo_model_and_unknown_commands(tmp_path: Path) -> None:
+    async with tui(tmp_path, []) as (app, pilot):
+        await send(pilot, "/help")
+        (help_text,) = blocks(app, "help")
+        for name in ("/clear", "/compress", "/mode", "/model", "/todo", "/save", "/resume"):
+            assert name in help_text
+        await send(pilot, "/todo")
+        assert blocks(app, "todo") == ["The todo list is empty."]
+        await send(pilot, "/model")
+        assert "provider scripted" in blocks(app, "info-block")[-1]
+        await send(pilot, "/frobnicate now")
+        assert notices(app)[-1] == "Unknown command /frobnicate; type /help to see the commands."
+        await send(pilot, "/clear")
+        assert not app.query(UserMessage) and not blocks(app, "help")
+
+
+async def test_prompt_history_with_up_and_down(tmp_path: Path) -> None:
+    async with tui(tmp_path, []) as (app, pilot):
+        await send(pilot, "/todo")
+        await send(pilot, "/help")
+        await pilot.press("up")
+        assert app.prompt_input.value == "/help"
+        await pilot.press("up")
+        assert app.prompt_input.value == "/todo"
+        await pilot.press("down", "down")
+        assert app.prompt_input.value == ""
+
+
+async def test_compress_shows_before_and_after(tmp_path: Path) -> None:
+    responses = [
+        "A first answer that is long enough to be worth summarising later on.",
+        "A second answer, also with some words in it.",
+        "Short summary.",
+    ]
+    async with tui(tmp_path, responses, keep_recent_turns=1) as (app, pilot):
+        await send(pilot, "/compress")
+        await wait_for(pilot, lambda: not app.busy and notices(app))
+        assert notices(app)[-1].startswith("Nothing to compress yet")
+        await run_prompt(pilot, "first question")
+        await run_prompt(pilot, "second question")
+        await send(pilot, "/compress")
+        await wait_for(pilot, lambda: any("compressed" in n for n in notices(app)))
+        (note,) = [n for n in notices(app) if "compressed" in n]
+        assert "->" in note and "summary" in note
+
+
+async def test_session_is_saved_and_resume_rerenders_it(tmp_path: Path) -> None:
+    responses = [shell("echo saved-output", "Checking."), "Finished the check."]
+    async with tui(tmp_path, responses, mode="yolo") as (app, pilot):
+        await run_prompt(pilot, "check something")
+        assert app.recorder is not None and app.recorder.saves > 0
+        session_id = app.recorder.data.id
+    assert (tmp_path / "sessions" / f"{session_id}.json").is_file()
+
+    async with tui(tmp_path, []) as (app, pilot):
+        await send(pilot, "/resume")
+        listing = blocks(app, "info-block")[-1]
+        assert session_id in listing and "check something" in listing
+        await send(pilot, f"/resume {session_id[:17]}")
+        await wait_for(pilot, lambda: app.query(UserMessage))
+        assert [str(u.content) for u in app.query(UserMessage)] == ["› check something"]
+        (panel,) = panels(app)
+        assert "saved-output" in panel.output and panel.exit_code == 0
+        assert texts(app) == ["Checking.", "Finished the check."]
+        assert "turn 2" in app.status_bar.plain
+        assert app.recorder is not None and app.recorder.data.id == session_id
+        await send(pilot, "/resume nosuchsession")
+        assert "no saved session matches" in notices(app)[-1]
+
+
+async def test_save_writes_ale_jsonl_by_default_and_atif_by_suffix(tmp_path: Path) -> None:
+    async with tui(tmp_path, ["Hello."]) as (app, pilot):
+        await run_prompt(pilot, "hi")
+        await send(pilot, "/save")
+        await wait_for(pilot, lambda: any("saved to" in n for n in notices(app)))
+        assert app.recorder is not None
+        saved = tmp_path / "sessions" / f"{app.recorder.data.id}.jsonl"
+        (trajectory,) = list(read_jsonl(saved))
+        assert [s.role.value for s in trajectory.steps] == ["system", "user", "assistant"]
+        await send(pilot, "/save out/run.atif.json")
+        await wait_for(pilot, lambda: any("ATIF" in n for n in notices(app)))
+        atif = tmp_path / "ws" / "out" / "run.atif.json"
+        assert json.loads(atif.read_text())
+        assert read_atif(atif).steps[-1].content == "Hello."
+
+
+async def test_app_builds_its_agent_from_settings_after_the_first_frame(tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    root.mkdir()
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps(["Built from settings."]))
+    settings = Settings(provider="scripted", script=str(script))
+    store = SessionStore(tmp_path / "sessions")
+    async with LocalWorkspace(root) as workspace:
+        app = IflowApp(settings=settings, workspace=workspace, cwd=root, home=tmp_path, store=store)
+        async with app.run_test(size=(100, 30)) as pilot:
+            await send(pilot, "hello")  # typed before the model is ready: queued or run
+            await wait_for(pilot, lambda: ends(app) and not app.busy)
+            assert texts(app) == ["Built from settings."]
+            assert app.recorder is not None and app.recorder.saves > 0
+
+
+async def test_a_session_given_at_start_is_rerendered(tmp_path: Path) -> None:
+    async with tui(tmp_path, [shell("echo earlier"), "Earlier answer."], mode="yolo") as (
+        app,
+        pilot,
+    ):
+        await run_prompt(pilot, "an earlier task")
+        assert app.recorder is not None
+        session_id = app.recorder.data.id
+    store = SessionStore(tmp_path / "sessions")
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps(["Continued."]))
+    settings = Settings(provider="scripted", script=str(script), approval_mode="yolo")
+    root = tmp_path / "ws"
+    async with LocalWorkspace(root) as workspace:
+        app = IflowApp(
+            settings=settings,
+            workspace=workspace,
+            cwd=root,
+            home=tmp_path,
+            store=store,
+            resume=store.load(session_id),
+        )
+        async with app.run_test(size=(100, 30)) as pilot:
+            await wait_for(pilot, lambda: any("Resumed session" in n for n in notices(app)))
+            assert notices(app)[-1].startswith(f"Resumed session {session_id} (2 turns)")
+            assert [str(u.content) for u in app.query(UserMessage)] == ["› an earlier task"]
+            assert "earlier" in panels(app)[0].output
+            await run_prompt(pilot, "and now?")
+            assert texts(app)[-1] == "Continued."
+            assert app.recorder is not None and app.recorder.data.id == session_id
+
+
+async def test_a_model_that_cannot_start_is_explained(tmp_path: Path) -> None:
+    settings = Settings(provider="scripted")  # no script: the model cannot be built
+    async with LocalWorkspace(tmp_path) as workspace:
+        app = IflowApp(settings=settings, workspace=workspace, cwd=tmp_path, home=tmp_path)
+        async with app.run_test() as pilot:
+            await wait_for(pilot, lambda: app.failed)
+            assert "no script is set" in notices(app)[-1]
+            assert "no model" in app.status_bar.plain
+            await send(pilot, "hello")
+            assert notices(app)[-1].startswith("No model is available")
+            await send(pilot, "/help")
+            assert blocks(app, "help")
