@@ -36,6 +36,22 @@ async def ws(tmp_path: Path):
         yield workspace
 
 
+@pytest.fixture(autouse=True)
+async def _close_agents(monkeypatch: pytest.MonkeyPatch):
+    """Every agent made in a test gets its shell state removed afterwards."""
+    made: list[Agent] = []
+    real_init = Agent.__init__
+
+    def init(self, *args, **kwargs):
+        real_init(self, *args, **kwargs)
+        made.append(self)
+
+    monkeypatch.setattr(Agent, "__init__", init)
+    yield
+    for agent in made:
+        await agent.aclose()
+
+
 def make(ws, responses, **config) -> tuple[Agent, list]:
     events: list = []
     config.setdefault("approval_mode", "yolo")

@@ -30,6 +30,7 @@ async def run_session(tmp_path: Path, script: list, **config) -> tuple[Agent, Se
         agent = Agent(ScriptedModel(script), ws, config=AgentConfig(approval_mode="yolo", **config))
         agent.after_turn = SessionRecorder(store, data)
         await agent.run("first prompt")
+        await agent.aclose()
     return agent, store, data.id
 
 
@@ -60,6 +61,7 @@ async def test_compression_writes_a_fresh_snapshot(tmp_path: Path) -> None:
         model.context_limit = int((agent.context_used() + 1500) / 0.8)
         agent.after_turn = SessionRecorder(store, data)
         await agent.run("go")
+        await agent.aclose()
     assert any("summarised" in s.content for s in agent.history)
     loaded = store.load(data.id)
     assert loaded.history == agent.history

@@ -3,10 +3,7 @@ ToolRegistry, on both workspaces."""
 
 from __future__ import annotations
 
-import os
 import secrets
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,43 +13,9 @@ from iflow.tools.base import ToolContext, ToolRegistry
 from iflow.tools.files import MAX_LINE_CHARS, ReadFile, Replace, WriteFile
 from iflow.tools.search import Glob, ListDirectory, SearchFileContent
 from iflow.tools.todo import TodoList
-from iflow.workspace import LocalWorkspace, ShellSession, Workspace
-from iflow.workspace.sandbox import SandboxWorkspace
+from iflow.workspace import ShellSession, Workspace
 
 IMAGE = "rock/base:bookworm"
-
-
-@pytest.fixture(scope="module")
-def docker_sandbox() -> Iterator[Any]:
-    """One real docker sandbox for the module (ROCK_SKIP_DOCKER=1 skips instead of failing)."""
-    from rock.backends.docker import DockerBackend
-    from rock.engine import connect
-    from rock.errors import EngineUnavailable
-    from rock.models import SandboxSpec
-
-    try:
-        client = connect()
-    except EngineUnavailable as exc:
-        if os.environ.get("ROCK_SKIP_DOCKER") == "1":
-            pytest.skip(f"ROCK_SKIP_DOCKER=1 and {exc}")
-        pytest.fail(str(exc))
-    backend = DockerBackend(client, daemon_id="pytest-iflow")
-    sandbox = backend.create(SandboxSpec(image=IMAGE, memory_mb=512, pids_limit=256))
-    try:
-        yield sandbox
-    finally:
-        sandbox.delete()
-        client.close()
-
-
-@pytest.fixture(params=["local", pytest.param("docker", marks=pytest.mark.docker)])
-def workspace(request: pytest.FixtureRequest, tmp_path: Path) -> Workspace:
-    if request.param == "local":
-        return LocalWorkspace(tmp_path)
-    sandbox = request.getfixturevalue("docker_sandbox")
-    root = f"/work/t-{secrets.token_hex(4)}"
-    sandbox.exec(["mkdir", "-p", root])
-    return SandboxWorkspace(sandbox, root)
 
 
 class Agent:

@@ -53,9 +53,12 @@ async def tui(
             store=store,
         )
         app = IflowApp(agent=agent, recorder=recorder, store=store, settings=config, cwd=root)
-        async with app.run_test(size=(110, 40)) as pilot:
-            await pilot.pause()
-            yield app, pilot
+        try:
+            async with app.run_test(size=(110, 40)) as pilot:
+                await pilot.pause()
+                yield app, pilot
+        finally:
+            await agent.aclose()
 
 
 async def wait_for(pilot: Pilot[int], condition: Callable[[], object], limit: float = 30) -> None:
@@ -247,7 +250,41 @@ async def test_help_todo_model_and_unknown_commands(tmp_path: Path) -> None:
         await send(pilot, "/frobnicate now")
         assert notices(app)[-1] == "Unknown command /frobnicate; type /help to see the commands."
         await send(pilot, "/clear")
-        assert not app.query(UserMessage) and not blocks(app, "help")
+        assert not blocks(app, "help") and not blocks(app, "todo")
+        await send(pilot, "/help")
+        await pilot.press("ctrl+l")
+        await pilot.pause()
+        assert not blocks(app, "help")
+
+
+async def test_ctrl_d_deletes_then_quits(tmp_path: Path) -> None:
+    async with tui(tmp_path, []) as (app, pilot):
+        app.prompt_input.value = "ab"
+        app.prompt_input.cursor_position = 0
+        await pilot.press("ctrl+d")
+        assert app.prompt_input.value == "b" and app.is_running
+        app.prompt_input.value = ""
+        await pilot.press("ctrl+d")
+        await pilot.pause()
+    assert app.return_code == 0
+
+
+async def test_quit_command_quits(tmp_path: Path) -> None:
+    async with tui(tmp_path, []) as (app, pilot):
+        await send(pilot, "/quit")
+    assert app.return_code == 0
+
+
+async def test_ctrl_c_during_an_approval_interrupts_and_hides_it(tmp_path: Path) -> None:
+    async with tui(tmp_path, [shell("touch never.txt"), "Again."]) as (app, pilot):
+        await send(pilot, "make a file")
+        await wait_for(pilot, lambda: app.approval_panel.display)
+        await pilot.press("ctrl+c")
+        await wait_for(pilot, lambda: ends(app) and not app.busy)
+        assert "interrupted" in ends(app)[-1] and not app.approval_panel.display
+        assert app.focused is app.prompt_input
+        assert not (tmp_path / "ws" / "never.txt").exists()
+        assert "done" in await run_prompt(pilot, "go on")
 
 
 async def test_prompt_history_with_up_and_down(tmp_path: Path) -> None:

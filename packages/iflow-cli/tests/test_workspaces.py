@@ -3,11 +3,9 @@ SandboxWorkspace over a real rock docker sandbox (one per module, a fresh direct
 
 from __future__ import annotations
 
-import os
 import secrets
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,40 +16,6 @@ from iflow.workspace import LocalWorkspace, Workspace
 from iflow.workspace.sandbox import NO_PYTHON, SandboxWorkspace
 
 IMAGE = "rock/base:bookworm"
-
-
-@pytest.fixture(scope="module")
-def docker_sandbox() -> Iterator[Any]:
-    """One real docker sandbox for the module. A missing engine fails the test unless
-    ROCK_SKIP_DOCKER=1 says to skip, as in rock's own tests."""
-    from rock.backends.docker import DockerBackend
-    from rock.engine import connect
-    from rock.errors import EngineUnavailable
-    from rock.models import SandboxSpec
-
-    try:
-        client = connect()
-    except EngineUnavailable as exc:
-        if os.environ.get("ROCK_SKIP_DOCKER") == "1":
-            pytest.skip(f"ROCK_SKIP_DOCKER=1 and {exc}")
-        pytest.fail(str(exc))
-    backend = DockerBackend(client, daemon_id="pytest-iflow")
-    sandbox = backend.create(SandboxSpec(image=IMAGE, memory_mb=512, pids_limit=256))
-    try:
-        yield sandbox
-    finally:
-        sandbox.delete()
-        client.close()
-
-
-@pytest.fixture(params=["local", pytest.param("docker", marks=pytest.mark.docker)])
-def workspace(request: pytest.FixtureRequest, tmp_path: Path) -> Workspace:
-    if request.param == "local":
-        return LocalWorkspace(tmp_path)
-    sandbox = request.getfixturevalue("docker_sandbox")
-    root = f"/work/t-{secrets.token_hex(4)}"
-    sandbox.exec(["mkdir", "-p", root])
-    return SandboxWorkspace(sandbox, root)
 
 
 async def test_exec_streams_exit_code_env_cwd_and_stdin(workspace: Workspace) -> None:

@@ -547,11 +547,15 @@ class Agent:
             )
         )
 
+    async def aclose(self) -> None:
+        """Release the shell session's state (the workspace belongs to the caller)."""
+        await self.shell.close()
+
     # -- sub-agents ------------------------------------------------------------------------
 
     def spawn(self, *, max_turns: int) -> Agent:
         """A sub-agent for the ``task`` tool: same model, workspace and policy, own context."""
-        shell = ShellSession(self.workspace)
+        shell = ShellSession(self.workspace, env=dict(self.shell.env))
         shell.cwd = self.shell.cwd
         config = self.config.model_copy(update={"max_turns": min(max_turns, self.config.max_turns)})
         sub = Agent(

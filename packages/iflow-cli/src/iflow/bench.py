@@ -60,7 +60,10 @@ class IflowAgent:
             model=self._model,
             memory=False,
         )
-        await agent.run(instruction)
+        try:
+            await agent.run(instruction)
+        finally:
+            await agent.aclose()
         trajectory = agent.trajectory
         if logs_dir is not None:
             from ale.atif import write_atif

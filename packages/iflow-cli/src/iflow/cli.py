@@ -12,7 +12,7 @@ import click
 
 from iflow import __version__
 from iflow.errors import IflowError
-from iflow.sessions import SessionData, SessionStore
+from iflow.sessions import SessionData, SessionStore, sessions_root
 from iflow.settings import Settings, load_settings
 
 
@@ -140,8 +140,6 @@ def main(
     }
     try:
         settings = _settings(cwd, home, flags)
-        from iflow.runner import sessions_root
-
         store = SessionStore(sessions_root(settings, home))
         if list_sessions:
             _list_sessions(store)
@@ -181,14 +179,17 @@ async def _headless(
         agent, recorder = build_agent(
             settings, workspace, cwd=cwd, home=home, headless=True, store=store, resume=resumed
         )
-        return await run_headless(
-            agent,
-            prompt,
-            fmt=fmt,  # type: ignore[arg-type]
-            recorder=recorder,
-            trajectory_path=trajectory,
-            atif_path=atif,
-        )
+        try:
+            return await run_headless(
+                agent,
+                prompt,
+                fmt=fmt,  # type: ignore[arg-type]
+                recorder=recorder,
+                trajectory_path=trajectory,
+                atif_path=atif,
+            )
+        finally:
+            await agent.aclose()
 
 
 def _tui(

@@ -60,10 +60,6 @@ def model_from(settings: Settings) -> Model:
     )
 
 
-def sessions_root(settings: Settings, home: Path) -> Path:
-    return Path(settings.sessions_dir) if settings.sessions_dir else home / ".iflow" / "sessions"
-
-
 @dataclass
 class SessionRecorder:
     """Saves the agent's session after every turn (the agent's ``after_turn`` hook).

@@ -53,6 +53,11 @@ def _new_trajectory() -> Trajectory:
     return Trajectory(agent=AgentInfo(name="iflow", version=__version__))
 
 
+def sessions_root(settings: Any, home: Path) -> Path:
+    """Where sessions are saved: the ``sessions_dir`` setting, else ``<home>/.iflow/sessions``."""
+    return Path(settings.sessions_dir) if settings.sessions_dir else home / ".iflow" / "sessions"
+
+
 def clip_title(prompt: str, limit: int = 80) -> str:
     """A session title from its first prompt: whitespace collapsed, at most ``limit``
     characters, clipped with an ellipsis."""

@@ -21,7 +21,6 @@ from iflow.models.base import (
     to_openai_messages,
 )
 from iflow.models.local import LocalModel
-from iflow.models.openai_http import OpenAIModel
 from iflow.models.parsing import parse_tool_calls, render_tools_prompt
 from iflow.models.scripted import ScriptedModel
 from iflow.models.tiny import build_tiny_model
@@ -65,6 +64,8 @@ def make_model(
                 'no model name is set for the openai provider: set "model" in '
                 "~/.iflow/settings.json or .iflow/settings.json, IFLOW_MODEL, or pass --model."
             )
+        from iflow.models.openai_http import OpenAIModel  # openai takes ~1 s to import
+
         options = _options(OpenAIModel, provider, kw)
         options |= _given(context_limit=context_limit, max_tokens=max_tokens)
         options |= _given(tool_format=tool_format)
@@ -95,6 +96,14 @@ def make_model(
             return ScriptedModel(script, **options)
         return ScriptedModel.from_file(script, **options)
     raise ConfigError(f"unknown model provider {provider!r}; use one of {', '.join(PROVIDERS)}.")
+
+
+def __getattr__(name: str) -> Any:
+    if name == "OpenAIModel":  # imported on first use: the openai library is slow to import
+        from iflow.models.openai_http import OpenAIModel
+
+        return OpenAIModel
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _given(**values: Any) -> dict[str, Any]:

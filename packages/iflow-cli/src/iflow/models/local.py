@@ -52,6 +52,9 @@ class LocalModel:
     defaults to the config's ``max_position_embeddings``. Loading happens in the constructor.
     """
 
+    exact_tokens = True
+    """Counts come from the tokenizer (the agent's meter asks :meth:`count_tokens`)."""
+
     def __init__(
         self,
         path: str | Path,

@@ -75,6 +75,6 @@ class RunShellCommand(Tool):
         )
 
     def describe(self, arguments: dict[str, Any]) -> str:
-        what = arguments.get("description") or arguments.get("command") or ""
-        where = f" (in {arguments['directory']})" if arguments.get("directory") else ""
-        return f"{self.name}: {str(what)[:120]}{where}"
+        command = " ".join(str(arguments.get("command") or "").split())
+        where = f"  (in {arguments['directory']})" if arguments.get("directory") else ""
+        return f"$ {command[:120]}{'…' if len(command) > 120 else ''}{where}"

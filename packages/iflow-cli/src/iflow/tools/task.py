@@ -41,7 +41,10 @@ class Task(Tool):
         if parent is None:
             raise ToolFailed("task needs a running agent; it cannot be called here.")
         sub = parent.spawn(max_turns=self.max_turns)
-        end = await sub.run(params.prompt)
+        try:
+            end = await sub.run(params.prompt)
+        finally:
+            await sub.aclose()
         report = sub.final_answer or "(the sub-agent gave no report)"
         parent.adopt_subagent(params.description, sub)
         if end.failure_mode is not None:

@@ -173,7 +173,10 @@ class IflowApp(App[int]):
     async def _build_agent(self) -> None:
         settings, workspace = self.settings, self.workspace
         if settings is None or workspace is None:
-            await self.conversation.notice("No settings or workspace were given.", "error")
+            self.failed = "no settings or workspace were given to the app"
+            await self.conversation.notice(
+                f"The model could not be started: {self.failed}.", "error"
+            )
             return
         try:
             runner: Any = await asyncio.to_thread(importlib.import_module, "iflow.runner")
@@ -423,5 +426,9 @@ async def _run_tui(
             store=store,
             resume=resume,
         )
-        await app.run_async()
+        try:
+            await app.run_async()
+        finally:
+            if app.agent is not None:
+                await app.agent.aclose()
     return app.return_code or 0

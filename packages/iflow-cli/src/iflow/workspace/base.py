@@ -65,7 +65,7 @@ class Workspace(abc.ABC):
         """Run one of :mod:`iflow.workspace._fsops`'s operations (``list``, ``glob``,
         ``search``, ``stat``) where the files are; errors come back as ``{"error": ...}``."""
 
-    async def close(self) -> None:
+    async def close(self) -> None:  # noqa: B027 - optional: most workspaces hold nothing
         """Release what the workspace holds (the sandbox workspace may delete its sandbox)."""
 
     async def __aenter__(self) -> Workspace:
