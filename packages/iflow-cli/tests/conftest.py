@@ -52,3 +52,19 @@ def workspace(request: pytest.FixtureRequest, tmp_path: Path) -> Workspace:
     root = f"/work/t-{secrets.token_hex(4)}"
     sandbox.exec(["mkdir", "-p", root])
     return SandboxWorkspace(sandbox, root)
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Path:
+    """A home directory of its own (for ~/.iflow)."""
+    path = tmp_path / "home"
+    path.mkdir()
+    return path
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    """A git repository root (a directory with .git) outside that home."""
+    path = tmp_path / "work" / "repo"
+    (path / ".git").mkdir(parents=True)
+    return path

@@ -16,20 +16,6 @@ def write(path: Path, text: str) -> Path:
     return path
 
 
-@pytest.fixture
-def home(tmp_path: Path) -> Path:
-    path = tmp_path / "home"
-    path.mkdir()
-    return path
-
-
-@pytest.fixture
-def repo(tmp_path: Path) -> Path:
-    path = tmp_path / "src" / "repo"
-    (path / ".git").mkdir(parents=True)
-    return path
-
-
 def test_hierarchy_order_and_scopes(home: Path, repo: Path) -> None:
     cwd = repo / "pkg" / "mod"
     cwd.mkdir(parents=True)

@@ -18,20 +18,6 @@ def write(path: Path, data: Any) -> Path:
     return path
 
 
-@pytest.fixture
-def home(tmp_path: Path) -> Path:
-    path = tmp_path / "home"
-    path.mkdir()
-    return path
-
-
-@pytest.fixture
-def repo(tmp_path: Path) -> Path:
-    path = tmp_path / "work" / "repo"
-    (path / ".git").mkdir(parents=True)
-    return path
-
-
 def test_defaults_without_any_layer(home: Path, repo: Path) -> None:
     settings = load_settings(cwd=repo, home=home, env={})
     assert settings == Settings()

@@ -16,8 +16,6 @@ from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
-
 from ale.trajectory import AgentInfo, Role, Step, Timings, ToolCall, ToolResult, Trajectory, Usage
 from iflow import __version__
 from iflow.approval import (
@@ -29,6 +27,7 @@ from iflow.approval import (
     denial_message,
     offered_kinds,
 )
+from iflow.config import AgentConfig
 from iflow.context.compress import compress
 from iflow.context.loop import LoopDetector
 from iflow.context.tokens import TokenMeter
@@ -65,41 +64,6 @@ from iflow.tools import Tool, ToolContext, ToolRegistry, default_tools
 from iflow.tools.todo import TodoList
 from iflow.workspace.base import Workspace
 from iflow.workspace.shell import ShellSession
-
-
-class AgentConfig(BaseModel):
-    """Limits and behaviour of a run."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    max_turns: int = Field(default=100, ge=1)
-    """Model calls per run before it ends with ``limits_exceeded``."""
-    max_tokens: int | None = Field(default=None, ge=1)
-    """Tokens (prompt + completion, summed over calls) per run."""
-    max_wall_sec: float | None = Field(default=None, gt=0)
-    """Wall-clock seconds per run before it ends with ``agent_timeout``."""
-    max_cost_usd: float | None = Field(default=None, gt=0)
-    """Cost per run, when the model reports costs."""
-    compress_threshold: float = Field(default=0.8, gt=0, le=1)
-    """Compress when the prompt passes this share of the context window."""
-    keep_recent_turns: int = Field(default=4, ge=1)
-    """Turns (assistant step + its observations) compression keeps verbatim."""
-    loop_threshold: int = Field(default=3, ge=2)
-    """Identical consecutive tool calls before the loop warning."""
-    fail_threshold: int = Field(default=5, ge=2)
-    """Consecutive failing tool calls before the loop warning."""
-    max_format_errors: int = Field(default=3, ge=1)
-    """Consecutive unreadable answers before the run ends with ``format_error``."""
-    require_finish: bool = False
-    """When True an answer without tool calls does not end the run; the model is told to call finish."""
-    todo_reminder_every: int = Field(default=6, ge=1)
-    """Turns without todo_write, while items are open, between reminders."""
-    approval_mode: Mode = "default"
-    headless: bool = False
-    """No person to ask: calls needing approval are denied with a sentence saying how to allow them."""
-    tool_output_limit: int = Field(default=30_000, ge=1000)
-    """Characters of a command's output the model sees (head and tail kept)."""
-
 
 TurnHook = Callable[["Agent"], Awaitable[None] | None]
 
