@@ -64,7 +64,7 @@ def test_text_output_and_exit_code(tmp_path: Path, env, work: Path) -> None:
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "made out.txt"
     assert (work / "out.txt").read_text() == "made\n"
-    assert "$" in r.stderr or "run_shell_command" in r.stderr  # progress goes to stderr
+    assert "· $ echo made > out.txt" in r.stderr  # progress goes to stderr
 
 
 def test_json_output(tmp_path: Path, env, work: Path) -> None:

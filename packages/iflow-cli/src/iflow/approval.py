@@ -12,26 +12,32 @@ question, with a sentence saying how to allow it.
 from __future__ import annotations
 
 import shlex
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any, Literal
 
 Mode = Literal["default", "auto-edit", "plan", "yolo"]
 MODES: tuple[Mode, ...] = ("default", "auto-edit", "plan", "yolo")
 Decision = Literal["allow_once", "allow_always", "deny"]
 
-_ASKS: dict[str, set[str]] = {
-    "default": {"edit", "execute"},
-    "auto-edit": {"execute"},
-    "plan": set(),
-    "yolo": set(),
-}
-_OFFERED: dict[str, set[str]] = {
-    "default": {"read", "edit", "execute", "other"},
-    "auto-edit": {"read", "edit", "execute", "other"},
-    "plan": {"read", "other"},
-    "yolo": {"read", "edit", "execute", "other"},
-}
+_ALL_KINDS = frozenset({"read", "edit", "execute", "other"})
+_ASKS: Mapping[str, frozenset[str]] = MappingProxyType(
+    {
+        "default": frozenset({"edit", "execute"}),
+        "auto-edit": frozenset({"execute"}),
+        "plan": frozenset(),
+        "yolo": frozenset(),
+    }
+)
+_OFFERED: Mapping[str, frozenset[str]] = MappingProxyType(
+    {
+        "default": _ALL_KINDS,
+        "auto-edit": _ALL_KINDS,
+        "plan": frozenset({"read", "other"}),
+        "yolo": _ALL_KINDS,
+    }
+)
 
 
 @dataclass
@@ -53,7 +59,7 @@ def check_mode(mode: str) -> Mode:
     return mode  # type: ignore[return-value]
 
 
-def offered_kinds(mode: Mode) -> set[str]:
+def offered_kinds(mode: Mode) -> frozenset[str]:
     """The tool kinds the model is offered in ``mode``."""
     return _OFFERED[mode]
 

@@ -20,7 +20,7 @@ from ale.atif import write_atif
 from ale.jsonl import write_jsonl
 from iflow.agent import Agent
 from iflow.errors import AgentEnd
-from iflow.events import Event, Notice, RunEnded, ToolStarted
+from iflow.events import Event, Notice, ToolStarted
 from iflow.runner import SessionRecorder
 
 OutputFormat = Literal["text", "json", "stream-json"]
@@ -96,4 +96,4 @@ async def run_headless(
     return end.exit_code
 
 
-__all__ = ["EventPrinter", "OutputFormat", "RunEnded", "result_record", "run_headless"]
+__all__ = ["EventPrinter", "OutputFormat", "result_record", "run_headless"]

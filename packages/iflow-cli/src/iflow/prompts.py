@@ -3,6 +3,9 @@ synthesis and training all show the model exactly this, so what is trained is wh
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from types import MappingProxyType
+
 SYSTEM_PROMPT = """\
 You are iflow, a coding agent working in a terminal. You solve the user's task by calling \
 tools: run shell commands, read, write and edit files, search, and keep a todo list.
@@ -21,15 +24,17 @@ context to match exactly once.
 did and what you found.{memory}
 """
 
-_MODE_NOTES = {
-    "plan": (
-        " You may only read and plan in this mode: no file changes and no shell commands. "
-        "Investigate, then finish with a plan the user can approve."
-    ),
-    "default": "",
-    "auto-edit": "",
-    "yolo": "",
-}
+_MODE_NOTES: Mapping[str, str] = MappingProxyType(
+    {
+        "plan": (
+            " You may only read and plan in this mode: no file changes and no shell commands. "
+            "Investigate, then finish with a plan the user can approve."
+        ),
+        "default": "",
+        "auto-edit": "",
+        "yolo": "",
+    }
+)
 
 
 def system_prompt(*, workspace: str, cwd: str, mode: str, memory: str = "") -> str:

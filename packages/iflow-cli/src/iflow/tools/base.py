@@ -9,6 +9,7 @@ from __future__ import annotations
 import abc
 import json
 from collections.abc import Iterator
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
@@ -116,7 +117,7 @@ class ToolRegistry:
     def schemas(self) -> list[dict[str, Any]]:
         return [tool.schema() for tool in self._tools.values()]
 
-    def only(self, kinds: set[str]) -> ToolRegistry:
+    def only(self, kinds: AbstractSet[str]) -> ToolRegistry:
         """A registry with just the tools of the given kinds (plan mode keeps read and other)."""
         return ToolRegistry([t for t in self._tools.values() if t.kind in kinds])
 
