@@ -1,0 +1,114 @@
+"""Write a :class:`~ale.synth.family.TaskDraft` as a Terminal-Bench 2.0 task directory.
+
+::
+
+    instruction.md
+    task.toml               [metadata] family, difficulty, category, tags, seed, params
+    environment/Dockerfile  FROM the local base image; COPY rootfs/ /; RUN setup; WORKDIR /app
+    environment/rootfs/     the draft's files at their container paths
+    tests/test.sh           installs pytest (served offline by rock's verifier toolchain),
+                            runs tests/test_outputs.py from /app, writes the reward
+    tests/test_outputs.py
+    solution/solve.sh
+
+The directory is written beside its destination and renamed into place, so a reader
+never sees half a task. Writing the same draft twice gives byte-identical files.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path, PurePosixPath
+
+import tomli_w
+
+from ale.synth.family import BASE_IMAGE, WORKDIR, TaskDraft
+
+TEST_SH = """\
+#!/bin/bash
+# Verifier of a generated task: install pytest, run the checks from /app, write the reward.
+mkdir -p /logs/verifier
+pip install -q pytest==8.4.1
+cd /app && python3 -m pytest -q -rA -p no:cacheprovider /tests/test_outputs.py
+if [ $? -eq 0 ]; then echo 1 > /logs/verifier/reward.txt; else echo 0 > /logs/verifier/reward.txt; fi
+exit 0
+"""
+
+
+def dockerfile(draft: TaskDraft) -> str:
+    """The environment's Dockerfile: only FROM, COPY, RUN and WORKDIR (which rock's warm-pool
+    runner can apply to a started sandbox of the base image without building)."""
+    lines = [f"FROM {BASE_IMAGE}", "COPY rootfs/ /"]
+    lines += [f"RUN {command}" for command in draft.setup]
+    lines.append(f"WORKDIR {WORKDIR}")
+    return "\n".join(lines) + "\n"
+
+
+def task_toml(draft: TaskDraft, *, family: str, category: str, difficulty: str, seed: int) -> str:
+    data = {
+        "version": "1.0",
+        "metadata": {
+            "author_name": "ale synth",
+            "difficulty": difficulty,
+            "category": category,
+            "tags": [family, *draft.tags],
+            "family": family,
+            "seed": seed,
+            "params": json.dumps(draft.params, sort_keys=True),
+        },
+        "agent": {"timeout_sec": float(draft.agent_timeout_sec)},
+        "verifier": {"timeout_sec": float(draft.test_timeout_sec)},
+        "environment": {
+            "build_timeout_sec": 600.0,
+            "cpus": 1,
+            "memory_mb": 1024,
+            "allow_internet": False,
+        },
+    }
+    return tomli_w.dumps(data)
+
+
+def render_task(
+    draft: TaskDraft,
+    dest: str | Path,
+    *,
+    family: str,
+    category: str,
+    difficulty: str,
+    seed: int,
+) -> Path:
+    """Write ``draft`` as a 2.0 task at ``dest`` (replacing what is there); return the path."""
+    dest = Path(dest)
+    tmp = dest.with_name(f".{dest.name}.tmp-{os.getpid()}")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir(parents=True)
+    _put(tmp / "instruction.md", draft.instruction.rstrip("\n") + "\n")
+    _put(
+        tmp / "task.toml",
+        task_toml(draft, family=family, category=category, difficulty=difficulty, seed=seed),
+    )
+    env = tmp / "environment"
+    _put(env / "Dockerfile", dockerfile(draft))
+    rootfs = env / "rootfs"
+    rootfs.mkdir(parents=True)
+    for path, content in sorted(draft.files.items()):
+        rel = PurePosixPath(path)
+        if not rel.is_absolute() or ".." in rel.parts:
+            raise ValueError(f"draft file {path!r} must be an absolute path without '..'")
+        _put(rootfs.joinpath(*rel.parts[1:]), content, draft.modes.get(path, 0o644))
+    _put(tmp / "tests" / "test.sh", TEST_SH, 0o755)
+    _put(tmp / "tests" / "test_outputs.py", draft.tests)
+    _put(tmp / "solution" / "solve.sh", "#!/bin/bash\nset -e\ncd /app\n" + draft.solution, 0o755)
+    if dest.exists():
+        shutil.rmtree(dest)
+    tmp.rename(dest)
+    return dest.resolve()
+
+
+def _put(path: Path, content: str | bytes, mode: int = 0o644) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(content.encode() if isinstance(content, str) else content)
+    os.chmod(path, mode)

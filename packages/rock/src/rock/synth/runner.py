@@ -1,0 +1,273 @@
+"""Episodes of generated tasks on rock sandboxes: the runner the synthesis stages are given.
+
+Generated tasks build ``FROM`` the local base image with only ``COPY``, ``RUN`` and
+``WORKDIR`` on top, so instead of building an image per task the runner takes a started
+sandbox of the base image (from a warm pool of the daemon, or started for the occasion)
+and applies those instructions to it: the files are copied in with their modes, the RUN
+lines run as root in order. What the agent and the tests see is what ``docker build``
+would have made; ``rock bench`` over the written tasks builds them for real.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import shlex
+import tempfile
+import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Protocol
+
+from ale.synth.runner import Outcome
+from ale.task import Task
+from ale.trajectory import Trajectory, VerifierResult, VerifierTest
+from rock.backends.base import Backend
+from rock.bench.results import FailureMode
+from rock.bench.verify import run_verifier, stage
+from rock.client import Client
+from rock.errors import RockError
+from rock.models import SandboxSpec
+
+SYNTH_IMAGE = "rock/bench-base:bookworm"
+"""The base image generated tasks build on; the pool's sandboxes run it."""
+
+AGENT_GRACE_SEC = 5.0
+
+
+class MaterializeError(RockError):
+    """The task's Dockerfile asks for something a started sandbox cannot be given."""
+
+
+def sandbox_spec(*, image: str = SYNTH_IMAGE, labels: dict[str, str] | None = None) -> SandboxSpec:
+    """The sandboxes generated tasks run in: no network, 1 CPU, 1 GiB, 512 pids, /app."""
+    return SandboxSpec(
+        image=image,
+        cpus=1.0,
+        memory_mb=1024,
+        pids_limit=512,
+        network="none",
+        workdir="/app",
+        labels=dict(labels or {}),
+    )
+
+
+def dockerfile_steps(task: Task) -> list[tuple[str, str]]:
+    """``(INSTRUCTION, argument)`` pairs of the task's Dockerfile, continuation lines joined."""
+    if task.environment.dockerfile is None:
+        raise MaterializeError(f"task {task.id} has no Dockerfile; a synth runner needs one")
+    steps: list[tuple[str, str]] = []
+    pending = ""
+    for raw in task.environment.dockerfile.read_text().splitlines():
+        line = raw.strip()
+        if not pending and (not line or line.startswith("#")):
+            continue
+        if line.endswith("\\"):
+            pending += line[:-1] + " "
+            continue
+        line, pending = pending + line, ""
+        word, _, rest = line.partition(" ")
+        steps.append((word.upper(), rest.strip()))
+    return steps
+
+
+def materialize(task: Task, sandbox: Any, *, image: str = SYNTH_IMAGE) -> str:
+    """Apply the task's Dockerfile to ``sandbox`` (started from ``image``); return the
+    working directory it ends in."""
+    workdir = "/"
+    context = task.environment.build_context or task.path / "environment"
+    for i, (word, arg) in enumerate(dockerfile_steps(task)):
+        if word == "FROM":
+            if i != 0 or arg.split()[0] != image:
+                raise MaterializeError(
+                    f"task {task.id} builds FROM {arg}, but this runner's sandboxes run "
+                    f"{image}; build it with `rock bench` instead"
+                )
+        elif word == "COPY":
+            parts = shlex.split(arg)
+            if len(parts) != 2 or parts[0].startswith("--"):
+                raise MaterializeError(
+                    f"task {task.id}: COPY {arg} is not the plain `COPY SRC DEST` this runner "
+                    "applies"
+                )
+            source = (context / parts[0]).resolve()
+            if not source.is_relative_to(context.resolve()) or not source.exists():
+                raise MaterializeError(
+                    f"task {task.id}: COPY source {parts[0]} is not in its context"
+                )
+            dest = parts[1] if parts[1].startswith("/") else f"{workdir.rstrip('/')}/{parts[1]}"
+            sandbox.upload(source, dest)
+        elif word == "RUN":
+            result = sandbox.exec(arg, timeout=300, cwd=workdir)
+            if result.exit_code != 0:
+                raise MaterializeError(
+                    f"task {task.id}: RUN {arg[:80]} exited {result.exit_code}: "
+                    f"{(result.stderr_text or result.stdout_text).strip()[-300:]}"
+                )
+        elif word == "WORKDIR":
+            workdir = arg if arg.startswith("/") else f"{workdir.rstrip('/')}/{arg}"
+            sandbox.exec(["mkdir", "-p", workdir], timeout=30)
+        else:
+            raise MaterializeError(
+                f"task {task.id}: the Dockerfile instruction {word} cannot be applied to a "
+                "started sandbox; use only FROM, COPY, RUN and WORKDIR, or run it with "
+                "`rock bench`"
+            )
+    return workdir
+
+
+class SandboxSource(Protocol):
+    """Where a runner's sandboxes come from."""
+
+    label: str
+
+    def acquire(self) -> Any: ...
+
+    def release(self, sandbox: Any) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class DaemonPool:
+    """Sandboxes from a warm pool of a rock daemon (made here if it does not exist)."""
+
+    label = "warm pool"
+
+    def __init__(
+        self, client: Client, pool: str, *, size: int, spec: SandboxSpec | None = None
+    ) -> None:
+        self.client = client
+        self.pool = pool
+        self.spec = spec or sandbox_spec()
+        client.set_pool(pool, spec=self.spec, min_idle=size, max_total=max(2 * size, size + 2))
+
+    def wait_ready(self, timeout: float = 300.0) -> None:
+        self.client.wait_pool(self.pool, timeout=timeout)
+
+    def acquire(self) -> Any:
+        return self.client.acquire(self.pool)
+
+    def release(self, sandbox: Any) -> None:
+        with contextlib.suppress(Exception):
+            sandbox.delete()
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self.client.delete_pool(self.pool)
+
+
+class FreshSandboxes:
+    """A sandbox started for each episode and deleted after it (no pool)."""
+
+    label = "sandbox per episode"
+
+    def __init__(self, backend: Backend, spec: SandboxSpec | None = None) -> None:
+        self.backend = backend
+        self.spec = spec or sandbox_spec()
+
+    def acquire(self) -> Any:
+        return self.backend.create(self.spec)
+
+    def release(self, sandbox: Any) -> None:
+        with contextlib.suppress(Exception):
+            sandbox.delete()
+
+    def close(self) -> None:
+        pass
+
+
+class PoolRunner:
+    """An :class:`ale.synth.runner.SandboxRunner` over a :class:`SandboxSource`."""
+
+    def __init__(
+        self,
+        source: SandboxSource,
+        *,
+        image: str = SYNTH_IMAGE,
+        on_episode: Callable[[float], None] | None = None,
+    ) -> None:
+        self.source = source
+        self.image = image
+        self.on_episode = on_episode
+        self.episodes = 0
+
+    async def episode(self, task: Task, agent: Any, *, logs_dir: Path | None = None) -> Outcome:
+        started = time.monotonic()
+        try:
+            sandbox = await asyncio.to_thread(self.source.acquire)
+        except Exception as exc:
+            return Outcome(error=f"no sandbox could be had: {exc}", seconds=0.0)
+        try:
+            return await self._episode(task, agent, sandbox, logs_dir, started)
+        except Exception as exc:
+            return Outcome(
+                error=f"the episode failed: {type(exc).__name__}: {exc}",
+                seconds=round(time.monotonic() - started, 3),
+            )
+        finally:
+            await asyncio.shield(asyncio.to_thread(self.source.release, sandbox))
+            self.episodes += 1
+            if self.on_episode is not None:
+                self.on_episode(time.monotonic() - started)
+
+    async def _episode(
+        self, task: Task, agent: Any, sandbox: Any, logs_dir: Path | None, started: float
+    ) -> Outcome:
+        workdir = await asyncio.to_thread(materialize, task, sandbox, image=self.image)
+        await asyncio.to_thread(
+            sandbox.exec, "mkdir -p /logs/agent /logs/verifier", timeout=30, cwd="/"
+        )
+        trajectory: Trajectory | None = None
+        error: str | None = None
+        timeout = task.agent_timeout_sec
+        kwargs: dict[str, Any] = {"timeout_sec": timeout}
+        if workdir != "/app" and getattr(agent, "name", "") == "iflow":
+            kwargs["root"] = workdir
+        try:
+            trajectory = await asyncio.wait_for(
+                agent.run(task.instruction, sandbox, **kwargs), timeout + AGENT_GRACE_SEC
+            )
+        except TimeoutError:
+            with contextlib.suppress(Exception):
+                await asyncio.to_thread(sandbox.interrupt)
+            error = f"the agent ran past its timeout of {timeout:g} s"
+        except Exception as exc:
+            error = f"the agent raised {type(exc).__name__}: {exc}"
+            if logs_dir is not None:
+                logs_dir.mkdir(parents=True, exist_ok=True)
+                (logs_dir / "agent-error.txt").write_text(traceback.format_exc())
+        await asyncio.to_thread(stage, task, sandbox)
+        with tempfile.TemporaryDirectory(prefix="rock-synth-") as tmp:
+            out_dir = logs_dir / "verifier" if logs_dir is not None else Path(tmp)
+            verdict = await asyncio.to_thread(
+                run_verifier, task, sandbox, out_dir, timeout_sec=task.test_timeout_sec
+            )
+            stdout = (out_dir / "stdout.txt").read_text(errors="replace")
+        result = VerifierResult(
+            reward=verdict.reward,
+            passed=verdict.is_resolved,
+            exit_code=verdict.exit_code,
+            tests=[
+                VerifierTest(name=name, status=_status(status))
+                for name, status in (verdict.parser_results or {}).items()
+            ],
+            stdout=stdout[-4000:] or None,
+        )
+        if trajectory is not None:
+            trajectory.task_id = trajectory.task_id or task.id
+            trajectory.reward = verdict.reward
+            trajectory.verifier = result
+        if verdict.failure_mode != FailureMode.NONE and error is None:
+            error = verdict.error or f"the verifier failed ({verdict.failure_mode})"
+        return Outcome(
+            reward=verdict.reward,
+            trajectory=trajectory,
+            error=error,
+            seconds=round(time.monotonic() - started, 3),
+        )
+
+
+def _status(value: str) -> str:
+    value = value.lower()
+    return value if value in ("passed", "failed", "error", "skipped") else "error"
