@@ -262,6 +262,7 @@ class Agent:
                 logprobs=response.logprobs,
                 policy_version=self.policy_version,
                 timestamp=datetime.now(UTC),
+                extra=dict(response.extra),
             )
         )
         self.emit(

@@ -26,10 +26,28 @@ class IflowAgent:
     name = "iflow"
 
     def __init__(
-        self, model: str | None = None, *, model_obj: Model | None = None, **kwargs: Any
+        self,
+        model: str | None = None,
+        *,
+        model_obj: Model | None = None,
+        expert: Any = None,
+        replay: Trajectory | None = None,
+        **kwargs: Any,
     ) -> None:
+        """``expert`` (an :class:`ale.synth.expert.ExpertRun`) makes the agent act as that
+        expert (synthesis); ``replay`` (a recorded trajectory) makes it issue that
+        trajectory's calls again (execution replay). Either replaces the settings' model."""
         flags = {"model": model, **kwargs, "approval_mode": "yolo"}
         self.settings = load_settings(cwd=Path.cwd(), env=os.environ, flags=flags)
+        if expert is not None:
+            from iflow.models.expert import ExpertModel
+
+            model_obj = ExpertModel(expert)
+        elif replay is not None:
+            from iflow.models.expert import replay_script
+            from iflow.models.scripted import ScriptedModel
+
+            model_obj = ScriptedModel(replay_script(replay.steps), name=replay.model or "replay")
         self._model = model_obj
         """A model object to use instead of building one from settings (trainers, tests)."""
 

@@ -122,6 +122,7 @@ class ExpertRun:
     marks: list[str] = field(default_factory=list)
     """One entry per turn returned: ``""``, ``"mistake"`` or ``"recovery"``."""
     _pending: Action | None = None
+    _typo: tuple[str, str] | None = None
     _started: bool = False
     _done: Final | None = None
 
@@ -131,7 +132,7 @@ class ExpertRun:
             return self._done
         if self._pending is not None:
             action, self._pending = self._pending, None
-            why = _recovery_thought(observation)
+            why = _recovery_thought(observation, self._typo)
             self.marks.append("recovery")
             return Action(
                 action.kind,
@@ -170,10 +171,14 @@ class ExpertRun:
         mistyped = typo(action.command)
         if mistyped is None:
             return None
+        word = mistyped[1]
+        self._typo = (word + word[-1], word)
         return Action("shell", command=mistyped[0], thought=action.thought)
 
 
-def _recovery_thought(observation: Observation | None) -> str:
+def _recovery_thought(observation: Observation | None, typo: tuple[str, str] | None) -> str:
+    if typo is not None:
+        return f"`{typo[0]}` is not a command: a typo for `{typo[1]}`. Running it again correctly."
     if observation is None:
         return "That did not work; doing it the right way."
     last = observation.output.strip().splitlines()

@@ -42,6 +42,8 @@ class ModelResponse:
     logprobs: list[float] | None = None
     raw: str | None = None
     """The raw generated text, when it differs from ``content``."""
+    extra: dict[str, Any] = field(default_factory=dict)
+    """Copied into the recorded step's ``extra`` (e.g. an expert's mistake marks)."""
 
 
 @runtime_checkable

@@ -25,6 +25,7 @@ from rock.cli._sandbox import (
     sandbox_shell,
 )
 from rock.cli._serve import serve
+from rock.cli._synth import synth, synth_families, synth_run, synth_stats
 
 __all__ = [
     "BadInput",
@@ -52,4 +53,8 @@ __all__ = [
     "sandbox_rm",
     "sandbox_shell",
     "serve",
+    "synth",
+    "synth_families",
+    "synth_run",
+    "synth_stats",
 ]

@@ -25,13 +25,14 @@ from ale.task import Task
 from ale.trajectory import Trajectory, VerifierResult, VerifierTest
 from rock.backends.base import Backend
 from rock.bench.results import FailureMode
-from rock.bench.verify import run_verifier, stage
+from rock.bench.verifier import toolchain
+from rock.bench.verify import AGENT_LOGS, TESTS_DIR, VERIFIER_LOGS, run_verifier, stage
 from rock.client import Client
 from rock.errors import RockError
 from rock.models import SandboxSpec
 
 SYNTH_IMAGE = "rock/bench-base:bookworm"
-"""The base image generated tasks build on; the pool's sandboxes run it."""
+"""The base image generated tasks build on (their Dockerfiles say FROM it)."""
 
 AGENT_GRACE_SEC = 5.0
 
@@ -40,10 +41,13 @@ class MaterializeError(RockError):
     """The task's Dockerfile asks for something a started sandbox cannot be given."""
 
 
-def sandbox_spec(*, image: str = SYNTH_IMAGE, labels: dict[str, str] | None = None) -> SandboxSpec:
-    """The sandboxes generated tasks run in: no network, 1 CPU, 1 GiB, 512 pids, /app."""
+def sandbox_spec(*, image: str | None = None, labels: dict[str, str] | None = None) -> SandboxSpec:
+    """The sandboxes generated tasks run in: the pool image (:mod:`rock.synth.image`), no
+    network, 1 CPU, 1 GiB, 512 pids, /app."""
+    from rock.synth.image import pool_image_tag
+
     return SandboxSpec(
-        image=image,
+        image=image or pool_image_tag(),
         cpus=1.0,
         memory_mb=1024,
         pids_limit=512,
@@ -77,6 +81,7 @@ def materialize(task: Task, sandbox: Any, *, image: str = SYNTH_IMAGE) -> str:
     working directory it ends in."""
     workdir = "/"
     context = task.environment.build_context or task.path / "environment"
+    sandbox.exec(["mkdir", "-p", AGENT_LOGS, VERIFIER_LOGS], timeout=30)
     for i, (word, arg) in enumerate(dockerfile_steps(task)):
         if word == "FROM":
             if i != 0 or arg.split()[0] != image:
@@ -185,10 +190,14 @@ class PoolRunner:
         source: SandboxSource,
         *,
         image: str = SYNTH_IMAGE,
+        toolchain_ready: bool = True,
         on_episode: Callable[[float], None] | None = None,
     ) -> None:
+        """``image``: what the tasks build FROM; ``toolchain_ready``: the sandboxes' image
+        already holds the compiled verifier toolchain (the pool image does)."""
         self.source = source
         self.image = image
+        self.toolchain_ready = toolchain_ready
         self.on_episode = on_episode
         self.episodes = 0
 
@@ -215,9 +224,6 @@ class PoolRunner:
         self, task: Task, agent: Any, sandbox: Any, logs_dir: Path | None, started: float
     ) -> Outcome:
         workdir = await asyncio.to_thread(materialize, task, sandbox, image=self.image)
-        await asyncio.to_thread(
-            sandbox.exec, "mkdir -p /logs/agent /logs/verifier", timeout=30, cwd="/"
-        )
         trajectory: Trajectory | None = None
         error: str | None = None
         timeout = task.agent_timeout_sec
@@ -237,7 +243,7 @@ class PoolRunner:
             if logs_dir is not None:
                 logs_dir.mkdir(parents=True, exist_ok=True)
                 (logs_dir / "agent-error.txt").write_text(traceback.format_exc())
-        await asyncio.to_thread(stage, task, sandbox)
+        await asyncio.to_thread(self._stage, task, sandbox)
         with tempfile.TemporaryDirectory(prefix="rock-synth-") as tmp:
             out_dir = logs_dir / "verifier" if logs_dir is not None else Path(tmp)
             verdict = await asyncio.to_thread(
@@ -266,6 +272,15 @@ class PoolRunner:
             error=error,
             seconds=round(time.monotonic() - started, 3),
         )
+
+
+    def _stage(self, task: Task, sandbox: Any) -> None:
+        if not self.toolchain_ready:
+            stage(task, sandbox)
+            return
+        sandbox.exec(f"mkdir -p {TESTS_DIR}; {toolchain.PTH_SETUP}", timeout=60)
+        if task.tests_dir is not None and task.tests_dir.is_dir():
+            sandbox.upload(task.tests_dir, TESTS_DIR)
 
 
 def _status(value: str) -> str:

@@ -1,0 +1,122 @@
+"""What ``rock synth run`` plugs into the pipeline: agents, and a daemon with a warm pool.
+
+The agents: rock's oracle and no-op agents for verification; the configured
+``ale.agents`` entry point (iflow by default) acting as the family's expert, replaying a
+recorded trajectory, or driven by a teacher model behind an OpenAI-compatible endpoint.
+rock never imports iflow: it asks for the agent by name with the ``expert``/``replay``
+keyword arguments of the agent contract.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from ale.agents import load_agent
+from ale.synth.config import SynthConfig
+from ale.synth.expert import ExpertAgent, ExpertRun
+from ale.task import Task
+from ale.trajectory import Trajectory
+from rock.bench.agents import NopAgent, OracleAgent
+from rock.client import Client
+from rock.errors import RockError
+
+
+class SynthAgents:
+    """The pipeline's :class:`ale.synth.pipeline.Agents` for a config."""
+
+    def __init__(self, config: SynthConfig) -> None:
+        self.config = config
+        self.name = config.agent
+        self.kwargs = dict(config.agent_kwargs)
+        if self.name != "expert":
+            load_agent(self.name, **self.kwargs)  # fail now on an unknown agent or bad kwargs
+
+    def oracle(self, task: Task) -> Any:
+        return OracleAgent(task)
+
+    def nop(self) -> Any:
+        return NopAgent()
+
+    def expert(self, task: Task, run: ExpertRun) -> Any:
+        if self.name == "expert":
+            return ExpertAgent(run)
+        return load_agent(self.name, expert=run, **self.kwargs)
+
+    def replay(self, trajectory: Trajectory) -> Any:
+        if self.name == "expert":
+            raise RockError("replay needs an agent loop; set agent: iflow or filters.replay: false")
+        return load_agent(self.name, replay=trajectory, **self.kwargs)
+
+    def teacher(self) -> Any | None:
+        teacher = self.config.teacher
+        if teacher is None:
+            return None
+        kwargs: dict[str, Any] = {
+            **self.kwargs,
+            "provider": "openai",
+            "base_url": teacher.base_url,
+            "model": teacher.model,
+        }
+        if teacher.api_key_env:
+            key = os.environ.get(teacher.api_key_env)
+            if not key:
+                raise RockError(
+                    f"the teacher's API key variable {teacher.api_key_env} is not set; "
+                    "export it or drop teacher.api_key_env."
+                )
+            kwargs["api_key"] = key
+        return load_agent(self.name, **kwargs)
+
+
+_SERVE = (
+    "import sys; from pathlib import Path; from rock.daemon.server import ServeConfig, serve; "
+    "serve(ServeConfig(home=Path(sys.argv[1]), port=0, daemon_id=sys.argv[2], "
+    "log_level='warning', cleanup=True))"
+)
+
+
+@contextlib.contextmanager
+def private_daemon(*, start_timeout: float = 60.0) -> Iterator[Client]:
+    """A ``rock serve`` of this run's own (loopback, token, cleanup on exit) and a client."""
+    home = Path(tempfile.mkdtemp(prefix="rock-synth-"))
+    daemon_id = f"synth-{uuid.uuid4().hex[:6]}"
+    log = (home / "daemon.log").open("wb")
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _SERVE, str(home), daemon_id],
+        stdout=log,
+        stderr=log,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + start_timeout
+        while True:
+            try:
+                info = json.loads((home / "daemon.json").read_text())
+                if info["pid"] == proc.pid:
+                    break
+            except (OSError, ValueError, KeyError):
+                pass
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RockError(f"the private rock daemon did not start; see {home / 'daemon.log'}")
+            time.sleep(0.1)
+        token = (home / "token").read_text().strip()
+        with Client(info["url"], token) as client:
+            yield client
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(120)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()
