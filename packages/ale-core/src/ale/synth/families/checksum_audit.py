@@ -1,0 +1,409 @@
+"""checksum-audit: check a release directory against its checksum manifest.
+
+A release tree ships with a manifest of MD5, SHA-1 or SHA-256 sums, in GNU
+(``hash  path``, maybe ``*path``) or BSD (``SHA256 (path) = hash``) layout; the algorithm,
+the layout and, often, a manifest name that does not say which hash it holds are drawn per
+task. Some files were altered after the manifest was made and some are gone; on hard
+drafts files the manifest does not list were added, some with spaces in their names or
+hidden. The task needs interaction: the expert reads the manifest to tell the algorithm,
+runs the matching checker, parses its failures and lists the tree to find the extras.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import re
+import textwrap
+
+from ale.synth.expert import Observation, shell, write
+from ale.synth.family import ExpertProgram, Family, TaskDraft, register
+
+_NAMES = ["skyforge", "tern", "pavlova", "quokka-cli", "mirth", "bramble", "zenith", "cask"]
+_NAMES += ["lattice", "pylon", "waxwing", "umbra"]
+_ROOTS = ["/app", "/srv/releases", "/opt/dist", "/var/tmp/incoming"]
+_ALGOS = {"md5": ("MD5", 32), "sha1": ("SHA1", 40), "sha256": ("SHA256", 64)}
+_GENERIC = ["CHECKSUMS", "manifest.txt", "checksums.txt", "DIGESTS"]
+_LAYOUT = [
+    "bin/{n}",
+    "bin/{n}-helper",
+    "lib/lib{n}.so.1",
+    "lib/lib{n}.a",
+    "include/{n}.h",
+    "include/{n}/config.h",
+    "share/doc/{n}/README",
+    "share/doc/{n}/NEWS",
+    "share/man/man1/{n}.1",
+    "share/{n}/schema.sql",
+    "etc/{n}.conf",
+    "etc/{n}/logging.ini",
+    "LICENSE",
+    "CHANGELOG.md",
+    "README.md",
+    "assets/logo.png",
+    "assets/icon-64.png",
+    "lib/python3/{n}/__init__.py",
+    "lib/python3/{n}/core.py",
+    "completions/{n}.bash",
+    "data/locale/de.mo",
+    "data/locale/fr.mo",
+    "docs/User Guide.pdf",
+    "docs/release notes.txt",
+]
+_EXTRAS = [
+    ".DS_Store",
+    "bin/{n}.orig",
+    "lib/libinject.so",
+    "share/doc/{n}/README~",
+    "tmp/build.log",
+    "docs/Copy of User Guide.pdf",
+    "etc/.{n}.conf.swp",
+    "bin/postinstall.sh",
+]
+_KEYS = {
+    "tampered": ["tampered", "modified", "corrupted", "mismatched"],
+    "missing": ["missing", "absent", "not_found"],
+    "extra": ["extra", "unlisted", "unexpected"],
+}
+
+_OPENERS = [
+    "We downloaded the release `{rel}` and want to make sure it is intact.",
+    "Before deploying `{rel}`, verify it against its checksum manifest.",
+    "The release tree in `{rel}` comes with a manifest, `{manifest}`, of checksums.",
+    "Someone may have tampered with the unpacked release at `{rel}`.",
+    "Audit the integrity of the release directory `{rel}`.",
+]
+_MANIFEST = [
+    "Its manifest is `{manifest}` (paths in it are relative to the release directory).",
+    "The checksums are in `{manifest}`, inside that directory.",
+    "`{manifest}` lists every file of the release with its checksum.",
+    "Use the list of checksums in `{manifest}`, which sits at the top of the release.",
+]
+_DEFS = {
+    "tampered": [
+        "files whose current checksum differs from the manifest",
+        "listed files whose content no longer matches their checksum",
+        "files present but with a wrong checksum",
+    ],
+    "missing": [
+        "files the manifest lists that do not exist",
+        "listed files that are gone",
+        "entries of the manifest with no file on disk",
+    ],
+    "extra": [
+        "files in the release that the manifest does not list (the manifest itself excluded)",
+        "unlisted files found under the release directory, not counting the manifest",
+        "files on disk that are not in the manifest (ignore the manifest file itself)",
+    ],
+}
+_JSON_ASK = [
+    "Write `{out}` as a JSON object with the keys {keys}, each a list of paths relative to "
+    "the release directory.",
+    "Save the result to `{out}`: a JSON object mapping {keys} to lists of relative paths.",
+    "Report in `{out}`, a JSON object whose keys are {keys} and whose values are arrays of "
+    "paths (relative to the release root).",
+    "Produce `{out}` containing one JSON object with {keys}, each holding the matching "
+    "relative paths.",
+]
+_TEXT_ASK = [
+    "Write one file per category in `{out}/`: {files}, one relative path per line.",
+    "Create {files} in the directory `{out}/`, each listing paths relative to the release, "
+    "one per line.",
+    "Put the findings in `{out}/` as {files} (one path per line, relative to the release "
+    "directory).",
+    "Save plain-text lists {files} under `{out}/`; each line is one path relative to the "
+    "release root.",
+]
+_NOTES = [
+    "An empty category is an empty list. Order does not matter.",
+    "The order of the paths does not matter.",
+    "Any order is fine; do not repair or delete anything.",
+    "Don't change the release itself; only report.",
+]
+
+
+def _digest(algo: str, data: bytes) -> str:
+    return hashlib.new(algo, data).hexdigest()
+
+
+def _content(rng: random.Random, path: str, name: str) -> bytes:
+    if path.endswith((".png", ".mo", ".so.1", ".a", ".pdf", ".so")) or path.startswith("bin/"):
+        return rng.randbytes(rng.randint(200, 3000))
+    words = ["build", "release", name, "config", "install", "notes", "version", "module"]
+    lines = [" ".join(rng.choices(words, k=rng.randint(3, 9))) for _ in range(rng.randint(3, 15))]
+    return ("\n".join(lines) + "\n").encode()
+
+
+def _tamper(rng: random.Random, data: bytes) -> bytes:
+    how = rng.choice(["flip", "append", "truncate"])
+    if how == "flip" or len(data) < 4:
+        i = rng.randrange(len(data))
+        return data[:i] + bytes([data[i] ^ (1 << rng.randrange(8))]) + data[i + 1 :]
+    if how == "append":
+        return data + rng.choice([b"\n", b" ", b"# patched\n", b"\x00"])
+    return data[: rng.randrange(1, len(data))]
+
+
+def parse_manifest(text: str) -> tuple[str | None, list[str]]:
+    """The algorithm a manifest's lines use (by BSD tag or hash length) and its paths."""
+    algo = None
+    paths = []
+    by_len = {n: a for a, (_, n) in _ALGOS.items()}
+    by_tag = {t: a for a, (t, _) in _ALGOS.items()}
+    for line in text.splitlines():
+        bsd = re.match(r"^(MD5|SHA1|SHA256) \((.*)\) = ([0-9a-f]+)$", line)
+        gnu = re.match(r"^([0-9a-f]+) [ *](.*)$", line)
+        if bsd:
+            algo = by_tag[bsd.group(1)]
+            paths.append(bsd.group(2))
+        elif gnu:
+            algo = by_len.get(len(gnu.group(1)), algo)
+            paths.append(gnu.group(2))
+    return algo, [p.removeprefix("./") for p in paths]
+
+
+def parse_check(output: str) -> tuple[list[str], list[str]]:
+    """Tampered and missing paths from ``*sum -c`` output."""
+    tampered, missing = [], []
+    for line in output.splitlines():
+        if line.endswith(": FAILED open or read"):
+            missing.append(line[: -len(": FAILED open or read")].removeprefix("./"))
+        elif line.endswith(": FAILED"):
+            tampered.append(line[: -len(": FAILED")].removeprefix("./"))
+    return sorted(tampered), sorted(missing)
+
+
+@register
+class ChecksumAudit(Family):
+    name = "checksum-audit"
+    category = "security"
+    description = "Find tampered, missing and unlisted files of a release against its manifest."
+    multi_turn = True
+
+    def generate(self, rng: random.Random, difficulty: str) -> TaskDraft:
+        name = rng.choice(_NAMES)
+        version = f"{rng.randint(0, 4)}.{rng.randint(0, 19)}.{rng.randint(0, 9)}"
+        rel = f"{rng.choice(_ROOTS)}/{name}-{version}"
+        algo = rng.choice(sorted(_ALGOS))
+        tag, _ = _ALGOS[algo]
+        layout = rng.choice(["gnu", "gnu", "binary", "bsd"])
+        if rng.random() < 0.5:
+            manifest = rng.choice(_GENERIC)
+        else:
+            manifest = rng.choice([f"{tag}SUMS", f"{algo}sums.txt", f"{tag}SUMS.txt"])
+        prefix = "./" if rng.random() < 0.3 else ""
+        n_files = {"easy": 8, "medium": 14, "hard": 20}[difficulty] + rng.randint(0, 3)
+        pool = [p for p in _LAYOUT if " " not in p or difficulty == "hard"]
+        paths = sorted(p.format(n=name) for p in rng.sample(pool, min(n_files, len(pool))))
+        original = {p: _content(rng, p, name) for p in paths}
+        n_bad, n_gone, n_extra = {
+            "easy": (1, 1, 0),
+            "medium": (rng.randint(2, 3), rng.randint(1, 2), 0),
+            "hard": (rng.randint(2, 4), rng.randint(2, 3), rng.randint(2, 3)),
+        }[difficulty]
+        chosen = rng.sample(paths, n_bad + n_gone)
+        tampered, missing = sorted(chosen[:n_bad]), sorted(chosen[n_bad:])
+        extra = sorted(e.format(n=name) for e in rng.sample(_EXTRAS, n_extra))
+
+        lines = []
+        for p in paths:
+            digest = _digest(algo, original[p])
+            if layout == "bsd":
+                lines.append(f"{tag} ({prefix}{p}) = {digest}")
+            else:
+                lines.append(f"{digest} {'*' if layout == 'binary' else ' '}{prefix}{p}")
+        files: dict[str, str | bytes] = {f"{rel}/{manifest}": "\n".join(lines) + "\n"}
+        for p in paths:
+            if p in missing:
+                continue
+            data = original[p]
+            if p in tampered:
+                data = _tamper(rng, data)
+                while _digest(algo, data) == _digest(algo, original[p]):
+                    data = _tamper(rng, data)
+            files[f"{rel}/{p}"] = data
+        for p in extra:
+            files[f"{rel}/{p}"] = _content(rng, p, name)
+
+        cats = ["tampered", "missing"] + (["extra"] if difficulty == "hard" else [])
+        keys = {c: rng.choice(_KEYS[c]) for c in cats}
+        expected = {keys["tampered"]: tampered, keys["missing"]: missing}
+        if "extra" in keys:
+            expected[keys["extra"]] = extra
+        as_json = rng.random() < 0.5
+        if as_json:
+            out = rng.choice(["/app/audit.json", "/app/verify-report.json", "/app/out/report.json"])
+            key_list = ", ".join(f"`{keys[c]}`" for c in cats)
+            ask = rng.choice(_JSON_ASK).format(out=out, keys=key_list)
+        else:
+            out = rng.choice(["/app/audit", "/app/report", "/app/results"])
+            file_list = ", ".join(f"`{keys[c]}.txt`" for c in cats)
+            ask = rng.choice(_TEXT_ASK).format(out=out, files=file_list)
+        defs = [f"- `{keys[c]}`: {rng.choice(_DEFS[c])}" for c in cats]
+        parts = [
+            rng.choice(_OPENERS).format(rel=rel, manifest=manifest),
+            rng.choice(_MANIFEST).format(manifest=manifest),
+            "Find the following:",
+            "",
+            *defs,
+            "",
+            ask,
+            rng.choice(_NOTES),
+        ]
+        instruction = " ".join(parts[:2]) + "\n\n" + "\n".join(parts[2:])
+
+        tests = _tests(rel, out, as_json, expected)
+        tool = f"{algo}sum"
+        script = [
+            f"cd {rel}",
+            f"{tool} -c --quiet {manifest} > /tmp/check.txt 2>/dev/null || true",
+            "T=$(sed -n 's/: FAILED$//p' /tmp/check.txt | sed 's|^\\./||')",
+            "M=$(sed -n 's/: FAILED open or read$//p' /tmp/check.txt | sed 's|^\\./||')",
+        ]
+        script += _solution_tail(out, as_json, keys, manifest, layout)
+        solution = "\n".join(script) + "\n"
+
+        def expert() -> ExpertProgram:
+            seen: Observation = yield shell(
+                f"ls -la {rel} && cat {rel}/{manifest}",
+                "First I look at the release and its manifest to see which hash it uses.",
+            )
+            found_algo, listed = parse_manifest(seen.output)
+            if found_algo is None:
+                return "I could not tell which checksum the manifest holds."
+            check: Observation = yield shell(
+                f"cd {rel} && {found_algo}sum -c --quiet {manifest} 2>/dev/null",
+                f"The manifest lists {len(listed)} files with {found_algo.upper()} sums; "
+                f"I check them with {found_algo}sum.",
+            )
+            bad, gone = parse_check(check.output)
+            result = {keys["tampered"]: bad, keys["missing"]: gone}
+            note = f"{len(bad)} files fail the check and {len(gone)} are missing."
+            if "extra" in keys:
+                tree: Observation = yield shell(
+                    f"cd {rel} && find . -type f | sed 's|^\\./||' | sort",
+                    note + " Now I list the tree to find files the manifest does not know.",
+                )
+                on_disk = [ln for ln in tree.output.splitlines() if ln]
+                unknown = sorted(set(on_disk) - set(listed) - {manifest})
+                result[keys["extra"]] = unknown
+                note = f"{len(unknown)} files on disk are not in the manifest."
+            if as_json:
+                yield write(out, json.dumps(result, indent=2) + "\n", note + " Writing the report.")
+            else:
+                for i, (key, items) in enumerate(result.items()):
+                    text = "".join(f"{p}\n" for p in items)
+                    yield write(f"{out}/{key}.txt", text, note if i == 0 else f"Now {key}.txt.")
+            shown: Observation = yield shell(
+                f"cat {out}" if as_json else f"head -n 50 {out}/*.txt", "Let me check the report."
+            )
+            if not shown.ok:
+                return "Writing the report failed; see above."
+            counts = ", ".join(f"{len(v)} {k}" for k, v in result.items())
+            return f"Checked {rel} against {manifest}: {counts}."
+
+        return TaskDraft(
+            instruction=instruction,
+            files=files,
+            tests=tests,
+            solution=solution,
+            expert=expert,
+            params={
+                "release": rel,
+                "manifest": manifest,
+                "algorithm": algo,
+                "layout": layout,
+                "files": len(paths),
+                "tampered": tampered,
+                "missing": missing,
+                "extra": extra,
+                "report": out,
+                "json": as_json,
+            },
+            mistakes=[
+                shell(f"sha512sum -c {rel}/{manifest}", "Let me verify the sums."),
+                shell(f"cat {rel}/SHA256SUMS.asc", "Is there a signature?"),
+            ],
+            tags=["checksums", "integrity"],
+        )
+
+
+def _solution_tail(
+    out: str, as_json: bool, keys: dict[str, str], manifest: str, layout: str
+) -> list[str]:
+    """Shell lines finding the extras (when asked) and writing the report."""
+    lines = []
+    if "extra" in keys:
+        listed = (
+            "sed -E 's/^[A-Z0-9]+ \\((.*)\\) = [0-9a-f]+$/\\1/'"
+            if layout == "bsd"
+            else "sed -E 's/^[0-9a-f]+ [ *]//'"
+        )
+        lines += [
+            f"{listed} {manifest} | sed 's|^\\./||' | sort > /tmp/listed.txt",
+            f"find . -type f ! -path './{manifest}' | sed 's|^\\./||' | sort > /tmp/disk.txt",
+            "X=$(comm -13 /tmp/listed.txt /tmp/disk.txt)",
+        ]
+    names = {"tampered": "T", "missing": "M", "extra": "X"}
+    if as_json:
+        pairs = ", ".join(f'"{keys[c]}": os.environ["{names[c]}"]' for c in keys)
+        lines += [
+            f"mkdir -p {out.rsplit('/', 1)[0]}",
+            f"export {' '.join(names[c] for c in keys)}",
+            "python3 - <<'PY'",
+            "import json, os",
+            f"data = {{{pairs}}}",
+            "data = {k: [p for p in v.split('\\n') if p] for k, v in data.items()}",
+            f"json.dump(data, open({out!r}, 'w'), indent=2)",
+            "PY",
+        ]
+    else:
+        lines.append(f"mkdir -p {out}")
+        for c, key in keys.items():
+            lines.append(f'printf "%s\\n" "${names[c]}" | sed "/^$/d" > {out}/{key}.txt')
+    return lines
+
+
+def _tests(rel: str, out: str, as_json: bool, expected: dict[str, list[str]]) -> str:
+    return textwrap.dedent(
+        f"""\
+        import json
+        from pathlib import Path
+
+        REL = {rel!r}
+        OUT = {out!r}
+        AS_JSON = {as_json!r}
+        EXPECTED = json.loads({json.dumps(expected)!r})
+
+
+        def _norm(path):
+            path = path.strip()
+            if path.startswith(REL + "/"):
+                path = path[len(REL) + 1 :]
+            while path.startswith("./"):
+                path = path[2:]
+            return path
+
+
+        def _report():
+            if AS_JSON:
+                data = json.loads(Path(OUT).read_text())
+                return {{k: data[k] for k in EXPECTED}}
+            got = {{}}
+            for key in EXPECTED:
+                lines = Path(OUT, key + ".txt").read_text().splitlines()
+                got[key] = [ln for ln in lines if ln.strip()]
+            return got
+
+
+        def test_report_exists():
+            assert Path(OUT).exists()
+
+
+        def test_categories():
+            got = _report()
+            for key, want in EXPECTED.items():
+                assert sorted({{_norm(p) for p in got[key]}}) == sorted(want), key
+        """
+    )

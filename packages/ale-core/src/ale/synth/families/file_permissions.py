@@ -1,0 +1,399 @@
+"""file-permissions: bring a project tree's owners and modes in line with a written policy.
+
+Setup creates a team group, an owning user (and on harder drafts a service account and a
+stray user), places a project tree under /srv, /opt or /var/www and scrambles its owners
+and modes. The instruction states the policy as rules: a general owner and mode, executable
+scripts, owner-only secrets, a setgid group-writable shared directory, root-owned config,
+service-owned logs, world-readable public files, and on hard drafts a few named exceptions.
+The tests stat every path against the expected owner, group and mode.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import textwrap
+
+from ale.synth.expert import Observation, shell
+from ale.synth.family import ExpertProgram, Family, TaskDraft, register
+
+_PROJECTS = ["atlas", "bluebird", "cinder", "dynamo", "ember", "falcon", "granite", "helix"]
+_PROJECTS += ["juniper", "kestrel", "lumen", "meridian", "nimbus", "onyx", "quarry"]
+_BASES = ["/srv", "/opt", "/var/www", "/data/projects"]
+_USERS = ["alice", "bram", "chen", "dana", "eliska", "farid", "gwen", "hiro", "ines", "jonas"]
+_USERS += ["kemal", "lena", "mateo", "nadia", "oskar", "priya"]
+_TEAMS = ["devs", "webteam", "ops", "analysts", "builders", "research", "infra", "platform"]
+_DIRS = {
+    "bin": ["bin", "scripts", "tools"],
+    "secrets": ["secrets", "keys", "credentials", "private"],
+    "shared": ["shared", "exchange", "dropbox", "common"],
+    "conf": ["conf", "etc", "config"],
+    "logs": ["logs", "log", "journal"],
+    "public": ["public", "static", "www", "site"],
+}
+_FILES = {
+    "bin": ["deploy.sh", "backup.sh", "rotate-logs.sh", "healthcheck.py", "migrate.sh", "sync.sh"],
+    "secrets": ["api.key", "db.password", "tls.key", "token.txt", "service-account.json"],
+    "shared": ["handoff.md", "inbox/notes.txt", "reports/q1.csv", "reports/q2.csv", "todo.txt"],
+    "conf": ["app.conf", "db.conf", "cache.conf", "limits.conf"],
+    "logs": ["app.log", "access.log", "error.log"],
+    "public": ["index.html", "style.css", "img/logo.svg", "about.html"],
+    "base": ["README.md", "src/main.py", "src/util.py", "data/records.csv", "Makefile"],
+}
+_FILE_MODES = [0o644, 0o666, 0o755, 0o777, 0o600, 0o700, 0o604]
+_DIR_MODES = ["0755", "0777", "0700", "0775", "0705"]
+
+_OPENERS = [
+    "The project tree `{root}` has a mess of owners and permissions.",
+    "Someone copied `{root}` over as root and the permissions are all over the place.",
+    "Please fix ownership and permissions under `{root}`.",
+    "Our security review flagged the file permissions in `{root}`.",
+    "After a botched restore, owners and modes under `{root}` are wrong.",
+]
+_POLICY_INTRO = [
+    "Apply this policy:",
+    "The required state is:",
+    "Here is the policy it must follow:",
+    "Make it match these rules:",
+]
+_BASE_RULE = [
+    "everything under `{root}` (the directory itself included) is owned by user `{owner}` and "
+    "group `{team}`; directories are `0750` and regular files `0640` unless a rule below "
+    "says otherwise",
+    "by default every file and directory in `{root}` (and `{root}` itself) belongs to "
+    "`{owner}:{team}`, with mode `0750` for directories and `0640` for files",
+    "general rule: owner `{owner}`, group `{team}`, directories `0750`, files `0640`, for the "
+    "whole tree including `{root}`",
+    "`{owner}` owns the whole tree (`{root}` included) and `{team}` is its group; directories "
+    "get `0750` and files `0640` unless stated otherwise below",
+]
+_RULES = {
+    "bin": [
+        "the files in `{d}/` are scripts: executable by owner and group, readable by them, "
+        "nothing for others (`0750`)",
+        "scripts in `{d}/` get mode `0750` (owner rwx, group r-x, others none)",
+        "every file in `{d}/` must be runnable by the owner and the group: `0750`",
+        "make the files in `{d}/` executable for `{owner}` and `{team}` only (`0750`)",
+    ],
+    "secrets": [
+        "`{d}/` is for the owner's eyes only: the directory `0700`, its files `0600`",
+        "nobody but the owner may enter `{d}/` (`0700`) or read its files (`0600`)",
+        "lock down `{d}/`: directory mode `0700`, file mode `0600`",
+        "secrets in `{d}/`: files readable and writable by the owner only (`0600`), the "
+        "directory itself `0700`",
+    ],
+    "shared": [
+        "`{d}/` is a team drop area: it and every directory below it are group-writable with "
+        "the setgid bit (`2770`), and its files are `0660`",
+        "in `{d}/` (and its subdirectories) new files must inherit the group, so the "
+        "directories are `2770`; files there are group-writable (`0660`)",
+        "directories in the `{d}/` subtree (itself included) get `2770` (setgid, rwx for "
+        "owner and group) and files `0660`",
+        "make `{d}/` a shared directory: `2770` for it and its subdirectories, `0660` for "
+        "the files in that subtree",
+    ],
+    "conf": [
+        "`{d}/` and the files in it are owned by `root` (group stays `{team}`); modes as in "
+        "the general rule",
+        "config in `{d}/` belongs to `root:{team}` (the directory too), keeping the default modes",
+        "`root` owns `{d}/` and everything in it, group `{team}`, default modes",
+        "ownership of `{d}/` and its files is `root:{team}`; do not change their default modes",
+    ],
+    "logs": [
+        "`{d}/` and its files are owned by the service account `{svc}` (group `{team}`), with "
+        "the default modes",
+        "the service user `{svc}` owns `{d}/` and the log files in it; group `{team}`; "
+        "default modes",
+        "logs are written by `{svc}`: make it the owner of `{d}/` and its files (group "
+        "`{team}`, default modes)",
+        "`{d}/` plus its contents: owner `{svc}`, group `{team}`, modes per the general rule",
+    ],
+    "public": [
+        "`{d}/` is served to everyone: its directories `0755`, its files `0644`",
+        "everything in the `{d}/` subtree is world-readable: `0755` for directories, `0644` "
+        "for files",
+        "make `{d}/` public: directories (it included) `0755`, files `0644`",
+        "files under `{d}/` are `0644` and directories there (with `{d}/` itself) `0755`",
+    ],
+}
+_SECRET_SVC = [
+    "`{d}/` and its files belong to the service account `{svc}` (group `{team}`)",
+    "the owner of `{d}/` and of everything in it is `{svc}`, not `{owner}` (group `{team}`)",
+    "`{svc}` must own `{d}/` and its contents (group `{team}`)",
+    "hand `{d}/` and its files over to `{svc}` (group stays `{team}`)",
+]
+_EXCEPTIONS = {
+    "bin": "`{p}` may be run by its owner only: `0700`",
+    "secrets": "`{p}` is documentation, not a secret: `{owner}:{team}` and `0640`",
+    "shared": "`{p}` is an archive: read-only for owner and group (`0440`)",
+    "public": "`{p}` is not published yet: `0640`",
+}
+_EXC_INTRO = ["Exceptions (these win over the rules above):", "Exceptions to the rules above:"]
+_EXC_INTRO += ["These exceptions override everything else:", "But note these exceptions:"]
+_CLOSERS = [
+    "Do not delete, rename or edit any file.",
+    "Only owners, groups and modes should change; leave the content alone.",
+    "The file contents must stay as they are.",
+    "Don't move or remove anything.",
+]
+
+
+def _content(name: str, proj: str, rng: random.Random) -> str:
+    if name.endswith((".sh", "Makefile")):
+        return f"#!/bin/sh\n# {proj}: {name}\necho {rng.randrange(10**6)}\n"
+    if name.endswith(".py"):
+        return f"#!/usr/bin/env python3\nprint({rng.randrange(10**6)})\n"
+    return f"{proj} {name} {rng.randrange(10**9):x}\n"
+
+
+@register
+class FilePermissions(Family):
+    name = "file-permissions"
+    category = "system-administration"
+    description = "Set owners, groups and modes of a project tree to match a stated policy."
+    multi_turn = False
+
+    def generate(self, rng: random.Random, difficulty: str) -> TaskDraft:
+        proj = rng.choice(_PROJECTS)
+        root = f"{rng.choice(_BASES)}/{proj}"
+        owner, stray = rng.sample(_USERS, 2)
+        team = rng.choice(_TEAMS)
+        svc = rng.choice([f"svc-{proj}", f"{proj}d", f"{proj}-svc"])
+        areas = ["bin", "secrets"]
+        if difficulty != "easy":
+            areas += ["shared", "conf"]
+        if difficulty == "hard":
+            areas += ["logs", "public"]
+        dirs = {a: rng.choice(_DIRS[a]) for a in areas}
+        per = {"easy": 2, "medium": 3, "hard": 4}[difficulty]
+        files: dict[str, str] = {}
+        placed: dict[str, list[str]] = {}
+        for area in ["base", *areas]:
+            names = rng.sample(_FILES[area], min(per, len(_FILES[area])))
+            if area == "secrets" and difficulty == "hard":
+                names.append("README.txt")
+            prefix = f"{root}/{dirs[area]}" if area != "base" else root
+            placed[area] = [f"{prefix}/{n}" for n in sorted(names)]
+            for path in placed[area]:
+                files[path] = _content(path.rsplit("/", 1)[-1], proj, rng)
+        all_dirs = sorted(
+            {root} | {p.rsplit("/", 1)[0] for p in files} | {f"{root}/{d}" for d in dirs.values()}
+        )
+
+        expected: dict[str, list[object]] = {}
+        for d in all_dirs:
+            expected[d] = [owner, team, 0o750]
+        for p in files:
+            expected[p] = [owner, team, 0o640]
+
+        def subtree(area: str) -> list[str]:
+            top = f"{root}/{dirs[area]}"
+            return [p for p in [*all_dirs, *files] if p == top or p.startswith(top + "/")]
+
+        secret_owner = svc if difficulty == "hard" else owner
+        for area in areas:
+            for p in subtree(area):
+                is_dir = p in all_dirs
+                if area == "bin" and not is_dir:
+                    expected[p][2] = 0o750
+                elif area == "secrets":
+                    expected[p] = [secret_owner, team, 0o700 if is_dir else 0o600]
+                elif area == "shared":
+                    expected[p][2] = 0o2770 if is_dir else 0o660
+                elif area in ("conf", "logs"):
+                    expected[p][0] = "root" if area == "conf" else svc
+                elif area == "public":
+                    expected[p][2] = 0o755 if is_dir else 0o644
+        exceptions: list[tuple[str, str]] = []
+        if difficulty == "hard":
+            for area in rng.sample(sorted(_EXCEPTIONS), 3):
+                pick = (
+                    f"{root}/{dirs[area]}/README.txt"
+                    if area == "secrets"
+                    else rng.choice(placed[area])
+                )
+                expected[pick] = {
+                    "bin": [owner, team, 0o700],
+                    "secrets": [owner, team, 0o640],
+                    "shared": [owner, team, 0o440],
+                    "public": [owner, team, 0o640],
+                }[area]
+                exceptions.append((area, pick))
+
+        users = [owner] + ([svc] if difficulty == "hard" else [])
+        setup = [f"groupadd {team}"]
+        setup += [f"useradd -M -g {team} -s /bin/bash {u}" for u in users]
+        setup.append(f"useradd -M -s /bin/bash {stray}")
+        modes = {p: rng.choice(_FILE_MODES) for p in sorted(files)}
+        dir_cmds = " && ".join(f"chmod {rng.choice(_DIR_MODES)} {d}" for d in all_dirs)
+        setup.append(f"chown -R root:root {root} && {dir_cmds}")
+        strays = rng.sample(sorted(files), {"easy": 1, "medium": 2, "hard": 4}[difficulty])
+        setup.append(f"chown {stray} " + " ".join(strays))
+
+        rel = {a: dirs[a] for a in areas}
+        rules = [
+            rng.choice(_RULES[a]).format(d=rel[a], owner=owner, team=team, svc=svc) for a in areas
+        ]
+        if difficulty == "hard":
+            rules.append(
+                rng.choice(_SECRET_SVC).format(d=rel["secrets"], svc=svc, team=team, owner=owner)
+            )
+        rng.shuffle(rules)
+        base_rule = rng.choice(_BASE_RULE).format(root=root, owner=owner, team=team)
+        lines = [rng.choice(_OPENERS).format(root=root), "", rng.choice(_POLICY_INTRO), ""]
+        lines += [f"- {base_rule}"] + [f"- {r}" for r in rules]
+        if exceptions:
+            lines += ["", rng.choice(_EXC_INTRO), ""]
+            lines += [
+                "- " + _EXCEPTIONS[a].format(p=p[len(root) + 1 :], owner=owner, team=team)
+                for a, p in exceptions
+            ]
+        lines += ["", "All paths above are relative to `" + root + "`. " + rng.choice(_CLOSERS)]
+        instruction = "\n".join(lines)
+
+        want = {p: [o, g, m] for p, (o, g, m) in sorted(expected.items())}
+        tests = _tests(want)
+        solution = _fix_commands(want)
+
+        steps = _policy_steps(root, rel, owner, team, svc if difficulty == "hard" else None)
+        if exceptions:
+            steps.append(
+                (
+                    "Last, the exceptions, which override the rules.",
+                    " && ".join(
+                        f"chown {want[p][0]}:{want[p][1]} {p} && chmod {want[p][2]:04o} {p}"
+                        for _, p in exceptions
+                    ),
+                )
+            )
+
+        def expert() -> ExpertProgram:
+            seen: Observation = yield shell(
+                f"find {root} -printf '%M %u:%g %p\\n' | sort -k3",
+                "First I look at the tree and its current owners and modes.",
+            )
+            count = len(seen.output.splitlines())
+            yield shell(steps[0][1], f"There are {count} paths. {steps[0][0]}")
+            for thought, command in steps[1:]:
+                yield shell(command, thought)
+            check: Observation = yield shell(
+                f"find {root} -printf '%m %u:%g %p\\n' | sort -k3",
+                "Now I check the result against the policy.",
+            )
+            lines = check.output.splitlines()
+            wrong = [p for p, (o, g, m) in want.items() if f"{m:o} {o}:{g} {p}" not in lines]
+            if wrong:
+                return "These paths still differ from the policy: " + ", ".join(wrong)
+            return f"Owners and modes under {root} now follow the policy."
+
+        return TaskDraft(
+            instruction=instruction,
+            files=dict(files),
+            modes=modes,
+            setup=setup,
+            tests=tests,
+            solution=solution,
+            expert=expert,
+            params={
+                "root": root,
+                "owner": owner,
+                "team": team,
+                "service_user": svc if difficulty == "hard" else None,
+                "areas": rel,
+                "exceptions": [p for _, p in exceptions],
+                "paths": len(want),
+            },
+            mistakes=[
+                shell(f"chown {owner}:{team} {root}/nonexistent", "I start with the owner."),
+                shell(f"ls -l {root}/{proj}", "Let me look inside."),
+            ],
+            tags=["permissions", "chmod", "chown"],
+        )
+
+
+def _policy_steps(
+    root: str, rel: dict[str, str], owner: str, team: str, svc: str | None
+) -> list[tuple[str, str]]:
+    """The policy as (thought, command) steps: general rule first, then each area."""
+    general = (
+        f"chown -R {owner}:{team} {root} && find {root} -type d -exec chmod 0750 {{}} + "
+        f"&& find {root} -type f -exec chmod 0640 {{}} +"
+    )
+    steps = [("I apply the general rule to the whole tree first.", general)]
+    cmds = []
+    for area, d in rel.items():
+        top = f"{root}/{d}"
+        if area == "bin":
+            cmds.append(f"find {top} -type f -exec chmod 0750 {{}} +")
+        elif area == "secrets":
+            if svc:
+                cmds.append(f"chown -R {svc}:{team} {top}")
+            cmds.append(f"chmod 0700 {top} && find {top} -type f -exec chmod 0600 {{}} +")
+        elif area == "shared":
+            cmds.append(
+                f"find {top} -type d -exec chmod 2770 {{}} + "
+                f"&& find {top} -type f -exec chmod 0660 {{}} +"
+            )
+        elif area in ("conf", "logs"):
+            cmds.append(f"chown -R {'root' if area == 'conf' else svc}:{team} {top}")
+        elif area == "public":
+            cmds.append(
+                f"find {top} -type d -exec chmod 0755 {{}} + "
+                f"&& find {top} -type f -exec chmod 0644 {{}} +"
+            )
+    steps.append(("Now the rules for the specific directories.", " && ".join(cmds)))
+    return steps
+
+
+def _fix_commands(want: dict[str, list[object]]) -> str:
+    """chown/chmod lines reaching ``want``, grouped by target so the script stays short."""
+    by_owner: dict[str, list[str]] = {}
+    by_mode: dict[str, list[str]] = {}
+    for path, (o, g, m) in want.items():
+        by_owner.setdefault(f"{o}:{g}", []).append(path)
+        by_mode.setdefault(f"0{m:o}" if m < 0o1000 else f"{m:o}", []).append(path)
+    lines = [f"chown {who} " + " ".join(paths) for who, paths in sorted(by_owner.items())]
+    lines += [f"chmod {mode} " + " ".join(paths) for mode, paths in sorted(by_mode.items())]
+    return "\n".join(lines) + "\n"
+
+
+def _tests(want: dict[str, list[object]]) -> str:
+    return textwrap.dedent(
+        f"""\
+        import grp
+        import json
+        import os
+        import pwd
+        import stat
+
+        WANT = json.loads({json.dumps(want)!r})
+
+
+        def _actual(path):
+            st = os.lstat(path)
+            return pwd.getpwuid(st.st_uid).pw_name, grp.getgrgid(st.st_gid).gr_name, st.st_mode
+
+
+        def test_all_paths_exist():
+            missing = [p for p in WANT if not os.path.exists(p)]
+            assert not missing, missing
+
+
+        def test_owners_and_groups():
+            wrong = {{}}
+            for path, (owner, group, _) in WANT.items():
+                got = _actual(path)[:2]
+                if got != (owner, group):
+                    wrong[path] = got
+            assert not wrong, wrong
+
+
+        def test_modes():
+            wrong = {{}}
+            for path, (_, _, mode) in WANT.items():
+                got = stat.S_IMODE(_actual(path)[2])
+                if got != mode:
+                    wrong[path] = oct(got)
+            assert not wrong, wrong
+        """
+    )

@@ -1,0 +1,470 @@
+"""maze-path: the shortest path through an ASCII maze.
+
+A maze (walls ``#``, start ``S``, goal ``G``) is carved with a seeded depth-first
+backtracker; medium and hard mazes get extra openings so that several routes exist, medium
+ones have several exits (the nearest counts) and hard ones have doors that open only once
+the matching key has been picked up. The agent reports the length of a shortest path
+and/or a move string of ``U``/``D``/``L``/``R``.
+
+It needs interaction: the instruction does not give the maze's size, its floor symbol or
+which keys and doors it holds, so the expert first looks at the file (its size and a census
+of its symbols) and writes a breadth-first search fitted to what it found (plain positions,
+or positions with the set of keys held when keys are present), then runs and checks it.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+import textwrap
+from collections import deque
+
+from ale.synth.expert import Observation, shell, write
+from ale.synth.family import ExpertProgram, Family, TaskDraft, register
+
+_MOVES = {"U": (-1, 0), "D": (1, 0), "L": (0, -1), "R": (0, 1)}
+_KEY_LETTERS = "abcdef"  # not g or s: their upper cases are the goal and the start
+
+_OPENERS = [
+    "There is a maze in `{src}`.",
+    "`{src}` holds an ASCII-art maze.",
+    "Our puzzle generator left a maze at `{src}`.",
+    "I drew a labyrinth as text; it is saved as `{src}`.",
+    "Have a look at the maze stored in `{src}`.",
+]
+_LEGEND = [
+    "`#` cells are walls, `S` is where you start and `G` is the goal; every other cell is "
+    "open floor.",
+    "Walls are drawn with `#`. You begin on `S` and must reach `G`. Anything else is walkable.",
+    "In the file `#` means wall, `S` marks the start, `G` the goal, and all remaining "
+    "characters are floor you can walk on.",
+    "Legend: `#` wall, `S` start, `G` goal; any other symbol is free space.",
+]
+_STEP = [
+    "Each move goes one cell up, down, left or right (no diagonals).",
+    "You move one cell at a time in the four compass directions; diagonal moves are not allowed.",
+    "A step moves to an orthogonally adjacent cell.",
+    "Moves are single steps up/down/left/right.",
+]
+_MULTI = [
+    "There are several `G` cells; reaching any one of them finishes the maze, so aim for the "
+    "nearest.",
+    "More than one exit is marked `G`. The shortest route to whichever `G` is closest counts.",
+    "The maze has multiple goals (`G`); you only need to reach one of them, by the shortest "
+    "route overall.",
+    "Several cells are marked `G`; the answer is the shortest path to any of them.",
+]
+_KEYS = [
+    "Lowercase letters are keys and uppercase letters (other than S and G) are doors: a door "
+    "can only be entered once you have picked up the key with the same letter, which happens "
+    "when you step on the key's cell. Keys are never used up.",
+    "Some cells hold keys (lowercase letters) and some hold doors (the same letters in upper "
+    "case, excluding S and G). You cannot step onto a door until you have visited its key; "
+    "once collected, a key works for the rest of the walk.",
+    "Watch for doors: an uppercase letter other than S/G is a locked door, opened by the "
+    "lowercase key of the same letter, which you collect by walking over it. Keys stay with "
+    "you.",
+    "Doors (`A`, `B`, ...) block the way until you hold their key (`a`, `b`, ...). Walking "
+    "onto a key picks it up permanently.",
+]
+_ASK = {
+    "length": [
+        "Write the length of the shortest path (the number of moves) from S to G to `{out}`.",
+        "How many moves does the shortest route take? Put that number in `{out}`.",
+        "Find the minimum number of steps needed and save it to `{out}` as a plain integer.",
+        "Compute the shortest-path length in moves and write just that integer to `{out}`.",
+    ],
+    "moves": [
+        "Write a shortest sequence of moves to `{out}` as one line of the letters U, D, L "
+        "and R (up, down, left, right).",
+        "Save a shortest route to `{out}` as a string of moves: U=up, D=down, L=left, R=right.",
+        "Give me the moves of a shortest path as a single U/D/L/R string in `{out}`.",
+        "Find an optimal route and store it in `{out}` as letters U (up), D (down), L (left), "
+        "R (right), no separators.",
+    ],
+    "both": [
+        "Write a JSON object to `{out}` with `{lk}` (the number of moves of a shortest path) "
+        "and `{mk}` (one such path as a string of U/D/L/R letters).",
+        "Save `{out}` as JSON: key `{lk}` is the shortest path length in moves, key `{mk}` a "
+        "shortest move string made of U, D, L, R.",
+        "Produce `{out}`, a JSON object holding `{lk}`: the minimum number of moves, and "
+        "`{mk}`: an optimal route spelled with U/D/L/R (up/down/left/right).",
+        "I want the answer as JSON in `{out}`: `{lk}` = length of a shortest route, `{mk}` = "
+        "that route as U/D/L/R moves.",
+    ],
+}
+_BOTH_KEYS = [("length", "moves"), ("steps", "path"), ("distance", "route"), ("n_moves", "moves")]
+
+
+def _carve(rng: random.Random, w: int, h: int, braid: float) -> list[list[str]]:
+    """A ``(2h+1) x (2w+1)`` grid of ``#`` and ``.``: a backtracker maze, then ``braid`` of
+    the remaining inner walls between two cells knocked out (loops)."""
+    grid = [["#"] * (2 * w + 1) for _ in range(2 * h + 1)]
+    start = (rng.randrange(h), rng.randrange(w))
+    seen = {start}
+    stack = [start]
+    grid[2 * start[0] + 1][2 * start[1] + 1] = "."
+    while stack:
+        r, c = stack[-1]
+        nexts = [
+            (r + dr, c + dc)
+            for dr, dc in ((-1, 0), (1, 0), (0, -1), (0, 1))
+            if 0 <= r + dr < h and 0 <= c + dc < w and (r + dr, c + dc) not in seen
+        ]
+        if not nexts:
+            stack.pop()
+            continue
+        nr, nc = rng.choice(nexts)
+        grid[r + nr + 1][c + nc + 1] = "."
+        grid[2 * nr + 1][2 * nc + 1] = "."
+        seen.add((nr, nc))
+        stack.append((nr, nc))
+    walls = [
+        (r, c)
+        for r in range(1, 2 * h)
+        for c in range(1, 2 * w)
+        if grid[r][c] == "#" and (r % 2) != (c % 2)
+    ]
+    for r, c in rng.sample(walls, k=int(len(walls) * braid)):
+        grid[r][c] = "."
+    return grid
+
+
+def solve(grid: list[str]) -> tuple[int, str] | None:
+    """Length and one move string of a shortest path from S to any G (keys and doors
+    honoured), or None when there is none."""
+    cells = {(r, c): ch for r, row in enumerate(grid) for c, ch in enumerate(row)}
+    start = next(p for p, ch in cells.items() if ch == "S")
+    first: tuple = (start, frozenset())
+    prev: dict[tuple, tuple | None] = {first: None}
+    todo = deque([first])
+    while todo:
+        state = todo.popleft()
+        (r, c), keys = state
+        if cells[(r, c)] == "G":
+            path = []
+            while prev[state] is not None:
+                state, move = prev[state]
+                path.append(move)
+            return len(path), "".join(reversed(path))
+        for move, (dr, dc) in _MOVES.items():
+            pos = (r + dr, c + dc)
+            ch = cells.get(pos, "#")
+            if ch == "#" or (ch.isupper() and ch not in "SG" and ch.lower() not in keys):
+                continue
+            nxt = (pos, keys | {ch} if ch.islower() else keys)
+            if nxt not in prev:
+                prev[nxt] = (state, move)
+                todo.append(nxt)
+    return None
+
+
+def _open_cells(grid: list[list[str]]) -> list[tuple[int, int]]:
+    return [(r, c) for r, row in enumerate(grid) for c, ch in enumerate(row) if ch == "."]
+
+
+def _positions(grid: list[list[str]], moves: str) -> list[tuple[int, int]]:
+    r, c = next((r, c) for r, row in enumerate(grid) for c, ch in enumerate(row) if ch == "S")
+    out = [(r, c)]
+    for m in moves:
+        r, c = r + _MOVES[m][0], c + _MOVES[m][1]
+        out.append((r, c))
+    return out
+
+
+def _build(rng: random.Random, difficulty: str) -> list[list[str]]:
+    """A maze with S, G(s), and for hard, doors and keys that matter."""
+    w, h = {"easy": (6, 5), "medium": (12, 8), "hard": (18, 11)}[difficulty]
+    w, h = w + rng.randrange(4), h + rng.randrange(3)
+    while True:
+        grid = _carve(rng, w, h, {"easy": 0.0, "medium": 0.06, "hard": 0.05}[difficulty])
+        cells = _open_cells(grid)
+        sr, sc = rng.choice(cells)
+        grid[sr][sc] = "S"
+        far = sorted(
+            (p for p in cells if abs(p[0] - sr) + abs(p[1] - sc) > (w + h) // 2),
+            key=lambda p: (-(abs(p[0] - sr) + abs(p[1] - sc)), p),
+        )
+        if not far:
+            continue
+        n_goals = rng.randint(2, 3) if difficulty == "medium" else 1
+        for gr, gc in rng.sample(far[: max(n_goals, len(far) // 3)], k=n_goals):
+            grid[gr][gc] = "G"
+        if difficulty != "hard":
+            return grid
+        if _add_doors(rng, grid, rng.randint(1, 2)):
+            return grid
+
+
+def _add_doors(rng: random.Random, grid: list[list[str]], pairs: int) -> bool:
+    """Put ``pairs`` door/key pairs on ``grid`` so that each key is needed; False if that
+    did not work out (the caller draws a new maze)."""
+    letters = rng.sample(_KEY_LETTERS, k=pairs)
+    for letter in letters:
+        before = solve(["".join(row) for row in grid])
+        if before is None:
+            return False
+        route = _positions(grid, before[1])
+        middle = route[len(route) // 4 : 3 * len(route) // 4]
+        spots = [p for p in middle if grid[p[0]][p[1]] == "."]
+        rng.shuffle(spots)
+        placed = False
+        for door in spots[:6]:
+            grid[door[0]][door[1]] = letter.upper()
+            walls = [
+                "".join("#" if ch.isupper() and ch not in "SG" else ch for ch in row)
+                for row in grid
+            ]
+            reach = _reachable(walls)
+            keys = [p for p in _open_cells(grid) if p in reach and p not in route]
+            rng.shuffle(keys)
+            for key in keys[:8]:
+                grid[key[0]][key[1]] = letter
+                now = solve(["".join(row) for row in grid])
+                blocked = solve(walls)
+                if now and now[0] > before[0] and (blocked is None or blocked[0] > now[0]):
+                    placed = True
+                    break
+                grid[key[0]][key[1]] = "."
+            if placed:
+                break
+            grid[door[0]][door[1]] = "."
+        if not placed:
+            return False
+    return True
+
+
+def _reachable(grid: list[str]) -> set[tuple[int, int]]:
+    start = next((r, c) for r, row in enumerate(grid) for c, ch in enumerate(row) if ch == "S")
+    seen = {start}
+    todo = [start]
+    while todo:
+        r, c = todo.pop()
+        for dr, dc in _MOVES.values():
+            p = (r + dr, c + dc)
+            if p not in seen and grid[p[0]][p[1]] not in "#ABCDEF":
+                seen.add(p)
+                todo.append(p)
+    return seen
+
+
+@register
+class MazePath(Family):
+    name = "maze-path"
+    category = "games"
+    description = "Find the shortest path through an ASCII maze (exits, keys and doors)."
+    multi_turn = True
+
+    def generate(self, rng: random.Random, difficulty: str) -> TaskDraft:
+        raw = _build(rng, difficulty)
+        floor = rng.choice([".", " ", " ", "."])
+        lines = ["".join(floor if ch == "." else ch for ch in row) for row in raw]
+        best = solve(lines)
+        assert best is not None
+        length = best[0]
+        ask = rng.choice(["length", "moves", "both"])
+        lk, mk = rng.choice(_BOTH_KEYS)
+        src = rng.choice(["maze.txt", "labyrinth.txt", "puzzle/maze.txt", "map.txt", "grid.txt"])
+        out = rng.choice(
+            {
+                "length": ["answer.txt", "length.txt", "shortest.txt", "out/steps.txt"],
+                "moves": ["path.txt", "moves.txt", "route.txt", "out/path.txt"],
+                "both": ["solution.json", "answer.json", "path.json", "out/result.json"],
+            }[ask]
+        )
+        goals = sum(row.count("G") for row in lines)
+        doors = sorted({ch for row in lines for ch in row if ch in _KEY_LETTERS.upper()})
+        parts = [
+            rng.choice(_OPENERS).format(src=src),
+            rng.choice(_LEGEND),
+            rng.choice(_STEP),
+        ]
+        if goals > 1:
+            parts.append(rng.choice(_MULTI))
+        if doors:
+            parts.append(rng.choice(_KEYS))
+        parts.append(rng.choice(_ASK[ask]).format(out=out, lk=lk, mk=mk))
+        instruction = " ".join(parts)
+
+        tests = _tests(lines, length, ask, out, lk, mk)
+        solution = "python3 - <<'PY'\n" + _script(src, out, ask, lk, mk, len(lines), "") + "PY\n"
+
+        def expert() -> ExpertProgram:
+            seen: Observation = yield shell(
+                f"wc -l {src}; head -n 3 {src}", "Let me see how big the maze is and how it looks."
+            )
+            count = re.search(r"^\s*(\d+)", seen.output)
+            rows = int(count.group(1)) if count else 0
+            census: Observation = yield shell(
+                f"grep -o . {src} | sort | uniq -c",
+                f"The maze has {rows} rows. Which symbols does it use?",
+            )
+            symbols = {}
+            for line in census.output.splitlines():
+                m = re.match(r"^\s*(\d+) (.)$", line)
+                if m:
+                    symbols[m.group(2)] = int(m.group(1))
+            keys = "".join(sorted(ch for ch in symbols if ch.islower()))
+            n_goals = symbols.get("G", 0)
+            if keys:
+                note = (
+                    f"It has keys {', '.join(keys)} and doors "
+                    f"{', '.join(ch for ch in sorted(symbols) if ch.isupper() and ch not in 'SG')}"
+                    ", so the search state is the position plus the keys held."
+                )
+            else:
+                note = "No keys or doors, so a plain breadth-first search over cells will do."
+            if n_goals > 1:
+                note += f" There are {n_goals} goals; the search stops at the first one reached."
+            yield write("/app/bfs.py", _script(src, out, ask, lk, mk, rows, keys), note)
+            ran = yield shell(f"python3 bfs.py && cat {out}", "Run the search and show the answer.")
+            if not ran.ok:
+                return "The search failed; see the error above."
+            return f"Found a shortest path of {ran.output.split()[0]} moves and wrote {out}."
+
+        wrong = "maze.txt" if src != "maze.txt" else "maze.map"
+        return TaskDraft(
+            instruction=instruction,
+            files={f"/app/{src}": "\n".join(lines) + "\n"},
+            tests=tests,
+            solution=solution,
+            expert=expert,
+            params={
+                "rows": len(lines),
+                "cols": len(lines[0]),
+                "goals": goals,
+                "doors": doors,
+                "ask": ask,
+                "source": src,
+                "output": out,
+                "floor": floor,
+                "shortest": length,
+            },
+            mistakes=[
+                shell(f"cat /app/{wrong}", "Let me look at the maze first."),
+                shell("python3 maze_bfs.py", "Run the search."),
+            ],
+            tags=["maze", "bfs"],
+        )
+
+
+def _script(src: str, out: str, ask: str, lk: str, mk: str, rows: int, keys: str) -> str:
+    """A BFS over (cell, keys held); ``keys`` are the key letters seen (empty: none)."""
+    if ask == "length":
+        emit = 'fh.write(f"{len(path)}\\n")'
+    elif ask == "moves":
+        emit = 'fh.write(path + "\\n")'
+    else:
+        emit = f"json.dump({{{lk!r}: len(path), {mk!r}: path}}, fh)"
+    return textwrap.dedent(
+        f"""\
+        import json, os
+        from collections import deque
+
+        grid = open({src!r}).read().splitlines()
+        EXPECTED_ROWS = {rows!r}  # 0 = not checked
+        assert not EXPECTED_ROWS or len(grid) == EXPECTED_ROWS, len(grid)
+        KEYS = {keys!r}
+        MOVES = {{"U": (-1, 0), "D": (1, 0), "L": (0, -1), "R": (0, 1)}}
+        start = next((r, c) for r, row in enumerate(grid) for c, ch in enumerate(row) if ch == "S")
+
+
+        def cell(r, c):
+            if 0 <= r < len(grid) and 0 <= c < len(grid[r]):
+                return grid[r][c]
+            return "#"
+
+
+        first = (start, "")
+        prev = {{first: None}}
+        todo = deque([first])
+        end = None
+        while todo:
+            state = todo.popleft()
+            (r, c), held = state
+            if cell(r, c) == "G":
+                end = state
+                break
+            for move, (dr, dc) in MOVES.items():
+                ch = cell(r + dr, c + dc)
+                if ch == "#":
+                    continue
+                if ch.isupper() and ch not in "SG" and ch.lower() not in held:
+                    continue
+                if ch.islower() and ch not in held:
+                    held2 = "".join(sorted(held + ch))
+                else:
+                    held2 = held
+                nxt = ((r + dr, c + dc), held2)
+                if nxt not in prev:
+                    prev[nxt] = (state, move)
+                    todo.append(nxt)
+        path = ""
+        while prev[end] is not None:
+            end, move = prev[end]
+            path = move + path
+        print(len(path), "moves")
+        os.makedirs(os.path.dirname({out!r}) or ".", exist_ok=True)
+        with open({out!r}, "w") as fh:
+            {emit}
+        """
+    )
+
+
+def _tests(lines: list[str], length: int, ask: str, out: str, lk: str, mk: str) -> str:
+    path = "/app/" + out
+    if ask == "length":
+        read = f"int(Path({path!r}).read_text().strip()), None"
+    elif ask == "moves":
+        read = f'None, "".join(Path({path!r}).read_text().split())'
+    else:
+        read = (
+            f"(lambda d: (int(d[{lk!r}]), str(d[{mk!r}])))(json.loads(Path({path!r}).read_text()))"
+        )
+    return textwrap.dedent(
+        f"""\
+        import json
+        from pathlib import Path
+
+        MAZE = {json.dumps(lines)}
+        SHORTEST = {length}
+        MOVES = {{"U": (-1, 0), "D": (1, 0), "L": (0, -1), "R": (0, 1)}}
+
+
+        def answer():
+            return {read}
+
+
+        def test_answer_present():
+            assert Path({path!r}).is_file()
+
+
+        def test_length_is_optimal():
+            n, moves = answer()
+            if n is not None:
+                assert n == SHORTEST
+
+
+        def test_moves_valid_and_optimal():
+            n, moves = answer()
+            if moves is None:
+                return
+            r, c = next((r, c) for r, row in enumerate(MAZE) for c, ch in enumerate(row) if ch == "S")
+            keys = set()
+            for i, m in enumerate(moves):
+                assert m in MOVES, f"bad move {{m!r}} at {{i}}"
+                r, c = r + MOVES[m][0], c + MOVES[m][1]
+                assert 0 <= r < len(MAZE) and 0 <= c < len(MAZE[r]), f"left the maze at move {{i}}"
+                ch = MAZE[r][c]
+                assert ch != "#", f"walked into a wall at move {{i}}"
+                if ch.isupper() and ch not in "SG":
+                    assert ch.lower() in keys, f"door {{ch}} without its key at move {{i}}"
+                if ch.islower():
+                    keys.add(ch)
+            assert MAZE[r][c] == "G", "the moves do not end on a goal"
+            assert len(moves) == SHORTEST
+            if n is not None:
+                assert n == len(moves)
+        """
+    )

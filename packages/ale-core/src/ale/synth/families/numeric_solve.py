@@ -1,0 +1,643 @@
+"""numeric-solve: a small numerical-methods job whose answer is a few numbers in a file.
+
+Each draft is one of three kinds: integrate tabulated data with the trapezoid rule, find
+the root(s) of a stated polynomial on an interval by bisection to a stated tolerance, or
+step a stated ODE (or, when hard, a system of two) with Euler's method or classic RK4.
+Difficulty changes sizes, spacing and ordering of the data, the polynomial's degree and
+number of roots in the interval, and whether checkpoints or a system are asked for. The
+tests accept the tolerance the instruction states.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import random
+import textwrap
+from collections.abc import Callable
+
+from ale.synth.expert import Observation, shell, write
+from ale.synth.family import ExpertProgram, Family, TaskDraft, register
+
+_OUT_NAMES = ["answer.txt", "result.txt", "output.txt", "solution.txt", "out/result.txt"]
+_ONE_PER_LINE = [
+    "Write one number per line, in the order given, with at least 10 significant digits.",
+    "Put each number on its own line (same order as above), printed in full precision.",
+    "Each value goes on a separate line, in that order, written in full precision.",
+    "Output format: plain decimal numbers (10+ significant digits), one per line, in the order listed.",
+]
+_ONE_NUMBER = [
+    "The file should contain just the number (full double precision, no label).",
+    "Write only the number, nothing else, with at least 10 significant digits.",
+    "Put the bare value in the file; do not round it to fewer than 10 significant digits.",
+    "Only the numeric value (full precision) should be in the file.",
+]
+_TOL = [
+    "Your answer is accepted if it is within {tol} of the exact value.",
+    "A tolerance of {tol} (absolute) is allowed.",
+    "It will be checked to an absolute tolerance of {tol}.",
+    "Anything within {tol} of the true value counts as correct.",
+]
+
+# ---------------------------------------------------------------- trapezoid rule
+
+_TABLES = [
+    ("t_s", "velocity_mps", "distance travelled"),
+    ("time_h", "power_kw", "energy used"),
+    ("x_m", "load_n_per_m", "total load"),
+    ("depth_m", "area_m2", "volume"),
+    ("t_min", "flow_l_per_min", "volume pumped"),
+]
+_TRAP_OPEN = [
+    "The file `{src}` tabulates `{y}` against `{x}`.",
+    "Sampled data of `{y}` as a function of `{x}` is stored in `{src}`.",
+    "I logged `{y}` at a series of `{x}` values; the table is `{src}`.",
+    "`{src}` is a two-column CSV (`{x}`, `{y}`) with a header line.",
+]
+_TRAP_ASK = [
+    "Integrate `{y}` over `{x}` with the composite trapezoid rule (straight lines between "
+    "consecutive samples) to get the {what}.",
+    "Use the trapezoidal rule on the samples as given (no interpolation, no Simpson) to "
+    "compute the integral of `{y}` with respect to `{x}`, i.e. the {what}.",
+    "I need the {what}: the trapezoid-rule integral of `{y}` d`{x}` over the samples.",
+    "Compute the {what} by applying the trapezoid rule to each pair of neighbouring samples "
+    "and summing.",
+]
+_TRAP_SPACING = [
+    "Note that the `{x}` spacing is not uniform.",
+    "The samples are not evenly spaced, so use each interval's own width.",
+    "Careful: the step between samples varies.",
+    "Sample spacing is irregular.",
+]
+_TRAP_EVEN = [
+    "There are {n} samples, evenly spaced {step:g} apart.",
+    "The {n} samples are spaced uniformly (step {step:g}).",
+    "`{x}` goes from {lo:g} to {hi:g} in steps of {step:g}.",
+    "The table has {n} rows at a constant spacing of {step:g}.",
+]
+_TRAP_SHUFFLED = [
+    "The rows were written out of order; sort by `{x}` first.",
+    "Rows are not sorted by `{x}`.",
+    "The logger shuffled the rows, so order them by `{x}` before integrating.",
+    "Beware: the rows are in no particular order.",
+]
+
+
+def _trapezoid(rng: random.Random, difficulty: str) -> dict:
+    x, y, what = rng.choice(_TABLES)
+    n = {"easy": 11, "medium": 25, "hard": 40}[difficulty] + rng.randrange(10)
+    start = rng.choice([0, 0, 1, 2, 5])
+    if difficulty == "easy":
+        step = rng.choice([0.25, 0.5, 1.0, 2.0])
+        xs = [round(start + i * step, 2) for i in range(n)]
+    else:
+        xs = [float(start)]
+        for _ in range(n - 1):
+            xs.append(round(xs[-1] + rng.uniform(0.1, 1.5), 2))
+    amp, base, freq = rng.uniform(2, 20), rng.uniform(5, 40), rng.uniform(0.1, 0.6)
+    ys = [round(base + amp * math.sin(freq * v) + rng.uniform(-1, 1), 3) for v in xs]
+    rows = list(zip(xs, ys, strict=True))
+    shuffled = difficulty == "hard"
+    if shuffled:
+        rng.shuffle(rows)
+
+    def trap(lo: float, hi: float) -> float:
+        pts = sorted(p for p in rows if lo <= p[0] <= hi)
+        return sum((b[0] - a[0]) * (a[1] + b[1]) / 2 for a, b in itertools.pairwise(pts))
+
+    answers = [trap(xs[0], xs[-1])]
+    asks = [rng.choice(_TRAP_ASK).format(x=x, y=y, what=what)]
+    bounds: tuple[float, float] | None = None
+    if difficulty == "hard":
+        i = rng.randrange(2, n // 3)
+        j = rng.randrange(2 * n // 3, n - 2)
+        bounds = (xs[i], xs[j])
+        answers.append(trap(*bounds))
+        asks.append(
+            f"Give two numbers: first the integral over all samples, then the integral over "
+            f"`{x}` from {xs[i]:g} to {xs[j]:g} (both are sample points)."
+        )
+    src = rng.choice(
+        ["samples.csv", "profile.csv", "table.csv", f"{y.split('_')[0]}.csv", f"{x}_{y}.csv"]
+    )
+    text = f"{x},{y}\n" + "".join(f"{a:g},{b:g}\n" for a, b in rows)
+    parts = [rng.choice(_TRAP_OPEN).format(src=src, x=x, y=y), *asks]
+    if difficulty == "easy":
+        even = rng.choice(_TRAP_EVEN)
+        parts.append(even.format(n=n, step=xs[1] - xs[0], x=x, lo=xs[0], hi=xs[-1]))
+    else:
+        parts.append(rng.choice(_TRAP_SPACING).format(x=x))
+    if shuffled:
+        parts.append(rng.choice(_TRAP_SHUFFLED).format(x=x))
+    code = textwrap.dedent(
+        f"""\
+        rows = []
+        for line in open({src!r}).read().splitlines()[1:]:
+            if line.strip():
+                a, b = line.split(",")
+                rows.append((float(a), float(b)))
+        rows.sort()
+
+
+        def trap(lo, hi):
+            pts = [p for p in rows if lo <= p[0] <= hi]
+            return sum((b[0] - a[0]) * (a[1] + b[1]) / 2 for a, b in zip(pts, pts[1:]))
+
+
+        answers = [trap(rows[0][0], rows[-1][0])]
+        BOUNDS = {bounds!r}
+        if BOUNDS:
+            answers.append(trap(*BOUNDS))
+        """
+    )
+    return {
+        "parts": parts,
+        "answers": answers,
+        "tol": 1e-3,
+        "files": {src: text},
+        "code": code,
+        "look": f"head -n 5 {src}; wc -l {src}",
+        "params": {"columns": [x, y], "points": n, "shuffled": shuffled, "source": src},
+    }
+
+
+# ---------------------------------------------------------------- bisection
+
+
+def _mul(p: list[float], q: list[float]) -> list[float]:
+    out = [0.0] * (len(p) + len(q) - 1)
+    for i, a in enumerate(p):
+        for j, b in enumerate(q):
+            out[i + j] += a * b
+    return out
+
+
+def _horner(coeffs: list[float], x: float) -> float:
+    acc = 0.0
+    for c in coeffs:
+        acc = acc * x + c
+    return acc
+
+
+def _bisect(f: Callable[[float], float], lo: float, hi: float) -> float:
+    flo = f(lo)
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        fm = f(mid)
+        if fm == 0 or hi - lo < 1e-14:
+            return mid
+        if (fm < 0) == (flo < 0):
+            lo, flo = mid, fm
+        else:
+            hi = mid
+    return (lo + hi) / 2
+
+
+def _poly_text(coeffs: list[float]) -> str:
+    deg = len(coeffs) - 1
+    terms: list[str] = []
+    for i, c in enumerate(coeffs):
+        if c == 0:
+            continue
+        power = deg - i
+        mag = f"{abs(c):g}"
+        body = {0: mag, 1: f"{mag}x"}.get(power, f"{mag}x^{power}")
+        if mag == "1" and power:
+            body = body[1:]
+        sign = "-" if c < 0 else "+"
+        terms.append(("-" if sign == "-" else "") + body if not terms else f" {sign} {body}")
+    return "".join(terms)
+
+
+_ROOT_OPEN = [
+    "Consider the polynomial p(x) = {poly}.",
+    "Let p(x) = {poly}.",
+    "We are studying p(x) = {poly}.",
+    "Here is a polynomial: p(x) = {poly}.",
+]
+_ROOT_ASK_ONE = [
+    "It has exactly one real root in [{a}, {b}]. Find it with the bisection method, "
+    "stopping once the bracket is narrower than {tol}.",
+    "Use bisection on the interval [{a}, {b}] (p changes sign there) to locate its root "
+    "to within {tol}.",
+    "Locate the single root of p between {a} and {b} by repeated interval halving, to a "
+    "tolerance of {tol}.",
+    "Bisect on [{a}, {b}] until you know the root of p to {tol} or better.",
+]
+_ROOT_ASK_MANY = [
+    "It has {k} real roots in [{a}, {b}]. Find all of them by bisection (bracket each sign "
+    "change first) to within {tol}, and list them in increasing order.",
+    "There are {k} roots of p inside [{a}, {b}]. Bracket each one and bisect to a tolerance "
+    "of {tol}; report them smallest first.",
+    "Find every root of p in the interval [{a}, {b}] ({k} in all) using bisection, each "
+    "accurate to {tol}, sorted ascending.",
+    "Determine the {k} zeros of p on [{a}, {b}] to within {tol} by bisection; give them in "
+    "ascending order.",
+]
+_COEFFS = [
+    "(Coefficients from the highest power down: {c}.)",
+    "Its coefficients, highest degree first, are {c}.",
+    "In coefficient form (leading first): {c}.",
+    "For convenience, the coefficient list (x^{d} down to the constant) is {c}.",
+]
+
+
+def _bisection(rng: random.Random, difficulty: str) -> dict:
+    k_in = {"easy": 1, "medium": 1, "hard": rng.randint(2, 3)}[difficulty]
+    tol = {"easy": 1e-4, "medium": 1e-6, "hard": 1e-6}[difficulty]
+    while True:
+        a = rng.randint(-4, 1) + rng.choice([0, 0.5])
+        b = a + rng.randint(3, 6)
+        roots: list[float] = []
+        while len(roots) < k_in:
+            r = rng.uniform(a + 0.2, b - 0.2)
+            if all(abs(r - s) > 0.5 for s in roots):
+                roots.append(r)
+        lead = rng.choice([-1, 1]) * round(rng.uniform(0.5, 3), 2)
+        poly = [lead]
+        for r in roots:
+            poly = _mul(poly, [1.0, -r])
+        if difficulty == "medium":  # a second real root, outside the interval
+            outside = rng.choice([a - rng.uniform(0.5, 3), b + rng.uniform(0.5, 3)])
+            poly = _mul(poly, [1.0, -outside])
+        if len(poly) < 4 or difficulty == "medium":  # a factor without real roots
+            p_, q_ = rng.uniform(-2, 2), rng.uniform(0.5, 4)
+            poly = _mul(poly, [1.0, p_, p_ * p_ / 4 + q_])
+        coeffs = [round(c, 3) for c in poly]
+
+        def f(x: float, coeffs: list[float] = coeffs) -> float:
+            return _horner(coeffs, x)
+
+        grid = 4000
+        found: list[float] = []
+        prev = f(a)
+        for i in range(1, grid + 1):
+            x = a + (b - a) * i / grid
+            cur = f(x)
+            if (cur < 0) != (prev < 0):
+                found.append(_bisect(f, a + (b - a) * (i - 1) / grid, x))
+            prev = cur
+        if (
+            len(found) == k_in
+            and abs(f(a)) > 1e-3
+            and abs(f(b)) > 1e-3
+            and all(abs(x - r) < 0.05 for x, r in zip(found, sorted(roots), strict=True))
+        ):
+            break
+    poly_s = _poly_text(coeffs)
+    coef_s = "[" + ", ".join(f"{c:g}" for c in coeffs) + "]"
+    fa, fb = f"{a:g}", f"{b:g}"
+    ask = (
+        rng.choice(_ROOT_ASK_ONE).format(a=fa, b=fb, tol=tol)
+        if k_in == 1
+        else rng.choice(_ROOT_ASK_MANY).format(a=fa, b=fb, tol=tol, k=k_in)
+    )
+    parts = [
+        rng.choice(_ROOT_OPEN).format(poly=poly_s),
+        rng.choice(_COEFFS).format(c=coef_s, d=len(coeffs) - 1),
+        ask,
+    ]
+    code = textwrap.dedent(
+        f"""\
+        COEFFS = {coeffs!r}
+        A, B, TOL = {float(a)!r}, {float(b)!r}, {tol!r}
+
+
+        def p(x):
+            acc = 0.0
+            for c in COEFFS:
+                acc = acc * x + c
+            return acc
+
+
+        def bisect(lo, hi):
+            while hi - lo > TOL / 4:
+                mid = (lo + hi) / 2
+                if (p(mid) < 0) == (p(lo) < 0):
+                    lo = mid
+                else:
+                    hi = mid
+            return (lo + hi) / 2
+
+
+        N = 2000
+        answers = []
+        for i in range(N):
+            lo, hi = A + (B - A) * i / N, A + (B - A) * (i + 1) / N
+            if (p(lo) < 0) != (p(hi) < 0):
+                answers.append(bisect(lo, hi))
+        print("sign changes found:", len(answers))
+        """
+    )
+    return {
+        "parts": parts,
+        "answers": found,
+        "tol": tol,
+        "files": {},
+        "code": code,
+        "look": None,
+        "params": {"coefficients": coeffs, "interval": [a, b], "roots_in_interval": k_in},
+    }
+
+
+# ---------------------------------------------------------------- ODEs
+
+_SCALAR = [
+    ("logistic growth", "r*y*(1 - y/K)", {"r": (0.3, 1.5), "K": (50, 500)}, (1, 20)),
+    ("Newton cooling", "-k*(y - Ta)", {"k": (0.05, 0.5), "Ta": (15, 25)}, (60, 95)),
+    ("forced decay", "-k*y + a*sin(w*t)", {"k": (0.2, 1.0), "a": (1, 5), "w": (0.5, 3)}, (0, 5)),
+    ("growth-decay", "y*(a - b*t)", {"a": (0.3, 1.0), "b": (0.3, 0.8)}, (1, 5)),
+]
+_SYSTEMS = [
+    (
+        "damped oscillator",
+        ("x", "v"),
+        ("v", "-w2*x - c*v"),
+        {"w2": (1, 6), "c": (0.1, 0.8)},
+        ((0.5, 2), (-1, 1)),
+    ),
+    (
+        "predator-prey",
+        ("x", "y"),
+        ("a*x - b*x*y", "d*x*y - g*y"),
+        {"a": (0.8, 1.5), "b": (0.05, 0.2), "d": (0.02, 0.1), "g": (0.5, 1.2)},
+        ((5, 20), (2, 8)),
+    ),
+]
+_ODE_OPEN = [
+    "Simulate the {name} model {eqs} starting from {init} at t = {t0}.",
+    "A {name} model is given by {eqs}, with {init} at t = {t0}.",
+    "Our {name} model: {eqs}; the initial state is {init} at t = {t0}.",
+    "Consider the initial value problem {eqs} with {init} at t = {t0} (a {name} model).",
+]
+_METHOD = {
+    "euler": [
+        "Use the explicit (forward) Euler method with step h = {h} for {n} steps.",
+        "Integrate it with forward Euler, step size {h}, {n} steps.",
+        "Take {n} explicit Euler steps of size h = {h}.",
+        "Apply Euler's method (y += h*f(t, y)) with h = {h}, {n} times.",
+    ],
+    "rk4": [
+        "Use the classic fourth-order Runge-Kutta method (RK4) with step h = {h} for {n} steps.",
+        "Integrate it with classical RK4, step size {h}, {n} steps.",
+        "Take {n} steps of the standard RK4 scheme with h = {h}.",
+        "Apply the fourth-order Runge-Kutta method with a fixed step of {h}, {n} times.",
+    ],
+}
+_ODE_ASK_FINAL = [
+    "Report y after the last step.",
+    "I need the value of y at the end of the run.",
+    "What is y after those steps? Write it out.",
+    "Write the final y value.",
+]
+_ODE_ASK_CHECK = [
+    "Report y after each of steps {steps} (counting the first step as 1).",
+    "I need y at checkpoints: after steps {steps}.",
+    "Give the values of y after exactly {steps} steps.",
+    "Record y once {steps} steps have been taken.",
+]
+_ODE_ASK_SYS = [
+    "Report {u} and then {v} after the last step.",
+    "I need the final values of {u} and {v} (in that order).",
+    "Write the state at the end: {u} first, then {v}.",
+    "Give {u} and {v} after the final step, {u} first.",
+]
+
+
+def _ode(rng: random.Random, difficulty: str) -> dict:
+    method = "euler" if difficulty == "easy" else rng.choice(["euler", "rk4"])
+    other = "rk4" if method == "euler" else "euler"
+    t0 = rng.choice([0, 0, 1])
+
+    def num(lo_hi: tuple[float, float]) -> float:
+        return round(rng.uniform(*lo_hi), 2)
+
+    while True:  # redraw until the asked method is told apart from the other one
+        h = rng.choice([0.01, 0.02, 0.05, 0.1])
+        n = rng.randint(20, 60) if h >= 0.05 else rng.randint(80, 250)
+        if difficulty == "hard":
+            name, names, rhs, prm, inits = rng.choice(_SYSTEMS)
+            values = {k: num(v) for k, v in prm.items()}
+            state0 = [num(r) for r in inits]
+            exprs = [_subst(e, values) for e in rhs]
+            eqs = f"d{names[0]}/dt = {exprs[0]}, d{names[1]}/dt = {exprs[1]}"
+            init = f"{names[0]} = {state0[0]:g}, {names[1]} = {state0[1]:g}"
+        else:
+            name, rhs1, prm, init_r = rng.choice(_SCALAR)
+            names = ("y",)
+            values = {k: num(v) for k, v in prm.items()}
+            state0 = [num(init_r)]
+            exprs = [_subst(rhs1, values)]
+            eqs = f"dy/dt = {exprs[0]}"
+            init = f"y = {state0[0]:g}"
+        checkpoints = [n]
+        if difficulty == "medium":
+            checkpoints = [*sorted(rng.sample(range(5, n), k=2)), n]
+        answers = _run(exprs, names, state0, t0, h, n, checkpoints, method)
+        alt = _run(exprs, names, state0, t0, h, n, checkpoints, other)
+        if max(abs(a - b) for a, b in zip(answers, alt, strict=True)) > 1e-3:
+            break
+    parts = [
+        rng.choice(_ODE_OPEN).format(name=name, eqs=eqs, init=init, t0=t0),
+        rng.choice(_METHOD[method]).format(h=h, n=n),
+    ]
+    if difficulty == "hard":
+        parts.append(rng.choice(_ODE_ASK_SYS).format(u=names[0], v=names[1]))
+    elif difficulty == "medium":
+        steps = ", ".join(str(s) for s in checkpoints[:-1]) + f" and {checkpoints[-1]}"
+        parts.append(rng.choice(_ODE_ASK_CHECK).format(steps=steps))
+    else:
+        parts.append(rng.choice(_ODE_ASK_FINAL))
+    parts.append("(`sin` is the sine of an angle in radians.)" if "sin" in eqs else "")
+    code = textwrap.dedent(
+        f"""\
+        from math import sin
+
+        NAMES = {names!r}
+        EXPRS = {exprs!r}
+        H, N, T0, METHOD = {h!r}, {n!r}, {float(t0)!r}, {method!r}
+        CHECKPOINTS = {checkpoints!r}
+
+
+        def f(t, s):
+            env = dict(zip(NAMES, s), t=t, sin=sin)
+            return [eval(e, {{}}, env) for e in EXPRS]
+
+
+        def step(t, s):
+            if METHOD == "euler":
+                return [a + H * d for a, d in zip(s, f(t, s))]
+            k1 = f(t, s)
+            k2 = f(t + H / 2, [a + H / 2 * d for a, d in zip(s, k1)])
+            k3 = f(t + H / 2, [a + H / 2 * d for a, d in zip(s, k2)])
+            k4 = f(t + H, [a + H * d for a, d in zip(s, k3)])
+            return [a + H / 6 * (p + 2 * q + 2 * r + w) for a, p, q, r, w in zip(s, k1, k2, k3, k4)]
+
+
+        state = {state0!r}
+        answers = []
+        for i in range(1, N + 1):
+            state = step(T0 + (i - 1) * H, state)
+            if i in CHECKPOINTS:
+                answers.extend(state)
+        """
+    )
+    return {
+        "parts": [p for p in parts if p],
+        "answers": answers,
+        "tol": 1e-6,
+        "files": {},
+        "code": code,
+        "look": None,
+        "params": {
+            "model": name,
+            "method": method,
+            "h": h,
+            "steps": n,
+            "checkpoints": checkpoints,
+            "rhs": exprs,
+        },
+    }
+
+
+def _subst(expr: str, values: dict[str, float]) -> str:
+    """``expr`` with its parameter names replaced by their values, spaced for reading."""
+    out = []
+    token = ""
+    for ch in expr + " ":
+        if ch.isalnum():
+            token += ch
+            continue
+        if token:
+            out.append(f"{values[token]:g}" if token in values else token)
+            token = ""
+        out.append(ch)
+    return "".join(out).strip().replace("*", " * ").replace("  ", " ")
+
+
+def _run(
+    exprs: list[str],
+    names: tuple[str, ...],
+    state0: list[float],
+    t0: float,
+    h: float,
+    n: int,
+    checkpoints: list[int],
+    meth: str,
+) -> list[float]:
+    """The state after each checkpoint step of ``meth`` (flattened)."""
+    compiled = [compile(e, "<rhs>", "eval") for e in exprs]
+    state = list(state0)
+    out: list[float] = []
+    for step in range(1, n + 1):
+        state = _step(compiled, names, meth, t0 + (step - 1) * h, state, h)
+        if step in checkpoints:
+            out.extend(state)
+    return out
+
+
+def _step(
+    compiled: list, names: tuple[str, ...], meth: str, t: float, s: list[float], h: float
+) -> list[float]:
+    def f(tt: float, ss: list[float]) -> list[float]:
+        env = {**dict(zip(names, ss, strict=True)), "t": tt, "sin": math.sin}
+        return [eval(c, {}, env) for c in compiled]
+
+    if meth == "euler":
+        return [a + h * d for a, d in zip(s, f(t, s), strict=True)]
+    k1 = f(t, s)
+    k2 = f(t + h / 2, [a + h / 2 * d for a, d in zip(s, k1, strict=True)])
+    k3 = f(t + h / 2, [a + h / 2 * d for a, d in zip(s, k2, strict=True)])
+    k4 = f(t + h, [a + h * d for a, d in zip(s, k3, strict=True)])
+    return [
+        a + h / 6 * (p + 2 * q + 2 * r + w) for a, p, q, r, w in zip(s, k1, k2, k3, k4, strict=True)
+    ]
+
+
+# ---------------------------------------------------------------- the family
+
+_KINDS = {"trapezoid": _trapezoid, "bisection": _bisection, "ode": _ode}
+
+
+@register
+class NumericSolve(Family):
+    name = "numeric-solve"
+    category = "scientific-computing"
+    description = "Trapezoid integration, polynomial bisection or an Euler/RK4 ODE run."
+    multi_turn = False
+
+    def generate(self, rng: random.Random, difficulty: str) -> TaskDraft:
+        kind = rng.choice(sorted(_KINDS))
+        job = _KINDS[kind](rng, difficulty)
+        out = rng.choice(_OUT_NAMES)
+        answers: list[float] = job["answers"]
+        tol: float = job["tol"]
+        many = len(answers) > 1
+        parts = list(job["parts"])
+        parts.append(f"Save the result to `{out}`.")
+        parts.append(rng.choice(_ONE_PER_LINE if many else _ONE_NUMBER))
+        parts.append(rng.choice(_TOL).format(tol=f"{tol:g}"))
+        instruction = " ".join(parts)
+        code = job["code"] + textwrap.dedent(
+            f"""\
+            import os
+            os.makedirs(os.path.dirname({out!r}) or ".", exist_ok=True)
+            with open({out!r}, "w") as fh:
+                fh.write("".join(f"{{v:.12g}}\\n" for v in answers))
+            """
+        )
+        tests = textwrap.dedent(
+            f"""\
+            from pathlib import Path
+
+            EXPECTED = {[float(a) for a in answers]!r}
+            TOL = {tol!r}
+
+
+            def numbers():
+                return [float(tok) for tok in Path({"/app/" + out!r}).read_text().split()]
+
+
+            def test_count():
+                assert len(numbers()) == len(EXPECTED)
+
+
+            def test_values():
+                for got, want in zip(numbers(), EXPECTED):
+                    assert abs(got - want) <= TOL, (got, want)
+            """
+        )
+        look = job["look"]
+
+        def expert() -> ExpertProgram:
+            if look:
+                seen: Observation = yield shell(look, "First a look at the data.")
+                lines = seen.output.splitlines()
+                header = lines[0] if lines else ""
+                thought = f"The header is `{header}`; I write the integration script."
+            else:
+                thought = f"I write a short stdlib script for the {kind} computation."
+            yield write("/app/compute.py", code, thought)
+            ran: Observation = yield shell(
+                f"python3 compute.py 2>&1 && cat {out}", "Run it and show the output file."
+            )
+            if not ran.ok:
+                return "The script failed; see the error above."
+            got = ran.output.strip().splitlines()[-len(answers) :]
+            return f"Wrote {len(got)} value(s) to {out}: {', '.join(got)}."
+
+        params = {"kind": kind, "output": out, "tolerance": tol, **job["params"]}
+        files = {f"/app/{name}": text for name, text in job["files"].items()}
+        mistakes = [shell("python3 -c 'import numpy, scipy'", "Check for numpy and scipy.")]
+        if files:
+            mistakes.append(shell("head -n 5 /app/data.csv", "First a look at the data."))
+        return TaskDraft(
+            instruction=instruction,
+            files=files,
+            tests=tests,
+            solution="python3 - <<'PY'\n" + code + "PY\n",
+            expert=expert,
+            params=params,
+            mistakes=mistakes,
+            tags=["numerical-methods", kind],
+        )

@@ -1,0 +1,573 @@
+"""secret-scan: find the credentials leaked in a project tree, report them and redact them.
+
+A small project under /app holds leaked secrets of a few drawn kinds (AWS access key ids,
+GitHub tokens, live Stripe keys, hard-coded passwords, PEM private keys) among look-alikes
+that are not secrets: placeholders (``changeme``, ``<your-token>``, ``xxxx``, AWS's
+``...EXAMPLE`` key), environment-variable references, a test fixture file marked as fake
+data, public keys and certificates. The task needs interaction: which hits are real is only
+known after grepping and reading them (and the fixture file's header), and the report and
+the redaction are built from what was seen.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import re
+import string
+import textwrap
+
+from ale.synth.expert import Observation, shell, write
+from ale.synth.family import ExpertProgram, Family, TaskDraft, register
+
+_PROJECTS = ["billing-api", "inventory-svc", "webshop", "datahub", "notifier", "reportgen"]
+_PROJECTS += ["ticketing", "geo-index", "payroll", "chat-relay"]
+_PKGS = ["core", "app", "service", "server", "lib"]
+_HOSTS = [
+    (".env", "env"),
+    ("config/settings.py", "py"),
+    ("deploy/values.yaml", "yaml"),
+    ("scripts/sync.sh", "sh"),
+    ("src/{pkg}/client.py", "py"),
+    ("docker-compose.yml", "yaml"),
+    ("config/app.ini", "ini"),
+    (".github/workflows/ci.yml", "yaml"),
+    ("config/prod.env", "env"),
+    ("scripts/backup.sh", "sh"),
+]
+_KEYS = {
+    "aws": ["AWS_ACCESS_KEY_ID", "S3_ACCESS_KEY_ID", "BACKUP_AWS_KEY_ID"],
+    "github": ["GITHUB_TOKEN", "GH_TOKEN", "CI_GITHUB_TOKEN"],
+    "stripe": ["STRIPE_SECRET_KEY", "STRIPE_API_KEY", "PAYMENTS_KEY"],
+    "password": ["DB_PASSWORD", "SMTP_PASSWORD", "ADMIN_PASSWORD", "REDIS_PASSWORD"],
+}
+_PLACEHOLDERS = {
+    "aws": [
+        "AKIAIOSFODNN7EXAMPLE",
+        "<your-access-key-id>",
+        "${AWS_ACCESS_KEY_ID}",
+        "AKIA" + "X" * 16,
+    ],
+    "github": ["<your-token>", "ghp_" + "x" * 36, "${GITHUB_TOKEN}", "<github-token>"],
+    "stripe": ["sk_live_" + "x" * 24, "<stripe-secret-key>", "${STRIPE_SECRET_KEY}"],
+    "password": ["changeme", "", "<db-password>", "${DB_PASSWORD}", "xxxxxxxx", "********"],
+}
+_FILLER = {
+    "env": ["APP_ENV=production", "DEBUG=false", "LOG_LEVEL=info", "DB_HOST=db.internal"],
+    "sh": ['BUCKET="s3://{proj}-backups"', 'echo "syncing {proj}"'],
+    "py": ["DEBUG = False", "TIMEOUT = 30", 'DB_HOST = "db.internal"'],
+    "yaml": ["replicas: 2", "image: registry.local/{proj}:1.4.2", "logLevel: info"],
+    "ini": ["host = db.internal", "port = 5432", "timeout = 30"],
+}
+_FILLER["env"] += ["DB_PORT=5432", "REDIS_URL=redis://cache:6379/0", "WORKERS=4", "TZ=UTC"]
+_FILLER["sh"] += ['tar czf "/tmp/{proj}.tgz" ./out', 'cd "$(dirname "$0")/.."', "DATE=$(date +%F)"]
+_FILLER["py"] += ['DB_NAME = "{proj}"', "RETRIES = 3", 'ALLOWED_HOSTS = ["*"]']
+_FILLER["yaml"] += ["port: 8080", "region: eu-west-1", "host: db.internal", "user: {proj}"]
+_FILLER["ini"] += ["debug = false", "name = {proj}", "pool_size = 8"]
+_FIRST = {"sh": ["#!/bin/bash", "set -euo pipefail"], "py": ["import os"], "ini": ["[main]"]}
+_FIXTURE_HEADERS = [
+    "# TEST FIXTURE - fake credentials for unit tests, not real",
+    "# Fake data for tests only: these credentials are not real",
+    "# test fixture: dummy secrets used by the test suite (fake)",
+]
+_PEM_PATHS = ["keys/deploy_key.pem", ".ssh/id_rsa", "certs/server.key", "config/jwt-signing.key"]
+_PEM_TYPES = ["RSA PRIVATE KEY", "PRIVATE KEY", "EC PRIVATE KEY", "OPENSSH PRIVATE KEY"]
+_MARKERS = ["[REDACTED]", "REDACTED", "***REDACTED***", "<redacted>", "[SECRET-REMOVED]"]
+_REPORTS = ["leaks.txt", "secret_report.txt", "audit/secrets.txt", "findings.txt"]
+_REPORTS += ["reports/leaked.txt"]
+
+_OPENERS = [
+    "Before we open-source `{proj}/`, it has to be scrubbed of credentials.",
+    "A scanner alerted on leaked credentials somewhere in the repository at `{proj}/`.",
+    "We suspect secrets were committed to the project in `{proj}/`.",
+    "Security asked for a credential sweep of `{proj}/` (the project in /app).",
+    "Audit the project tree `{proj}/` for hard-coded secrets.",
+]
+_KIND_DESC = {
+    "aws": [
+        "AWS access key ids (`AKIA` followed by 16 upper-case letters or digits)",
+        "AWS-style access keys: `AKIA` plus 16 characters from A-Z and 0-9",
+        "access key ids of the form `AKIA[0-9A-Z]{{16}}`",
+    ],
+    "github": [
+        "GitHub personal access tokens (`ghp_` plus 36 letters or digits)",
+        "GitHub tokens matching `ghp_[A-Za-z0-9]{{36}}`",
+        "`ghp_...` GitHub tokens (40 characters long)",
+    ],
+    "stripe": [
+        "live Stripe secret keys (`sk_live_` plus 24 letters or digits)",
+        "Stripe keys of the form `sk_live_[A-Za-z0-9]{{24}}`",
+        "`sk_live_...` payment API keys",
+    ],
+    "password": [
+        "hard-coded passwords (a setting whose name contains `PASSWORD` set to a literal value)",
+        "passwords written directly into config or code, e.g. `DB_PASSWORD=...`",
+        "literal values of password settings (`*_PASSWORD`)",
+    ],
+    "pem": [
+        "PEM private keys (`-----BEGIN ... PRIVATE KEY-----` blocks); public keys and "
+        "certificates are fine",
+        "private key blocks in PEM form (not public keys, not certificates)",
+        "PEM-encoded private keys; a certificate or a public key is not a leak",
+    ],
+}
+_LOOK_FOR = [
+    "Treat these as secrets:",
+    "The kinds of credential to look for:",
+    "What counts as a leak:",
+    "Look for:",
+]
+_NOT_SECRET = [
+    "Placeholders are not secrets: empty values, angle-bracket templates like `<your-token>`, "
+    "runs of `x` or `*`, dummies like `changeme`, values containing `EXAMPLE`, and "
+    "references to environment variables (`${{VAR}}`, `os.environ`, `os.getenv`).",
+    "Ignore placeholders and indirections: `changeme`, `<...>` templates, `xxxx` or `****` "
+    "fillers, AWS's documented `...EXAMPLE` key, empty values and anything read from the "
+    "environment (`${{...}}`, `os.environ[...]`, `os.getenv(...)`).",
+    "Do not flag values that are obviously not real: empty strings, `<placeholder>` text, "
+    "`xxxxxxxx`/`********`, `changeme`, keys with `EXAMPLE` in them, or environment "
+    "variable references such as `${{DB_PASSWORD}}`.",
+    "Values that merely stand in for a secret do not count: blanks, `<...>`, strings of "
+    "`x`/`*`, `changeme`, `...EXAMPLE` keys, and `${{VAR}}` / `os.environ` / `os.getenv` "
+    "lookups.",
+]
+_FIXTURE = [
+    "Files whose first line says they hold fake data for tests are out of scope.",
+    "Anything in a file marked (on its first line) as a fake test fixture is not a leak.",
+    "Test fixtures whose header says the data is fake must be left alone and not reported.",
+    "Skip files that declare themselves fake test fixtures in their first line.",
+]
+_REPORT = [
+    "Write each real leak to `{report}` as `path:line`, one per line, with paths relative to "
+    "`{proj}/` and line numbers as they are before you edit anything.",
+    "List the leaks in `{report}`: one `relative/path:line_number` entry per line (relative "
+    "to `{proj}/`, original line numbers).",
+    "Record every finding in `{report}`, one per line, formatted `file:line` where file is "
+    "relative to the project root `{proj}/` and line is the original line number.",
+    "Put a report at `{report}` with one line per leaked secret, `path:line` (path relative "
+    "to `{proj}/`, numbering from 1 as in the untouched files).",
+]
+_REDACT = [
+    "Then redact each leak in place: replace just the secret value with `{marker}`, keeping "
+    "the key, any quotes and the rest of the line.",
+    "Afterwards overwrite every leaked value in its file with `{marker}` (only the value: the "
+    "setting name, quotes and everything else on the line stay).",
+    "Also scrub them: each secret value becomes the literal text `{marker}`; do not change "
+    "anything else in the files.",
+    "Finally replace the secret values themselves with `{marker}` and leave all other text, "
+    "including the placeholders and fixtures, untouched.",
+]
+_PEM_REDACT = [
+    "A private key is redacted by replacing its whole block, from the BEGIN line through the "
+    "END line, with a single line `{marker}`.",
+    "For a PEM private key, swap the entire block (BEGIN to END, inclusive) for one line "
+    "holding `{marker}`; report the BEGIN line.",
+    "Private keys: report the line of the `-----BEGIN` header, and replace the block "
+    "(BEGIN..END lines) with one `{marker}` line.",
+]
+
+_TOKEN = {
+    "aws": re.compile(r"AKIA[0-9A-Z]{16}"),
+    "github": re.compile(r"ghp_[A-Za-z0-9]{36}"),
+    "stripe": re.compile(r"sk_live_[A-Za-z0-9]{24}"),
+}
+_PASSWORD = re.compile(r"(?i)passw(?:or)?d\w*[\"']?\s*[:=]\s*(.*)$")
+_DUMMIES = {"changeme", "change-me", "replace-me", "your-password-here", "example"}
+GREP = (
+    "grep -rnE 'AKIA[0-9A-Z]{16}|ghp_[A-Za-z0-9]{36}|sk_live_[A-Za-z0-9]{24}|"
+    "[Pp][Aa][Ss][Ss][Ww]([Oo][Rr])?[Dd][A-Za-z_]*[\"'\\'']?[[:space:]]*[:=]|"
+    "-----BEGIN [A-Z ]*PRIVATE KEY-----'"
+)
+
+
+def is_placeholder(value: str) -> bool:
+    """Whether a value only stands in for a secret."""
+    v = value.strip()
+    low = v.lower()
+    for prefix in ("akia", "ghp_", "sk_live_"):
+        if low.startswith(prefix):
+            low = low[len(prefix) :]
+    return (
+        not v
+        or (v.startswith("<") and v.endswith(">"))
+        or "${" in v
+        or "os.environ" in v
+        or "getenv" in v
+        or "example" in v.lower()
+        or re.fullmatch(r"[x*]+", low) is not None
+        or low in _DUMMIES
+    )
+
+
+def classify(content: str) -> tuple[str, str] | None:
+    """``(kind, value)`` of a real secret on a grep hit's line, or None for a look-alike."""
+    if re.search(r"-----BEGIN [A-Z ]*PRIVATE KEY-----", content):
+        return "pem", content.strip()
+    for kind, pattern in _TOKEN.items():
+        m = pattern.search(content)
+        if m:
+            return None if is_placeholder(m.group(0)) else (kind, m.group(0))
+    m = _PASSWORD.search(content)
+    if m is None:
+        return None
+    rest = m.group(1).strip().rstrip(",")
+    if len(rest) >= 2 and rest[0] in "\"'" and rest[-1] == rest[0]:
+        rest = rest[1:-1]
+    return None if is_placeholder(rest) else ("password", rest)
+
+
+def _token(rng: random.Random, kind: str) -> str:
+    if kind == "aws":
+        return "AKIA" + "".join(rng.choices(string.ascii_uppercase + string.digits, k=16))
+    alnum = string.ascii_letters + string.digits
+    if kind == "github":
+        return "ghp_" + "".join(rng.choices(alnum, k=36))
+    if kind == "stripe":
+        return "sk_live_" + "".join(rng.choices(alnum, k=24))
+    return "".join(rng.choices(alnum, k=rng.randint(8, 12))) + "".join(rng.choices("-_!@%+", k=2))
+
+
+def _render(fmt: str, key: str, value: str) -> str:
+    if fmt == "py" and ("os.environ" in value or "getenv" in value):
+        return f"{key} = {value}"
+    if fmt == "env":
+        return f"{key}={value}"
+    if fmt == "sh":
+        return f'export {key}="{value}"'
+    if fmt == "py":
+        return f'{key} = "{value}"'
+    if fmt == "ini":
+        return f"{key.lower()} = {value}"
+    quoted = f'"{value}"' if not value or value[0] in "<$*" else value
+    return f"{key.lower()}: {quoted}"
+
+
+def _pem(rng: random.Random, label: str) -> list[str]:
+    alphabet = string.ascii_letters + string.digits + "+/"
+    body = ["".join(rng.choices(alphabet, k=64)) for _ in range(rng.randint(5, 9))]
+    body.append("".join(rng.choices(alphabet, k=rng.randint(8, 40))) + "==")
+    return [f"-----BEGIN {label}-----", *body, f"-----END {label}-----"]
+
+
+def _sha(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+@register
+class SecretScan(Family):
+    name = "secret-scan"
+    category = "security"
+    description = "Report and redact the real credentials leaked in a project, skipping decoys."
+    multi_turn = True
+
+    def generate(self, rng: random.Random, difficulty: str) -> TaskDraft:
+        proj = rng.choice(_PROJECTS)
+        pkg = rng.choice(_PKGS)
+        n_kinds, n_real, n_decoy = {"easy": (2, 2, 2), "medium": (3, 4, 4), "hard": (4, 6, 6)}[
+            difficulty
+        ]
+        token_kinds = sorted(_KEYS)
+        kinds = rng.sample(token_kinds, n_kinds - (difficulty == "hard"))
+        if difficulty == "hard":
+            kinds.append("pem")
+        n_real += rng.randint(0, 1)
+        hosts = rng.sample(_HOSTS, {"easy": 3, "medium": 4, "hard": 6}[difficulty])
+        hosts = [(p.format(pkg=pkg), f) for p, f in hosts]
+        # host path -> list of (line text, secret value or None)
+        slots: dict[str, list[tuple[str, str | None]]] = {p: [] for p, _ in hosts}
+        fmt_of = dict(hosts)
+        flat_kinds = [k for k in kinds if k != "pem"]
+        real_kinds = flat_kinds + [rng.choice(flat_kinds) for _ in range(n_real - len(kinds))]
+        used: set[tuple[str, str]] = set()
+
+        def place(kind: str) -> tuple[str, str]:
+            """A host file and a key name not used in it yet."""
+            options = [(p, k) for p in sorted(slots) for k in _KEYS[kind] if (p, k) not in used]
+            path, key = rng.choice(options)
+            used.add((path, key))
+            return path, key
+
+        for kind in real_kinds:
+            path, key = place(kind)
+            value = _token(rng, kind)
+            slots[path].append((_render(fmt_of[path], key, value), value))
+        for _ in range(n_decoy):
+            kind = rng.choice(flat_kinds)
+            path, key = place(kind)
+            value = rng.choice(_PLACEHOLDERS[kind])
+            if kind == "password" and fmt_of[path] == "py" and rng.random() < 0.5:
+                value = rng.choice([f'os.environ["{key}"]', f'os.getenv("{key}")'])
+            slots[path].append((_render(fmt_of[path], key, value), None))
+
+        files: dict[str, str] = {}
+        redacted: dict[str, str] = {}
+        report: list[str] = []
+        secrets: dict[str, list[str]] = {}
+        marker = rng.choice(_MARKERS)
+        for path, fmt in hosts:
+            filler = [f.format(proj=proj) for f in _FILLER[fmt]]
+            body: list[tuple[str, str | None]] = [
+                (f, None) for f in rng.sample(filler, rng.randint(3, len(filler)))
+            ]
+            for slot in slots[path]:
+                body.insert(rng.randint(0, len(body)), slot)
+            first = _FIRST.get(fmt, [])
+            head = [(first[0], None)] if fmt == "sh" else []
+            head.append((f"# {proj}: {path.rsplit('/', 1)[-1]}", None))
+            head += [(line, None) for line in first[len(head) - 1 :]]
+            lines = head + body
+            files[path] = "\n".join(t for t, _ in lines) + "\n"
+            for i, (_text, value) in enumerate(lines, 1):
+                if value is not None:
+                    report.append(f"{path}:{i}")
+                    secrets.setdefault(path, []).append(value)
+            if path in secrets:
+                redacted[path] = (
+                    "\n".join(t.replace(v, marker) if v else t for t, v in lines) + "\n"
+                )
+        if "pem" in kinds:
+            path = rng.choice(_PEM_PATHS)
+            block = _pem(rng, rng.choice(_PEM_TYPES))
+            files[path] = "\n".join(block) + "\n"
+            redacted[path] = marker + "\n"
+            report.append(f"{path}:1")
+            secrets[path] = block[1:-1]
+            pub = rng.choice(["keys/signing.pub", "certs/server.crt", "certs/ca.pem"])
+            label = "PUBLIC KEY" if pub.endswith(".pub") else "CERTIFICATE"
+            files[pub] = "\n".join(_pem(rng, label)) + "\n"
+        if difficulty != "easy":
+            fixture = rng.choice(["tests/fixtures/credentials.env", "tests/fixtures/fake.env"])
+            lines = [rng.choice(_FIXTURE_HEADERS)]
+            for kind in rng.sample(flat_kinds, len(flat_kinds)):
+                lines.append(_render("env", rng.choice(_KEYS[kind]), _token(rng, kind)))
+            files[fixture] = "\n".join(lines) + "\n"
+            example = (
+                "\n".join(
+                    _render("env", _KEYS[k][0], rng.choice(_PLACEHOLDERS[k])) for k in flat_kinds
+                )
+                + "\n"
+            )
+            files[".env.example"] = example
+        files["README.md"] = (
+            f"# {proj}\n\nInternal service. Configure it through environment variables"
+            + ("; see `.env.example`.\n" if ".env.example" in files else ".\n")
+        )
+        files[f"src/{pkg}/__init__.py"] = f'"""{proj} package."""\n'
+
+        proj_dir = f"/app/{proj}"
+        abs_files = {f"{proj_dir}/{p}": c for p, c in sorted(files.items())}
+        out = rng.choice(_REPORTS)
+        descs = [rng.choice(_KIND_DESC[k]).format() for k in kinds]
+        rng.shuffle(descs)
+        parts = [
+            rng.choice(_OPENERS).format(proj=proj),
+            "",
+            rng.choice(_LOOK_FOR),
+            "",
+            *[f"- {d}" for d in descs],
+            "",
+            rng.choice(_NOT_SECRET).format()
+            + (" " + rng.choice(_FIXTURE) if difficulty != "easy" else ""),
+            "",
+            rng.choice(_REPORT).format(report=f"/app/{out}", proj=proj),
+            rng.choice(_REDACT).format(marker=marker),
+        ]
+        if "pem" in kinds:
+            parts.append(rng.choice(_PEM_REDACT).format(marker=marker))
+        instruction = "\n".join(parts)
+
+        untouched = {
+            p: _sha(c) for p, c in abs_files.items() if p[len(proj_dir) + 1 :] not in redacted
+        }
+        tests = _tests(
+            proj_dir, f"/app/{out}", marker, sorted(report), redacted, secrets, untouched
+        )
+        solution = _solution(proj_dir, f"/app/{out}", marker, sorted(report), secrets)
+
+        def expert() -> ExpertProgram:
+            hits: Observation = yield shell(
+                f"{GREP} {proj} 2>/dev/null",
+                "I grep the tree for the credential patterns and password assignments.",
+            )
+            found = []
+            for row in hits.output.splitlines():
+                name, _, rest = row.partition(":")
+                line, _, content = rest.partition(":")
+                if line.isdigit():
+                    found.append((name, int(line), content))
+            names = sorted({n for n, _, _ in found})
+            if not names:
+                return "grep found nothing that looks like a credential."
+            heads: Observation = yield shell(
+                "head -n 1 " + " ".join(names) + " 2>/dev/null",
+                f"{len(found)} hits in {len(names)} files. Before deciding, I check the file "
+                "headers for test fixtures.",
+            )
+            fake = set()
+            current = names[0] if len(names) == 1 else ""
+            for row in heads.output.splitlines():
+                m = re.match(r"==> (.*) <==", row)
+                if m:
+                    current = m.group(1)
+                elif "fake" in row.lower() and current:
+                    fake.add(current)
+            real = []
+            for name, line, content in found:
+                got = None if name in fake else classify(content)
+                if got is not None:
+                    real.append([name, line, got[0], got[1]])
+            rel = [f"{n[len(proj) + 1 :]}:{ln}" for n, ln, _, _ in real]
+            skipped = len(found) - len(real)
+            yield write(
+                f"/app/{out}",
+                "\n".join(rel) + "\n",
+                f"{len(real)} hits are real; {skipped} are placeholders, env lookups or fake "
+                f"fixtures ({', '.join(sorted(fake)) or 'none'}). I write the report first.",
+            )
+            yield write("/tmp/redact.py", _redactor(real, marker), "Now a small redaction script.")
+            check: Observation = yield shell(
+                f"python3 /tmp/redact.py && {GREP} {proj}; cat /app/{out}",
+                "I run it and grep again: only the look-alikes should be left.",
+            )
+            if "Traceback" in check.output:
+                return "The redaction script failed; see above."
+            return f"Reported {len(real)} leaks in /app/{out} and replaced them with {marker}."
+
+        return TaskDraft(
+            instruction=instruction,
+            files=abs_files,
+            modes={f"{proj_dir}/{p}": 0o755 for p, f in hosts if f == "sh"},
+            tests=tests,
+            solution=solution,
+            expert=expert,
+            params={
+                "project": proj_dir,
+                "kinds": kinds,
+                "leaks": sorted(report),
+                "decoys": n_decoy,
+                "marker": marker,
+                "report": f"/app/{out}",
+            },
+            mistakes=[
+                shell(f"cat {proj}/config/secrets.yaml", "Maybe there is a secrets file."),
+                shell(f"grep -rn password /app/{proj}/etc", "Where are passwords set?"),
+            ],
+            tags=["secrets", "grep", "sed"],
+        )
+
+
+def _redactor(real: list[list[object]], marker: str) -> str:
+    """A script that redacts the hits (bottom-up per file, so line numbers hold)."""
+    return textwrap.dedent(
+        f"""\
+        import json
+        from pathlib import Path
+
+        HITS = json.loads({json.dumps(real)!r})
+        MARK = {marker!r}
+        for name, line, kind, value in sorted(HITS, key=lambda h: (h[0], -h[1])):
+            path = Path("/app") / name
+            lines = path.read_text().split("\\n")
+            i = line - 1
+            if kind == "pem":
+                end = next(j for j in range(i, len(lines)) if lines[j].startswith("-----END"))
+                lines[i : end + 1] = [MARK]
+            else:
+                lines[i] = lines[i].replace(value, MARK)
+            path.write_text("\\n".join(lines))
+        """
+    )
+
+
+def _solution(
+    proj_dir: str, out: str, marker: str, report: list[str], secrets: dict[str, list[str]]
+) -> str:
+    return textwrap.dedent(
+        f"""\
+        mkdir -p "$(dirname {out})"
+        printf '%s\\n' {" ".join(report)} > {out}
+        python3 - <<'PY'
+        import json
+        from pathlib import Path
+
+        SECRETS = json.loads({json.dumps(secrets)!r})
+        MARK = {marker!r}
+        for name, values in SECRETS.items():
+            path = Path({proj_dir!r}) / name
+            text = path.read_text()
+            if text.startswith("-----BEGIN"):
+                path.write_text(MARK + "\\n")
+                continue
+            for value in values:
+                text = text.replace(value, MARK)
+            path.write_text(text)
+        PY
+        """
+    )
+
+
+def _tests(
+    proj_dir: str,
+    out: str,
+    marker: str,
+    report: list[str],
+    redacted: dict[str, str],
+    secrets: dict[str, list[str]],
+    untouched: dict[str, str],
+) -> str:
+    return textwrap.dedent(
+        f"""\
+        import hashlib
+        import json
+        from pathlib import Path
+
+        PROJ = {proj_dir!r}
+        REPORT = {out!r}
+        MARK = {marker!r}
+        LEAKS = json.loads({json.dumps(report)!r})
+        REDACTED = json.loads({json.dumps(redacted)!r})
+        SECRETS = json.loads({json.dumps(secrets)!r})
+        UNTOUCHED = json.loads({json.dumps(untouched)!r})
+
+
+        def _entry(line):
+            line = line.strip()
+            if line.startswith(PROJ + "/"):
+                line = line[len(PROJ) + 1 :]
+            while line.startswith("./"):
+                line = line[2:]
+            return line
+
+
+        def _norm(text):
+            out = []
+            for line in text.rstrip("\\n").split("\\n"):
+                line = line.rstrip().replace('"' + MARK + '"', MARK).replace("'" + MARK + "'", MARK)
+                out.append(line)
+            return out
+
+
+        def test_report_lists_exactly_the_leaks():
+            got = [_entry(ln) for ln in Path(REPORT).read_text().splitlines() if ln.strip()]
+            assert sorted(set(got)) == sorted(LEAKS)
+
+
+        def test_secret_values_are_gone():
+            for name, values in SECRETS.items():
+                text = (Path(PROJ) / name).read_text()
+                for value in values:
+                    assert value not in text, (name, value[:12])
+
+
+        def test_files_redacted_with_marker():
+            for name, want in REDACTED.items():
+                got = (Path(PROJ) / name).read_text()
+                assert _norm(got) == _norm(want), name
+
+
+        def test_other_files_untouched():
+            for path, digest in UNTOUCHED.items():
+                assert hashlib.sha256(Path(path).read_bytes()).hexdigest() == digest, path
+        """
+    )

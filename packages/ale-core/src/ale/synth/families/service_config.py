@@ -1,0 +1,441 @@
+"""service-config: change a setting in the config file a service's launcher really reads.
+
+A fake service lives under /opt/<svc> or /srv/<svc>; its bash launcher reads exactly one of
+several look-alike config files (the live one, a ``.bak``, an ``.example``, a staging copy...)
+and which one is drawn per task. The instruction names the launcher and the setting but not
+the file, so the task needs interaction: the expert reads the launcher (and, on hard drafts,
+the environment file the launcher sources, which overrides the launcher's default path),
+then edits the file it found and checks the result with the launcher's dry-run mode. Harder
+drafts add a commented-out old path in the launcher, a commented duplicate of the key in the
+active file, more decoy files and a second setting to change.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import re
+import textwrap
+
+from ale.synth.expert import Observation, shell
+from ale.synth.family import ExpertProgram, Family, TaskDraft, register
+
+_SERVICES = [
+    "ledgerd",
+    "pixelcache",
+    "quillsync",
+    "harborq",
+    "tallyd",
+    "beaconsrv",
+    "mosaicd",
+    "relayhub",
+    "inkwell",
+    "fernstore",
+    "orbitd",
+    "lanternapi",
+    "cobaltmq",
+    "driftlog",
+]
+_LAUNCHERS = ["bin/start.sh", "bin/{svc}ctl", "run.sh", "bin/launch", "scripts/start-{svc}.sh"]
+_CONF_VARS = ["CONFIG", "CONF_FILE", "CFG_PATH", "{SVC}_CONF", "SETTINGS_FILE"]
+_ENV_FILES = ["/etc/default/{svc}", "/etc/sysconfig/{svc}", "{root}/launcher.env"]
+_CANDIDATES = [
+    "/etc/{svc}/{svc}.conf",
+    "/etc/{svc}/{svc}.conf.bak",
+    "/etc/{svc}/{svc}.conf.example",
+    "/etc/{svc}/{svc}.conf.orig",
+    "/etc/{svc}/production.conf",
+    "/etc/{svc}/staging.conf",
+    "/etc/{svc}/conf.d/local.conf",
+    "{root}/etc/{svc}.conf",
+    "{root}/config/default.conf",
+    "{root}/config/{svc}.conf",
+]
+_HEADERS = {
+    ".bak": "# backup copy taken before the last upgrade",
+    ".example": "# example configuration: copy it and edit the copy",
+    ".orig": "# configuration as shipped by the package",
+    "staging": "# staging settings",
+    "production": "# production settings",
+}
+_SETTINGS: dict[str, list[str]] = {
+    "port": ["port", "listen_port", "http_port"],
+    "workers": ["workers", "worker_count", "num_workers"],
+    "log_level": ["log_level", "loglevel", "log_verbosity"],
+    "data_dir": ["data_dir", "storage_path", "state_dir"],
+    "max_connections": ["max_connections", "max_clients"],
+    "timeout": ["request_timeout", "timeout_seconds"],
+    "cache_mb": ["cache_size_mb", "cache_mb"],
+}
+_MEANING = {
+    "port": "the port it listens on",
+    "workers": "the number of worker processes",
+    "log_level": "the log level",
+    "data_dir": "the data directory",
+    "max_connections": "the connection limit",
+    "timeout": "the request timeout in seconds",
+    "cache_mb": "the cache size in MB",
+}
+_LEVELS = ["debug", "info", "warning", "error"]
+_FORMATS = {"ini": " = ", "env": "=", "colon": ": "}
+
+_OPENERS = [
+    "The `{svc}` service on this box is started by `{launcher}`.",
+    "We run a small daemon called `{svc}`; its launcher script is `{launcher}`.",
+    "`{launcher}` is the script that brings up our `{svc}` service.",
+    "Ops handed over the `{svc}` service. It gets launched via `{launcher}`.",
+    "On this machine `{svc}` is started with the bash launcher `{launcher}`.",
+]
+_CLUTTER = [
+    "Over time several copies of its configuration have piled up on disk.",
+    "Beware: there are a few look-alike config files for it (backups, examples, copies).",
+    "Several config files for it exist, but only one of them is actually used.",
+    "People have left old and example configs next to the real one.",
+    "",
+]
+_ASKS = [
+    "Change {changes} in the configuration file that the launcher actually reads.",
+    "Please set {changes}, editing only the config file the service really uses.",
+    "I need {changes}; make the change in the config the launcher loads, nowhere else.",
+    "Update the live configuration so that {changes}.",
+    "Find the config file the launcher uses and in it set {changes}.",
+]
+_NOTES = [
+    "Do not touch the other config files or the launcher, and keep every other line of the "
+    "active file (comments included) exactly as it is.",
+    "Leave the remaining config copies and the launcher byte-for-byte unchanged; in the live "
+    "file, edit only the line(s) for the setting(s) mentioned.",
+    "Only the requested setting should change: the other lines of the file, the launcher and all other "
+    "config files must stay the same.",
+    "Edit the existing line in place and change nothing else on disk: other config files, the "
+    "launcher and the rest of the active file stay as they are.",
+]
+_VERIFY = [
+    "The launcher has a `--print-config` mode if you want to check your work.",
+    "Tip: `{launcher} --print-config` shows the settings the service would start with.",
+    "You can confirm the result with the launcher's `--print-config` option.",
+    "",
+]
+
+
+def _sha(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _value(rng: random.Random, setting: str, svc: str) -> str:
+    if setting == "port":
+        return str(rng.randrange(1025, 65000))
+    if setting == "workers":
+        return str(rng.randint(1, 32))
+    if setting == "log_level":
+        return rng.choice(_LEVELS)
+    if setting == "data_dir":
+        return rng.choice(
+            [f"/var/lib/{svc}", f"/srv/{svc}/data", f"/data/{svc}", f"/mnt/store/{svc}"]
+        ) + rng.choice(["", "/main", "/v2", "/current"])
+    if setting == "max_connections":
+        return str(rng.randrange(50, 5000, 10))
+    if setting == "timeout":
+        return str(rng.randint(5, 300))
+    return str(rng.choice([64, 128, 256, 512, 1024, 2048, 4096]))
+
+
+def _line(fmt: str, key: str, value: str) -> str:
+    if fmt == "env":
+        key = key.upper()
+        if not value.isdigit():
+            value = f'"{value}"'
+    return f"{key}{_FORMATS[fmt]}{value}"
+
+
+def _render_config(
+    fmt: str, header: str, keys: dict[str, str], values: dict[str, str], old: dict[str, str]
+) -> str:
+    lines = [header, ""]
+    for setting, key in keys.items():
+        if setting in old:
+            lines.append("# " + _line(fmt, key, old[setting]) + "  (previous value)")
+        lines.append(_line(fmt, key, values[setting]))
+    lines.append(_line(fmt, "bind_address", "0.0.0.0"))
+    return "\n".join(lines) + "\n"
+
+
+def _launcher(svc: str, var: str, assign: str, env_file: str | None, old_path: str | None) -> str:
+    source = f'[ -r "{env_file}" ] && . "{env_file}"\n' if env_file else ""
+    old = f"# {var}={old_path}   # location before the 2.x migration\n" if old_path else ""
+    body = f"""\
+        #!/bin/bash
+        # {svc} launcher: reads its settings and starts the daemon.
+        set -eu
+
+        {{source}}{{old}}{var}={assign}
+
+        read_config() {{
+            local line key val
+            local re='^[[:space:]]*([A-Za-z_][A-Za-z0-9_]*)[[:space:]]*[=:][[:space:]]*(.*[^[:space:]])[[:space:]]*$'
+            while IFS= read -r line || [ -n "$line" ]; do
+                line="${{line%%#*}}"
+                if [[ $line =~ $re ]]; then
+                    key="${{BASH_REMATCH[1]}}"
+                    val="${{BASH_REMATCH[2]}}"
+                    val="${{val#\\"}}"
+                    val="${{val%\\"}}"
+                    printf '%s=%s\\n' "${{key,,}}" "$val"
+                fi
+            done < "${var}"
+        }}
+
+        case "${{1:-start}}" in
+            --print-config|print-config)
+                read_config
+                ;;
+            start)
+                [ -r "${var}" ] || {{ echo "{svc}: cannot read config" >&2; exit 1; }}
+                echo "{svc}: starting (dry run) with:"
+                read_config | sed 's/^/  /'
+                ;;
+            *)
+                echo "usage: $0 [start|--print-config]" >&2
+                exit 2
+                ;;
+        esac
+        """
+    return textwrap.dedent(body).replace("{source}", source).replace("{old}", old)
+
+
+def find_config(launcher: str, env_text: str = "") -> tuple[str | None, str | None]:
+    """The config path a launcher reads and the environment file it sources (if any),
+    using ``env_text`` (that file's content) to resolve a ``${VAR:-default}`` path."""
+    code = [ln for ln in launcher.splitlines() if not ln.lstrip().startswith("#")]
+    text = "\n".join(code)
+    sourced = re.search(r'(?:^|&&\s*)(?:\.|source)\s+"?([^"\s]+)"?', text, re.M)
+    used = re.search(r'done\s*<\s*"?\$\{?(\w+)\}?', text)
+    if used is None:
+        return None, sourced.group(1) if sourced else None
+    assign = re.search(rf"^\s*{used.group(1)}=(.+)$", text, re.M)
+    if assign is None:
+        return None, sourced.group(1) if sourced else None
+    value = assign.group(1).strip().strip("\"'")
+    indirect = re.fullmatch(r"\$\{(\w+):-([^}]+)\}", value)
+    if indirect is None:
+        return value, sourced.group(1) if sourced else None
+    env = re.search(rf'^\s*(?:export\s+)?{indirect.group(1)}="?([^"\s]+)"?', env_text, re.M)
+    return (env.group(1) if env else indirect.group(2)), sourced.group(1) if sourced else None
+
+
+@register
+class ServiceConfig(Family):
+    name = "service-config"
+    category = "system-administration"
+    description = "Change a setting in the one config file (of several) a service launcher reads."
+    multi_turn = True
+
+    def generate(self, rng: random.Random, difficulty: str) -> TaskDraft:
+        svc = rng.choice(_SERVICES)
+        root = f"{rng.choice(['/opt', '/srv'])}/{svc}"
+        launcher = f"{root}/" + rng.choice(_LAUNCHERS).format(svc=svc)
+        var = rng.choice(_CONF_VARS).format(SVC=svc.upper())
+        fmt = rng.choice(sorted(_FORMATS))
+        n_files = {"easy": 3, "medium": 4, "hard": rng.randint(5, 6)}[difficulty]
+        paths = [p.format(svc=svc, root=root) for p in rng.sample(_CANDIDATES, n_files)]
+        active = paths[0]
+        decoy_paths = paths[1:]
+        settings = rng.sample(sorted(_SETTINGS), k=rng.randint(4, 6))
+        keys = {s: rng.choice(_SETTINGS[s]) for s in settings}
+        n_targets = 2 if difficulty == "hard" else 1
+        targets = rng.sample(settings, n_targets)
+        comment_key = targets[0] if difficulty == "hard" else None
+
+        files: dict[str, str] = {}
+        active_values: dict[str, str] = {}
+        for path in paths:
+            values = {s: _value(rng, s, svc) for s in settings}
+            tag = next((t for t in _HEADERS if t in path.rsplit("/", 1)[-1]), "")
+            header = _HEADERS.get(tag, f"# {svc} settings")
+            if path == active:
+                active_values = values
+            old = {}
+            if path == active and comment_key is not None:
+                old[comment_key] = _value(rng, comment_key, svc)
+            files[path] = _render_config(fmt, header, keys, values, old)
+        new: dict[str, str] = {}
+        for s in targets:
+            value = _value(rng, s, svc)
+            while value == active_values[s]:
+                value = _value(rng, s, svc)
+            new[s] = value
+
+        env_file = None
+        if difficulty == "hard":
+            env_file = rng.choice(_ENV_FILES).format(svc=svc, root=root)
+            env_var = f"{svc.upper()}_CONFIG"
+            assign = f'"${{{env_var}:-{decoy_paths[0]}}}"'
+            files[env_file] = (
+                f"# environment for the {svc} launcher\n{svc.upper()}_USER={svc}\n"
+                f'{env_var}="{active}"\n{svc.upper()}_OPTS="--no-color"\n'
+            )
+        else:
+            assign = f'"{active}"'
+        old_path = decoy_paths[-1] if difficulty != "easy" else None
+        files[launcher] = _launcher(svc, var, assign, env_file, old_path)
+
+        file_keys = {s: (keys[s].upper() if fmt == "env" else keys[s]) for s in targets}
+        changes = " and ".join(
+            f"`{file_keys[s]}` ({_MEANING[s]}) to `{new[s]}`"
+            if rng.random() < 0.5
+            else f"`{file_keys[s]}` to `{new[s]}`"
+            for s in targets
+        )
+        ask = rng.choice(_ASKS)
+        if "so that" in ask:
+            changes = " and ".join(f"`{file_keys[s]}` is `{new[s]}`" for s in targets)
+        parts = [
+            rng.choice(_OPENERS).format(svc=svc, launcher=launcher),
+            rng.choice(_CLUTTER),
+            ask.format(changes=changes),
+            rng.choice(_NOTES),
+            rng.choice(_VERIFY).format(launcher=launcher),
+        ]
+        instruction = " ".join(p for p in parts if p)
+
+        sep = _FORMATS[fmt].strip()
+        key_re = {file_keys[s]: rf"^\s*{re.escape(file_keys[s])}\s*{sep}" for s in targets}
+        others = [
+            ln
+            for ln in files[active].splitlines()
+            if not any(re.match(r, ln) for r in key_re.values())
+        ]
+        untouched = {p: _sha(files[p]) for p in sorted(files) if p != active}
+        want = {file_keys[s]: new[s] for s in targets}
+        printed = {keys[s].lower(): new[s] for s in targets}
+        tests = _tests(active, sep, want, others, untouched, launcher, printed)
+        solution = "".join(
+            f'sed -i -E \'s|^([[:space:]]*{k}[[:space:]]*{sep}[[:space:]]*"?)[^"]*'
+            f"(\"?[[:space:]]*)$|\\1{v}\\2|' {active}\n"
+            for k, v in want.items()
+        )
+
+        def expert() -> ExpertProgram:
+            seen: Observation = yield shell(
+                f"cat {launcher}", "First I read the launcher to see which config it loads."
+            )
+            path, sourced = find_config(seen.output)
+            if sourced:
+                env: Observation = yield shell(
+                    f"cat {sourced}",
+                    f"The launcher sources {sourced} before choosing its config path; "
+                    "that file may override the default.",
+                )
+                path, _ = find_config(seen.output, env.output)
+            if path is None:
+                return "I could not tell which config file the launcher reads."
+            conf: Observation = yield shell(
+                f"grep -n '' {path}", f"The launcher reads {path}. Let me look at it."
+            )
+            edits, notes = [], []
+            for key, value in want.items():
+                m = re.search(rf"^\d+:\s*{re.escape(key)}\s*{sep}\s*(.*)$", conf.output, re.M)
+                current = m.group(1).strip() if m else "?"
+                edits.append(
+                    f'sed -i -E \'s|^([[:space:]]*{key}[[:space:]]*{sep}[[:space:]]*"?)[^"]*'
+                    f"(\"?[[:space:]]*)$|\\1{value}\\2|' {path}"
+                )
+                edits.append(f"grep -nE '^[[:space:]]*{key}[[:space:]]*{sep}' {path}")
+                notes.append(f"`{key}` is currently {current}")
+            note = "; ".join(notes) + ". I change only the uncommented line(s)."
+            yield shell(" && ".join(edits), note[0].upper() + note[1:])
+            check: Observation = yield shell(
+                f"{launcher} --print-config 2>&1", "Now I check what the launcher would use."
+            )
+            good = all(f"{k.lower()}={v}" in check.output for k, v in printed.items())
+            if not good:
+                return "The launcher does not show the new value yet; see the output above."
+            done = ", ".join(f"{k}={v}" for k, v in want.items())
+            return (
+                f"Set {done} in {path}, the file {launcher} reads; the other copies are untouched."
+            )
+
+        return TaskDraft(
+            instruction=instruction,
+            files=dict(files),
+            modes={launcher: 0o755},
+            tests=tests,
+            solution=solution,
+            expert=expert,
+            params={
+                "service": svc,
+                "launcher": launcher,
+                "format": fmt,
+                "active": active,
+                "decoys": decoy_paths,
+                "env_file": env_file,
+                "changes": want,
+            },
+            mistakes=[
+                shell(f"cat /etc/{svc}/config.yaml", "Let me look at the service's config."),
+                shell(f"grep -n {file_keys[targets[0]]} /etc/{svc}.conf", "Where is the key set?"),
+            ],
+            tags=["config", "bash"],
+        )
+
+
+def _tests(
+    active: str,
+    sep: str,
+    want: dict[str, str],
+    others: list[str],
+    untouched: dict[str, str],
+    launcher: str,
+    printed: dict[str, str],
+) -> str:
+    return textwrap.dedent(
+        f"""\
+        import hashlib
+        import json
+        import re
+        import subprocess
+        from pathlib import Path
+
+        ACTIVE = {active!r}
+        SEP = {sep!r}
+        WANT = json.loads({json.dumps(want)!r})
+        OTHERS = json.loads({json.dumps(others)!r})
+        UNTOUCHED = json.loads({json.dumps(untouched)!r})
+        LAUNCHER = {launcher!r}
+        PRINTED = json.loads({json.dumps(printed)!r})
+
+
+        def _is_key(line):
+            return any(re.match(r"^\\s*" + re.escape(k) + r"\\s*" + SEP, line) for k in WANT)
+
+
+        def test_active_has_new_values():
+            lines = Path(ACTIVE).read_text().splitlines()
+            for key, value in WANT.items():
+                hits = [ln for ln in lines if re.match(r"^\\s*" + re.escape(key) + r"\\s*" + SEP, ln)]
+                assert len(hits) == 1, (key, hits)
+                got = hits[0].split(SEP, 1)[1].strip().strip('"').strip("'")
+                assert got == value, (key, got)
+
+
+        def test_rest_of_active_unchanged():
+            lines = Path(ACTIVE).read_text().splitlines()
+            rest = [ln.rstrip() for ln in lines if not _is_key(ln)]
+            assert rest == [ln.rstrip() for ln in OTHERS]
+
+
+        def test_other_files_untouched():
+            for path, digest in UNTOUCHED.items():
+                assert hashlib.sha256(Path(path).read_bytes()).hexdigest() == digest, path
+
+
+        def test_launcher_reports_new_values():
+            out = subprocess.run(
+                ["bash", LAUNCHER, "--print-config"], capture_output=True, text=True, timeout=30
+            ).stdout
+            seen = dict(ln.split("=", 1) for ln in out.splitlines() if "=" in ln)
+            for key, value in PRINTED.items():
+                assert seen.get(key) == value, (key, seen.get(key))
+        """
+    )
