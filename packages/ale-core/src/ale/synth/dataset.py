@@ -87,6 +87,7 @@ def write_dataset(
         task_digests[task_id] = tree_digest(tmp / TASKS / task_id)
     ordered = sorted((normalise(t) for t in trajectories), key=lambda t: t.task_id or "")
     write_jsonl(tmp / TRAJECTORIES, ordered)
+    os.chmod(tmp / TRAJECTORIES, 0o644)
     (tmp / "config.yaml").write_text(config_text)
     digests = {
         "tasks": hashlib.sha256(json.dumps(task_digests, sort_keys=True).encode()).hexdigest(),

@@ -1,0 +1,162 @@
+"""Synthesis throughput: verified tasks per minute on the warm pool vs a sandbox per episode.
+
+Part 1 (always): the same candidates (rendered from every family, difficulties mixed) are
+verified twice in one run, the oracle must pass and the no-op agent must fail, at the
+same concurrency: once with sandboxes taken from a rock daemon's warm pool (the way
+`rock synth run` works), once with a sandbox started and removed for each episode (the
+baseline). Figure: verified tasks per minute of each, and the ratio.
+
+Part 2 (--full): the whole of datasets/synth-mini regenerated from its config with
+`rock synth run` (a private daemon, the warm pool); figure: the end-to-end time, its
+sandbox episodes per minute against part 1's one-at-a-time rate, and whether the
+digests match the committed dataset (the config regenerates it exactly).
+
+    .venv/bin/python benchmarks/synth_throughput.py [--tasks 24] [--concurrency 4] [--full]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from _rockbench import machine
+
+from ale.synth.family import draft_for, families
+from ale.synth.render import render_task
+from ale.task import Task, load_task
+from rock.backends.docker import DockerBackend
+from rock.bench.agents import NopAgent, OracleAgent
+from rock.synth.image import ensure_pool_image
+from rock.synth.runner import DaemonPool, FreshSandboxes, PoolRunner
+from rock.synth.wiring import private_daemon
+
+ROOT = Path(__file__).resolve().parents[1]
+LEVELS = ("easy", "medium", "hard")
+
+
+def candidates(n: int, root: Path) -> list[Task]:
+    names = list(families())
+    out = []
+    for i in range(n):
+        name = names[i % len(names)]
+        level = LEVELS[(i // len(names)) % 3]
+        fam = families()[name]
+        path = render_task(
+            draft_for(name, 1000 + i, level),
+            root / f"{name}-{i}",
+            family=name,
+            category=fam.category,
+            difficulty=level,
+            seed=1000 + i,
+        )
+        out.append(load_task(path))
+    return out
+
+
+async def verify_all(runner: PoolRunner, tasks: list[Task], concurrency: int) -> tuple[float, int]:
+    gate = asyncio.Semaphore(concurrency)
+    verified = 0
+
+    async def one(task: Task) -> None:
+        nonlocal verified
+        async with gate:
+            oracle = await runner.episode(task, OracleAgent(task))
+            nop = await runner.episode(task, NopAgent())
+            if oracle.passed and not nop.passed and nop.error is None:
+                verified += 1
+            else:
+                print(
+                    f"  not verified: {task.id}: oracle {oracle.reward} {oracle.error or ''} "
+                    f"nop {nop.reward} {nop.error or ''}"
+                )
+
+    started = time.monotonic()
+    await asyncio.gather(*(one(t) for t in tasks))
+    return time.monotonic() - started, verified
+
+
+def full_run() -> None:
+    config = ROOT / "datasets" / "synth-mini.yaml"
+    committed = json.loads((ROOT / "datasets" / "synth-mini" / "manifest.json").read_text())
+    with tempfile.TemporaryDirectory(prefix="synth-mini-") as tmp:
+        out = Path(tmp) / "synth-mini"
+        started = time.monotonic()
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "rock.cli",
+                "synth",
+                "run",
+                str(config),
+                "--output",
+                str(out),
+                "--work",
+                str(Path(tmp) / "work"),
+                "--json",
+            ],
+            capture_output=True,
+            text=True,
+            check=False,
+            cwd=ROOT,
+        )
+        wall = time.monotonic() - started
+        if proc.returncode != 0:
+            raise SystemExit(f"rock synth run failed:\n{proc.stderr[-3000:]}")
+        manifest = json.loads(proc.stdout)
+    episodes = manifest["run"]["episodes"]
+    same = manifest["digests"]["dataset"] == committed["digests"]["dataset"]
+    print(
+        f"\nsynth-mini end to end: {wall / 60:.1f} min for {len(manifest['tasks'])} tasks "
+        f"({episodes} sandbox episodes, {episodes / wall * 60:.0f} episodes/min)"
+    )
+    for stage, sec in manifest["run"]["seconds"].items():
+        print(f"  {stage:14s} {sec:8.1f} s")
+    print(f"  digests match the committed dataset: {'yes' if same else 'NO'}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--tasks", type=int, default=24)
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 4])
+    parser.add_argument("--full", action="store_true", help="Also regenerate synth-mini.")
+    args = parser.parse_args()
+    print(f"machine: {machine()}")
+    image = ensure_pool_image()
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="synth-bench-") as tmp:
+        tasks = candidates(args.tasks, Path(tmp))
+        print(f"{len(tasks)} candidates from {len(families())} families, image {image}")
+        for concurrency in args.concurrency:
+            with private_daemon() as client:
+                pool = DaemonPool(client, "synth-bench", size=concurrency)
+                pool.wait_ready()
+                warm = asyncio.run(verify_all(PoolRunner(pool), tasks, concurrency))
+                pool.close()
+            fresh = asyncio.run(
+                verify_all(PoolRunner(FreshSandboxes(DockerBackend())), tasks, concurrency)
+            )
+            rows.append((concurrency, warm, fresh))
+    print()
+    for concurrency, (warm_sec, warm_ok), (fresh_sec, fresh_ok) in rows:
+        warm_rate, fresh_rate = warm_ok / warm_sec * 60, fresh_ok / fresh_sec * 60
+        print(
+            f"concurrency {concurrency}: warm pool {warm_ok}/{len(tasks)} in {warm_sec:.1f} s = "
+            f"{warm_rate:.1f} tasks/min; sandbox per episode (baseline) {fresh_ok}/{len(tasks)} "
+            f"in {fresh_sec:.1f} s = {fresh_rate:.1f} tasks/min; "
+            f"warm pool {warm_rate / fresh_rate:.2f}x"
+        )
+    if args.full:
+        full_run()
+
+
+if __name__ == "__main__":
+    main()
