@@ -14,19 +14,8 @@ from typing import Any
 
 import click
 
+from ale.synth.pipeline import STAGES as STAGE_ORDER
 from rock.cli._common import BadInput, echo_table, main
-
-STAGE_ORDER = (
-    "generate",
-    "decontaminate",
-    "dedup",
-    "verify",
-    "trajectory",
-    "filter",
-    "replay",
-    "mix",
-    "write",
-)
 
 
 @main.group()

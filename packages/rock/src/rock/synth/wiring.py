@@ -87,10 +87,14 @@ _SERVE = (
 
 
 @contextlib.contextmanager
-def private_daemon(*, start_timeout: float = 60.0) -> Iterator[Client]:
-    """A ``rock serve`` of this run's own (loopback, token, cleanup on exit) and a client."""
+def private_daemon(
+    *, start_timeout: float = 60.0, daemon_id: str | None = None
+) -> Iterator[Client]:
+    """A ``rock serve`` of this run's own, in its own process (loopback, token, cleanup on
+    exit) and a client. Its containers are labelled with ``daemon_id`` (default: a fresh
+    one); any left after it stops are removed."""
     home = Path(tempfile.mkdtemp(prefix="rock-synth-"))
-    daemon_id = f"synth-{uuid.uuid4().hex[:6]}"
+    daemon_id = daemon_id or f"synth-{uuid.uuid4().hex[:6]}"
     log = (home / "daemon.log").open("wb")
     proc = subprocess.Popen(
         [sys.executable, "-c", _SERVE, str(home), daemon_id],
@@ -120,3 +124,16 @@ def private_daemon(*, start_timeout: float = 60.0) -> Iterator[Client]:
         except subprocess.TimeoutExpired:
             proc.kill()
         log.close()
+        _sweep(daemon_id)
+
+
+def _sweep(daemon_id: str) -> None:
+    """Remove containers a stopped daemon left (it cleans up after itself; a kill does not)."""
+    with contextlib.suppress(Exception):
+        from rock.engine import connect
+
+        engine = connect()
+        for c in engine.containers.list(
+            all=True, filters={"label": f"dev.ale.rock.daemon={daemon_id}"}
+        ):
+            c.remove(force=True)
