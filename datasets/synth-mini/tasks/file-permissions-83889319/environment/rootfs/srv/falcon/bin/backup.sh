@@ -1,0 +1,3 @@
+#!/bin/sh
+# falcon: backup.sh
+echo 576349

@@ -1,0 +1,3 @@
+#!/bin/sh
+# falcon: sync.sh
+echo 864176
