@@ -1,10 +1,12 @@
 """Synthesis throughput: verified tasks per minute on the warm pool vs a sandbox per episode.
 
 Part 1 (always): the same candidates (rendered from every family, difficulties mixed) are
-verified twice in one run, the oracle must pass and the no-op agent must fail, at the
-same concurrency: once with sandboxes taken from a rock daemon's warm pool (the way
-`rock synth run` works), once with a sandbox started and removed for each episode (the
-baseline). Figure: verified tasks per minute of each, and the ratio.
+verified three times in one run (the oracle must pass and the no-op agent must fail), at
+each concurrency: with sandboxes taken from a rock daemon's warm pool (the way `rock synth
+run` works); with a sandbox started cold for each episode through the same daemon (the
+baseline: the same HTTP path, only the pool missing); and with a sandbox started for each
+episode by the in-process docker backend (`--sandboxes fresh`, no daemon hop). Figure:
+verified tasks per minute of each, and warm pool / baseline.
 
 Part 2 (--full): the whole of datasets/synth-mini regenerated from its config with
 `rock synth run` (a private daemon, the warm pool); figure: the end-to-end time, its
@@ -35,11 +37,30 @@ from ale.task import Task, load_task
 from rock.backends.docker import DockerBackend
 from rock.bench.agents import NopAgent, OracleAgent
 from rock.synth.image import ensure_pool_image
-from rock.synth.runner import DaemonPool, FreshSandboxes, PoolRunner
+from rock.synth.runner import DaemonPool, FreshSandboxes, PoolRunner, sandbox_spec
 from rock.synth.wiring import private_daemon
 
 ROOT = Path(__file__).resolve().parents[1]
 LEVELS = ("easy", "medium", "hard")
+
+
+class DaemonCold:
+    """A sandbox started for each episode through the daemon, not from a pool."""
+
+    label = "daemon, cold"
+
+    def __init__(self, client: object) -> None:
+        self.client = client
+        self.spec = sandbox_spec()
+
+    def acquire(self) -> object:
+        return self.client.create(self.spec, use_pools=False)
+
+    def release(self, sandbox: object) -> None:
+        sandbox.delete()
+
+    def close(self) -> None:
+        pass
 
 
 def candidates(n: int, root: Path) -> list[Task]:
@@ -141,18 +162,20 @@ def main() -> None:
                 pool.wait_ready()
                 warm = asyncio.run(verify_all(PoolRunner(pool), tasks, concurrency))
                 pool.close()
+                cold = asyncio.run(verify_all(PoolRunner(DaemonCold(client)), tasks, concurrency))
             fresh = asyncio.run(
                 verify_all(PoolRunner(FreshSandboxes(DockerBackend())), tasks, concurrency)
             )
-            rows.append((concurrency, warm, fresh))
+            rows.append((concurrency, warm, cold, fresh))
     print()
-    for concurrency, (warm_sec, warm_ok), (fresh_sec, fresh_ok) in rows:
-        warm_rate, fresh_rate = warm_ok / warm_sec * 60, fresh_ok / fresh_sec * 60
+    for concurrency, warm, cold, fresh in rows:
+        rates = [ok / sec * 60 for sec, ok in (warm, cold, fresh)]
         print(
-            f"concurrency {concurrency}: warm pool {warm_ok}/{len(tasks)} in {warm_sec:.1f} s = "
-            f"{warm_rate:.1f} tasks/min; sandbox per episode (baseline) {fresh_ok}/{len(tasks)} "
-            f"in {fresh_sec:.1f} s = {fresh_rate:.1f} tasks/min; "
-            f"warm pool {warm_rate / fresh_rate:.2f}x"
+            f"concurrency {concurrency}: warm pool {rates[0]:.1f} tasks/min ({warm[1]}/{len(tasks)} "
+            f"in {warm[0]:.1f} s); cold sandbox per episode through the daemon (baseline) "
+            f"{rates[1]:.1f} tasks/min ({cold[0]:.1f} s); in-process sandbox per episode "
+            f"{rates[2]:.1f} tasks/min ({fresh[0]:.1f} s); warm pool / baseline "
+            f"{rates[0] / rates[1]:.2f}x"
         )
     if args.full:
         full_run()
