@@ -163,8 +163,6 @@ class SynthConfig(_Model):
                         f"mix.category gives a share to {', '.join(missing)}, but no family "
                         "in families: is of that category; add one or drop the share."
                     )
-        if self.teacher is not None and self.teacher.api_key_env:
-            pass  # read when the run starts, so a config can be checked without the key
 
 
 def _check_sum(where: str, shares: dict[str, float]) -> None:

@@ -213,6 +213,8 @@ class Pipeline:
         )
         self.seconds: dict[str, float] = {}
         self.episodes = 0
+        self.held_out_count = 0
+        self.max_overlap = 0.0
 
     # -- set-up ----------------------------------------------------------------------
     def _open_work(self) -> Journal:
@@ -311,7 +313,6 @@ class Pipeline:
         cfg = self.config.decontamination
         index = Contamination(held_out_instructions(self.held_out), cfg.n)
         kept: list[Candidate] = []
-        self.max_overlap = 0.0
         for c in alive:
             score, source = index.overlap(self._instruction(j, c))
             self.max_overlap = max(self.max_overlap, score)
@@ -581,9 +582,9 @@ class Pipeline:
             "proportions": proportions,
             "decontamination": {
                 "held_out_sets": [str(p) for p in self.held_out],
-                "held_out_tasks": getattr(self, "held_out_count", 0),
+                "held_out_tasks": self.held_out_count,
                 "n": self.config.decontamination.n,
-                "max_overlap_seen": round(getattr(self, "max_overlap", 0.0), 4),
+                "max_overlap_seen": round(self.max_overlap, 4),
             },
             "tasks": tasks,
             "rejected": sorted(rejected, key=lambda r: (r["stage"], r["id"])),
