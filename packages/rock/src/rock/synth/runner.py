@@ -273,7 +273,6 @@ class PoolRunner:
             seconds=round(time.monotonic() - started, 3),
         )
 
-
     def _stage(self, task: Task, sandbox: Any) -> None:
         if not self.toolchain_ready:
             stage(task, sandbox)
