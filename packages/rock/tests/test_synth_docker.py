@@ -167,6 +167,10 @@ def test_cli_run_on_a_warm_pool_then_stats_and_resume(tmp_path: Path, pool_image
             "name: b\nseed: 1\ntarget: 3\nfamilies: [csv-aggregate]\nagent: nobody\n",
             "no agent named 'nobody'",
         ),
+        (
+            "name: b\nseed: 1\ntarget: 3\nfamilies: [csv-aggregate]\nagent: expert\n",
+            "agent: expert runs experts without an agent loop",
+        ),
     ],
 )
 def test_cli_refuses_bad_configs_before_starting(tmp_path: Path, body: str, message: str) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Protocol
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel
 
 from ale.task import Task
 from ale.trajectory import Trajectory
@@ -19,8 +19,6 @@ from ale.trajectory import Trajectory
 
 class Outcome(BaseModel):
     """How one episode ended."""
-
-    model_config = ConfigDict(arbitrary_types_allowed=True)
 
     reward: float | None = None
     """The verifier's reward; None when no reward was read."""

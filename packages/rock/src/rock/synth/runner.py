@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import shlex
 import tempfile
 import time
@@ -228,8 +229,8 @@ class PoolRunner:
         error: str | None = None
         timeout = task.agent_timeout_sec
         kwargs: dict[str, Any] = {"timeout_sec": timeout}
-        if workdir != "/app" and getattr(agent, "name", "") == "iflow":
-            kwargs["root"] = workdir
+        if workdir != "/app" and "root" in inspect.signature(agent.run).parameters:
+            kwargs["root"] = workdir  # agents that can start elsewhere start in the task's WORKDIR
         try:
             trajectory = await asyncio.wait_for(
                 agent.run(task.instruction, sandbox, **kwargs), timeout + AGENT_GRACE_SEC

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from ale.agents import load_agent
-from ale.synth.config import SynthConfig
+from ale.synth.config import SynthConfig, SynthConfigError
 from ale.synth.expert import ExpertAgent, ExpertRun
 from ale.task import Task
 from ale.trajectory import Trajectory
@@ -41,6 +41,12 @@ class SynthAgents:
         self.kwargs = dict(config.agent_kwargs)
         if self.name != "expert":
             load_agent(self.name, **self.kwargs)  # fail now on an unknown agent or bad kwargs
+        elif config.filters.replay or config.teacher is not None:
+            raise SynthConfigError(
+                "agent: expert runs experts without an agent loop, so it can neither replay "
+                "trajectories nor drive a teacher; set filters.replay: false and drop teacher:, "
+                "or use agent: iflow."
+            )
 
     def oracle(self, task: Task) -> Any:
         return OracleAgent(task)
@@ -54,8 +60,6 @@ class SynthAgents:
         return load_agent(self.name, expert=run, **self.kwargs)
 
     def replay(self, trajectory: Trajectory) -> Any:
-        if self.name == "expert":
-            raise RockError("replay needs an agent loop; set agent: iflow or filters.replay: false")
         return load_agent(self.name, replay=trajectory, **self.kwargs)
 
     def teacher(self) -> Any | None:
