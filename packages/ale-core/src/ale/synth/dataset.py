@@ -32,11 +32,13 @@ TASKS = "tasks"
 
 
 def tree_digest(path: Path) -> str:
-    """SHA-256 over a directory's files: relative paths, permission bits and contents."""
+    """SHA-256 over a directory's files: relative paths, executable bits (what git keeps of
+    a mode) and contents."""
     h = hashlib.sha256()
     for file in sorted(p for p in path.rglob("*") if p.is_file()):
         rel = file.relative_to(path).as_posix()
-        h.update(f"{rel}\0{file.stat().st_mode & 0o777:o}\0".encode())
+        executable = bool(file.stat().st_mode & 0o111)
+        h.update(f"{rel}\0{'x' if executable else '-'}\0".encode())
         h.update(hashlib.sha256(file.read_bytes()).digest())
     return h.hexdigest()
 

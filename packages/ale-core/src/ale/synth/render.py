@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 from pathlib import Path, PurePosixPath
 
@@ -38,10 +39,24 @@ exit 0
 """
 
 
+def stored_mode(mode: int) -> int:
+    """The mode a file keeps in git (and so in a clone): 0755 when executable, else 0644."""
+    return 0o755 if mode & 0o111 else 0o644
+
+
 def dockerfile(draft: TaskDraft) -> str:
     """The environment's Dockerfile: only FROM, COPY, RUN and WORKDIR (which rock's warm-pool
-    runner can apply to a started sandbox of the base image without building)."""
+    runner can apply to a started sandbox of the base image without building). Files are
+    stored with the modes git keeps; any other mode a draft asks for is set by a RUN chmod
+    right after the COPY, so a task checked out from git builds the same environment."""
     lines = [f"FROM {BASE_IMAGE}", "COPY rootfs/ /"]
+    chmods = [
+        f"chmod {mode:o} {shlex.quote(path)}"
+        for path, mode in sorted(draft.modes.items())
+        if path in draft.files and mode != stored_mode(mode)
+    ]
+    if chmods:
+        lines.append("RUN " + " \\\n && ".join(chmods))
     lines += [f"RUN {command}" for command in draft.setup]
     lines.append(f"WORKDIR {WORKDIR}")
     return "\n".join(lines) + "\n"
@@ -99,7 +114,7 @@ def render_task(
         rel = PurePosixPath(path)
         if not rel.is_absolute() or ".." in rel.parts:
             raise ValueError(f"draft file {path!r} must be an absolute path without '..'")
-        _put(rootfs.joinpath(*rel.parts[1:]), content, draft.modes.get(path, 0o644))
+        _put(rootfs.joinpath(*rel.parts[1:]), content, stored_mode(draft.modes.get(path, 0o644)))
     _put(tmp / "tests" / "test.sh", TEST_SH, 0o755)
     _put(tmp / "tests" / "test_outputs.py", draft.tests)
     _put(tmp / "solution" / "solve.sh", "#!/bin/bash\nset -e\ncd /app\n" + draft.solution, 0o755)
