@@ -169,16 +169,24 @@ class Backend(abc.ABC):
         return []
 
 
-def pack_upload(local: Path, remote: str) -> tuple[bytes, str]:
-    """The tar archive and target directory that put ``local`` at ``remote``."""
+def pack_upload(local: Path, remote: str, *, mtime: int | None = None) -> tuple[bytes, str]:
+    """The tar archive and target directory that put ``local`` at ``remote``; with
+    ``mtime``, every member carries that modification time instead of its own (so what
+    ``ls -l`` shows in the sandbox does not depend on when the files were written here)."""
+
+    def stamp(info: tarfile.TarInfo) -> tarfile.TarInfo:
+        if mtime is not None:
+            info.mtime = mtime
+        return info
+
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as tar:
         if local.is_dir():
             for item in sorted(local.iterdir()):
-                tar.add(item, arcname=item.name)
+                tar.add(item, arcname=item.name, filter=stamp)
             target = remote
         else:
-            tar.add(local, arcname=posixpath.basename(remote))
+            tar.add(local, arcname=posixpath.basename(remote), filter=stamp)
             target = posixpath.dirname(remote) or "/"
     return buf.getvalue(), target
 

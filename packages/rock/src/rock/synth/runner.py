@@ -24,7 +24,7 @@ from typing import Any, Protocol
 from ale.synth.runner import Outcome
 from ale.task import Task
 from ale.trajectory import Trajectory, VerifierResult, VerifierTest
-from rock.backends.base import Backend
+from rock.backends.base import Backend, pack_upload
 from rock.bench.results import FailureMode
 from rock.bench.verifier import toolchain
 from rock.bench.verify import AGENT_LOGS, TESTS_DIR, VERIFIER_LOGS, run_verifier, stage
@@ -36,6 +36,10 @@ SYNTH_IMAGE = "rock/bench-base:bookworm"
 """The base image generated tasks build on (their Dockerfiles say FROM it)."""
 
 AGENT_GRACE_SEC = 5.0
+
+FILE_MTIME = 1767225600
+"""2026-01-01 00:00 UTC: the modification time of every file a task's COPY places, so an
+expert that lists files with their times sees the same listing in every run."""
 
 
 class MaterializeError(RockError):
@@ -103,7 +107,8 @@ def materialize(task: Task, sandbox: Any, *, image: str = SYNTH_IMAGE) -> str:
                     f"task {task.id}: COPY source {parts[0]} is not in its context"
                 )
             dest = parts[1] if parts[1].startswith("/") else f"{workdir.rstrip('/')}/{parts[1]}"
-            sandbox.upload(source, dest)
+            data, target = pack_upload(source, dest, mtime=FILE_MTIME)
+            sandbox.put_archive(target, data)
         elif word == "RUN":
             result = sandbox.exec(arg, timeout=300, cwd=workdir)
             if result.exit_code != 0:
