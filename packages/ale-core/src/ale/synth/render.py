@@ -4,7 +4,8 @@
 
     instruction.md
     task.toml               [metadata] family, difficulty, category, tags, seed, params
-    environment/Dockerfile  FROM the local base image; COPY rootfs/ /; RUN setup; WORKDIR /app
+    environment/Dockerfile  FROM the local base image; COPY rootfs/ / (when there are files);
+                            RUN chmod (modes git does not keep); RUN setup; WORKDIR /app
     environment/rootfs/     the draft's files at their container paths
     tests/test.sh           installs pytest (served offline by rock's verifier toolchain),
                             runs tests/test_outputs.py from /app, writes the reward
@@ -49,7 +50,9 @@ def dockerfile(draft: TaskDraft) -> str:
     runner can apply to a started sandbox of the base image without building). Files are
     stored with the modes git keeps; any other mode a draft asks for is set by a RUN chmod
     right after the COPY, so a task checked out from git builds the same environment."""
-    lines = [f"FROM {BASE_IMAGE}", "COPY rootfs/ /"]
+    lines = [f"FROM {BASE_IMAGE}"]
+    if draft.files:  # git keeps no empty directory, and COPY of a missing one fails
+        lines.append("COPY rootfs/ /")
     chmods = [
         f"chmod {mode:o} {shlex.quote(path)}"
         for path, mode in sorted(draft.modes.items())
@@ -109,7 +112,6 @@ def render_task(
     env = tmp / "environment"
     _put(env / "Dockerfile", dockerfile(draft))
     rootfs = env / "rootfs"
-    rootfs.mkdir(parents=True)
     for path, content in sorted(draft.files.items()):
         rel = PurePosixPath(path)
         if not rel.is_absolute() or ".." in rel.parts:
