@@ -1,10 +1,40 @@
-"""The ``roll`` command."""
+"""The ``roll`` command: ``train``, ``sft``, ``plot``, ``envs``.
+
+Heavy imports (torch, transformers) happen inside the commands, so ``roll --help`` is quick.
+Errors a user can fix print one sentence and exit 2; an aborted run (too many non-finite
+steps) exits 3.
+"""
 
 from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 import click
 
 from roll import __version__
+
+
+def _fail(message: str, code: int = 2) -> None:
+    click.echo(f"roll: {message}", err=True)
+    sys.exit(code)
+
+
+def _guard(run: Callable[[], Any]) -> Any:
+    from roll.errors import ConfigError, RollError, TrainingAborted
+
+    try:
+        return run()
+    except ConfigError as exc:
+        _fail(str(exc))
+    except TrainingAborted as exc:
+        _fail(str(exc), 3)
+    except RollError as exc:
+        _fail(str(exc))
+    except KeyboardInterrupt:
+        _fail("interrupted; continue with the same command and --resume", 130)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -12,8 +42,94 @@ from roll import __version__
 def main() -> None:
     """roll: RL post-training for terminal agents (SFT, GRPO family, IPA).
 
-    The trainer arrives with the roll issue; only --help and --version work now.
+    \b
+      roll sft CONFIG.yaml [key=value ...]     supervised fine-tuning on trajectories
+      roll train CONFIG.yaml [key=value ...]   RL (IPA, GRPO, RLOO, REINFORCE++, GSPO)
+      roll plot RUN_DIR [RUN_DIR ...]          reward, loss, grad-norm and KL curves (PNG)
+      roll envs                                the built-in environments
+
+    Overrides set any config key by its dotted path (algorithm.name=grpo run.steps=50).
+    Under torchrun every process runs the same command (DDP).
     """
+
+
+_resume = click.option(
+    "--resume", is_flag=True, help="Continue the run in run_dir from its newest checkpoint."
+)
+
+
+@main.command()
+@click.argument("config", type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("overrides", nargs=-1)
+@_resume
+def train(config: Path, overrides: tuple[str, ...], resume: bool) -> None:
+    """RL on environment episodes with the policy in CONFIG."""
+
+    def run() -> None:
+        from roll.config import TrainConfig, load_config
+        from roll.train import run_train
+
+        cfg = load_config(TrainConfig, config, list(overrides))
+        out = run_train(cfg, resume=resume)
+        click.echo(f"trained policy: {out}")
+
+    _guard(run)
+
+
+@main.command()
+@click.argument("config", type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("overrides", nargs=-1)
+@_resume
+def sft(config: Path, overrides: tuple[str, ...], resume: bool) -> None:
+    """Supervised fine-tuning on the trajectories in CONFIG's data (per-turn masks)."""
+
+    def run() -> None:
+        from roll.config import SFTConfig, load_config
+        from roll.sft import run_sft
+
+        cfg = load_config(SFTConfig, config, list(overrides))
+        out = run_sft(cfg, resume=resume)
+        click.echo(f"fine-tuned policy: {out}")
+
+    _guard(run)
+
+
+@main.command()
+@click.argument("run_dirs", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="PNG to write (default RUN_DIR/curves.png for one run).",
+)
+@click.option("--label", "labels", multiple=True, help="Legend label per run (in order).")
+def plot(run_dirs: tuple[Path, ...], output: Path | None, labels: tuple[str, ...]) -> None:
+    """Draw reward, loss, grad-norm and KL curves of one or more runs to a PNG."""
+
+    def run() -> None:
+        from roll.plot import plot_run, plot_runs
+
+        if len(run_dirs) == 1 and not labels:
+            out = plot_run(run_dirs[0], output)
+        else:
+            out = plot_runs(
+                list(run_dirs),
+                list(labels) or None,
+                output or Path("curves.png"),
+            )
+        click.echo(str(out))
+
+    _guard(run)
+
+
+@main.command()
+def envs() -> None:
+    """List the built-in environments."""
+    from roll.envs.base import env_names
+
+    for name in env_names():
+        click.echo(name)
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from ale.configs import explain
 from ale.synth.family import CATEGORIES, DIFFICULTIES, UnknownFamily, get_family
 
 _SUM_TOLERANCE = 1e-6
@@ -185,21 +186,6 @@ def _check_keys(where: str, shares: dict[str, float], valid: Any) -> None:
             )
 
 
-def _field_names(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
-    """The valid keys at ``loc`` (the path of an unknown key) in ``model``."""
-    current: Any = model
-    for part in loc[:-1]:
-        field = current.model_fields.get(part) if isinstance(part, str) else None
-        if field is None:
-            return []
-        annotation = field.annotation
-        inner = [a for a in getattr(annotation, "__args__", (annotation,)) if isinstance(a, type)]
-        current = next((a for a in inner if issubclass(a, BaseModel)), None)
-        if current is None:
-            return []
-    return list(current.model_fields)
-
-
 def parse_config(data: Any, *, source: str = "the config") -> SynthConfig:
     """A checked :class:`SynthConfig` from parsed YAML; :class:`SynthConfigError` otherwise."""
     if not isinstance(data, dict):
@@ -207,15 +193,7 @@ def parse_config(data: Any, *, source: str = "the config") -> SynthConfig:
     try:
         config = SynthConfig.model_validate(data)
     except ValidationError as exc:
-        errors = exc.errors()
-        error = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
-        loc = tuple(error["loc"])
-        where = ".".join(str(p) for p in loc) or "the top level"
-        if error["type"] == "extra_forbidden":
-            close = difflib.get_close_matches(str(loc[-1]), _field_names(SynthConfig, loc), n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else "; remove it."
-            raise SynthConfigError(f"{source}: unknown key {where}{hint}") from None
-        raise SynthConfigError(f"{source}: {where}: {error['msg']}.") from None
+        raise SynthConfigError(explain(exc, SynthConfig, source)) from None
     config.check()
     return config
 

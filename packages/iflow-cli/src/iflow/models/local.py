@@ -287,14 +287,17 @@ def prompt_token_ids(
     messages: list[Step],
     tools: list[dict[str, Any]],
     tool_format: ToolFormat = "auto",
+    *,
+    add_generation_prompt: bool = True,
 ) -> list[int]:
-    """The token ids of the prompt (generation prompt included) for ``messages`` and ``tools``.
+    """The token ids of the prompt (generation prompt included unless asked not to) for
+    ``messages`` and ``tools``.
     Control tokens written inside messages (``<|im_end|>`` in a file the agent read) are
     encoded as plain text, so only the template's own markup becomes control tokens."""
     from jinja2 import TemplateError
 
     chat, tools_arg = chat_messages(tokenizer, messages, tools, tool_format)
-    options: dict[str, Any] = {"tools": tools_arg, "add_generation_prompt": True}
+    options: dict[str, Any] = {"tools": tools_arg, "add_generation_prompt": add_generation_prompt}
     options |= {"tokenize": True, "return_dict": False}
     try:
         try:

@@ -1,0 +1,270 @@
+"""Training configurations: validated models, read from YAML with ``key=value`` overrides.
+
+Every section forbids unknown keys; a mistyped key is one sentence naming it and the
+closest valid key (``algorithm.clip_hgh: did you mean 'clip_high'?``). ``algorithm.name``
+picks a preset (GRPO, Dr. GRPO, RLOO, REINFORCE++, GSPO, IPA); any field set explicitly
+overrides the preset.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from ale.configs import explain
+from roll.errors import ConfigError
+
+C = TypeVar("C", bound=BaseModel)
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class TinyModel(_Section):
+    """A tiny model built from nothing at ``model.path`` when nothing is there yet."""
+
+    vocab_size: int = Field(default=512, ge=263)
+    hidden_size: int = Field(default=64, ge=8)
+    layers: int = Field(default=2, ge=1)
+    heads: int = Field(default=4, ge=1)
+    seed: int = 0
+    """Seed of the random weights."""
+
+
+class ModelConfig(_Section):
+    """The policy."""
+
+    path: str
+    """A directory written by ``save_pretrained`` (any transformers causal LM)."""
+    tiny: TinyModel | None = None
+    """Build a tiny model at ``path`` first when ``path`` holds no model."""
+    device: str = "auto"
+    """``auto`` (a GPU when there is one), ``cpu``, ``cuda``, ``cuda:1``..."""
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
+    """``auto``: bfloat16 on a GPU that supports it, float32 otherwise."""
+    gradient_checkpointing: bool = False
+
+
+class OptimConfig(_Section):
+    """AdamW and its schedule."""
+
+    lr: float = Field(default=1e-5, gt=0)
+    weight_decay: float = Field(default=0.0, ge=0)
+    betas: tuple[float, float] = (0.9, 0.999)
+    eps: float = Field(default=1e-8, gt=0)
+    schedule: Literal["constant", "linear", "cosine"] = "constant"
+    warmup_steps: int = Field(default=0, ge=0)
+    max_grad_norm: float | None = Field(default=1.0, gt=0)
+    """Clip the global gradient norm to this; ``null`` to not clip (the norm is still logged)."""
+
+
+class RunConfig(_Section):
+    """What both trainers share: the loop, checkpoints and logs."""
+
+    steps: int = Field(default=10, ge=1)
+    """Optimiser updates (SFT) or rollout batches (RL) to run."""
+    micro_batch_tokens: int = Field(default=8192, ge=16)
+    """Token budget of one forward/backward (rows x longest row): larger batches are
+    processed in micro-batches whose gradients add up to the whole batch's."""
+    checkpoint_every: int = Field(default=10, ge=1)
+    keep_checkpoints: int = Field(default=2, ge=1)
+    max_bad_steps: int = Field(default=5, ge=1)
+    """Stop after this many steps whose loss or gradient was NaN/inf (each is skipped)."""
+    log_every: int = Field(default=1, ge=1)
+    tensorboard: bool | None = None
+    """Write TensorBoard events too; ``null``: when tensorboard is installed."""
+    progress: bool = True
+    """Show a progress bar (only on a terminal)."""
+
+
+class ResampleConfig(_Section):
+    """Chunk-level initialised resampling from expert trajectories."""
+
+    experts: str
+    """A JSONL of expert trajectories (one per env seed in ``seeds``; their actions are replayed)."""
+    mode: Literal["sequential", "parallel"] = "sequential"
+    """``sequential``: start from the last expert chunk and roll back as groups succeed;
+    ``parallel``: start groups at ``anchors`` evenly spread anchors at once."""
+    anchors: int = Field(default=3, ge=1)
+    threshold: float = Field(default=0.5, gt=0, le=1)
+    """Share of positive episodes at the current anchor that moves it one chunk back."""
+    imitation_coef: float = Field(default=0.1, ge=0)
+    """Weight of the NLL term on the expert prefix of groups without a positive episode."""
+
+
+class AlgorithmConfig(_Section):
+    """Credit assignment and loss. Unset fields come from the preset ``name``."""
+
+    name: Literal["grpo", "dr_grpo", "rloo", "reinforce_pp", "gspo", "ipa"] = "ipa"
+    advantage: Literal["grpo", "rloo", "reinforce_pp", "ipa"] | None = None
+    scale_by_std: bool | None = None
+    """GRPO: divide by the group's reward std."""
+    gamma: float | None = Field(default=None, gt=0, le=1)
+    """IPA: chunk discount."""
+    baseline: Literal["none", "group_mean"] | None = None
+    """IPA / REINFORCE++: subtract the group mean reward first."""
+    loss: Literal["ppo", "ipa"] | None = None
+    ratio_level: Literal["token", "chunk", "sequence"] | None = None
+    aggregation: (
+        Literal[
+            "token_mean", "seq_mean_token_mean", "seq_mean_token_sum", "seq_mean_token_sum_norm"
+        ]
+        | None
+    ) = None
+    norm_length: int | None = Field(default=None, ge=1)
+    """The constant of ``seq_mean_token_sum_norm`` (default: rollout.max_new_tokens)."""
+    clip_low: float | None = Field(default=None, ge=0)
+    clip_high: float | None = Field(default=None, ge=0)
+    mismatch_threshold: float | None = Field(default=None, gt=1)
+    """H: mask a chunk whose exp(mean log(pi_old / mu)) exceeds it; ``null`` to never mask."""
+    kl_coef: float = Field(default=0.0, ge=0)
+    entropy_coef: float = Field(default=0.0)
+
+    @model_validator(mode="after")
+    def _fill(self) -> AlgorithmConfig:
+        preset = PRESETS[self.name]
+        for key, value in {**_DEFAULTS, **preset}.items():
+            if getattr(self, key) is None and key not in self.model_fields_set:
+                object.__setattr__(self, key, value)
+        return self
+
+
+PRESETS: dict[str, dict[str, Any]] = {
+    "grpo": {"advantage": "grpo", "scale_by_std": True, "loss": "ppo", "ratio_level": "token",
+             "aggregation": "seq_mean_token_mean", "clip_low": 0.2, "clip_high": 0.2},
+    "dr_grpo": {"advantage": "grpo", "scale_by_std": False, "loss": "ppo", "ratio_level": "token",
+                "aggregation": "seq_mean_token_sum_norm", "clip_low": 0.2, "clip_high": 0.2},
+    "rloo": {"advantage": "rloo", "loss": "ppo", "ratio_level": "token",
+             "aggregation": "token_mean", "clip_low": 0.2, "clip_high": 0.2},
+    "reinforce_pp": {"advantage": "reinforce_pp", "baseline": "none", "loss": "ppo",
+                     "ratio_level": "token", "aggregation": "token_mean", "clip_low": 0.2,
+                     "clip_high": 0.2},
+    "gspo": {"advantage": "grpo", "scale_by_std": True, "loss": "ppo", "ratio_level": "sequence",
+             "aggregation": "seq_mean_token_mean", "clip_low": 3e-4, "clip_high": 4e-4},
+    "ipa": {"advantage": "ipa", "gamma": 0.95, "baseline": "none", "loss": "ipa",
+            "ratio_level": "chunk", "aggregation": "token_mean", "clip_low": 0.2,
+            "clip_high": 0.2, "mismatch_threshold": 2.0},
+}  # fmt: skip
+"""Each algorithm as a filling of the one abstraction."""
+
+_DEFAULTS = {"scale_by_std": True, "gamma": 1.0, "baseline": "none"}
+
+
+class EnvConfig(_Section):
+    """Where episodes come from (in-process environments; sandboxes arrive with agentic RL)."""
+
+    name: str = "guess"
+    """A built-in environment (``roll envs`` lists them) or ``package.module:Class``."""
+    kwargs: dict[str, Any] = Field(default_factory=dict)
+    seed: int = 0
+    """First environment seed; group ``i`` of step ``s`` uses a seed drawn from this and (s, i)."""
+
+
+class RolloutConfig(_Section):
+    """Sampling."""
+
+    backend: Literal["hf", "vllm"] = "hf"
+    groups_per_step: int = Field(default=4, ge=1)
+    group_size: int = Field(default=4, ge=1)
+    max_new_tokens: int = Field(default=48, ge=1)
+    max_seq_len: int = Field(default=1024, ge=16)
+    temperature: float = Field(default=1.0, ge=0)
+    top_p: float = Field(default=1.0, gt=0, le=1)
+    drop_uniform_groups: bool = False
+    """Leave out groups whose rewards are all equal (no group-relative signal)."""
+
+
+class TrainConfig(_Section):
+    """``roll train``: RL on environment episodes."""
+
+    run_dir: str = "runs/train"
+    seed: int = 0
+    model: ModelConfig
+    optim: OptimConfig = Field(default_factory=OptimConfig)
+    run: RunConfig = Field(default_factory=RunConfig)
+    algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig)
+    env: EnvConfig = Field(default_factory=EnvConfig)
+    rollout: RolloutConfig = Field(default_factory=RolloutConfig)
+    updates_per_batch: int = Field(default=1, ge=1)
+    """Optimiser updates per rollout batch (the batch split in this many mini-batches);
+    above 1 the old log-probs come from an extra forward pass before the first update."""
+    reference: bool | None = None
+    """Keep a frozen copy of the initial policy for the KL term (default: when kl_coef > 0)."""
+    resample: ResampleConfig | None = None
+
+
+class SFTConfig(_Section):
+    """``roll sft``: supervised fine-tuning on trajectories, per-turn masks applied."""
+
+    run_dir: str = "runs/sft"
+    seed: int = 0
+    model: ModelConfig
+    optim: OptimConfig = Field(default_factory=lambda: OptimConfig(lr=1e-4))
+    run: RunConfig = Field(default_factory=RunConfig)
+    data: list[str]
+    """Trajectory JSONL files or dataset directories (every ``*.jsonl`` under ``trajectories/``)."""
+    batch_size: int = Field(default=8, ge=1)
+    """Trajectories per optimiser step."""
+    epochs: float | None = Field(default=None, gt=0)
+    """Passes over the data; sets ``run.steps`` when given."""
+    max_seq_len: int = Field(default=4096, ge=16)
+    """Longer trajectories are cut at an assistant-turn boundary (their tail dropped)."""
+    tools: Literal["iflow", "none"] = "iflow"
+    """The tool descriptions in the system prompt: the iflow agent's (as its local model
+    renders them), or none."""
+    only_successful: bool = True
+    """Train only on trajectories with a positive reward (or no reward recorded)."""
+
+
+def apply_overrides(data: dict[str, Any], overrides: list[str], source: str) -> dict[str, Any]:
+    """``a.b.c=value`` pairs set into ``data`` (values parsed as YAML: numbers, true, null...)."""
+    for item in overrides:
+        key, sep, raw = item.partition("=")
+        if not sep or not key:
+            raise ConfigError(
+                f"override {item!r} is not KEY=VALUE; write it like algorithm.gamma=0.9"
+            )
+        try:
+            value = yaml.safe_load(raw) if raw else ""
+        except yaml.YAMLError:
+            value = raw
+        node = data
+        parts = key.split(".")
+        for part in parts[:-1]:
+            child = node.get(part)
+            if child is None:
+                child = node[part] = {}
+            if not isinstance(child, dict):
+                raise ConfigError(f"override {item!r}: {part} is a value, not a section")
+            node = child
+        node[parts[-1]] = value
+    return data
+
+
+def load_config(model: type[C], path: str | Path | None, overrides: list[str] | None = None) -> C:
+    """Read the YAML at ``path`` (or start empty), apply overrides, validate as ``model``."""
+    source = str(path) if path is not None else "the command line"
+    data: Any = {}
+    if path is not None:
+        file = Path(path)
+        try:
+            text = file.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise ConfigError(
+                f"cannot read the config {file} ({exc.strerror or exc}); check the path"
+            ) from None
+        try:
+            data = yaml.safe_load(text) or {}
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"{file} is not valid YAML ({exc}); fix the file") from None
+        if not isinstance(data, dict):
+            raise ConfigError(f"{file} must be a YAML mapping of settings (model:, run:, ...)")
+    data = apply_overrides(data, list(overrides or []), source)
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(explain(exc, model, source)) from None

@@ -1,0 +1,125 @@
+"""Loading a policy and computing the log-probs of scored tokens.
+
+:class:`ScoredForward` is the module the trainer differentiates (and wraps in DDP): it runs
+the transformer body over a padded micro-batch, takes the hidden state *before* each scored
+token, and applies the output head to those positions only, so the vocabulary projection
+and the softmax are spent on the tokens that carry a loss, not on prompts, observations or
+padding. Models whose head does more than a linear map (logit soft-capping, logit scaling)
+take the plain full forward instead.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from roll.errors import ConfigError
+
+
+def resolve_device(device: str) -> str:
+    """``auto`` -> ``cuda`` when a GPU is usable, else ``cpu``."""
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise ConfigError(
+            f"device {device!r} was asked for but no CUDA GPU is usable here; "
+            "set model.device=cpu or auto"
+        )
+    return device
+
+
+def resolve_dtype(dtype: str, device: str) -> Any:
+    """``auto`` -> bfloat16 on a GPU that supports it, else float32."""
+    if dtype == "auto":
+        if device.startswith("cuda") and torch.cuda.is_bf16_supported():
+            return torch.bfloat16
+        return torch.float32
+    table = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+    if dtype not in table:
+        raise ConfigError(f"dtype {dtype!r} is not one of auto, {', '.join(table)}")
+    return table[dtype]
+
+
+def load_policy(path: str | Path, *, device: str = "auto", dtype: str = "auto") -> tuple[Any, Any]:
+    """The causal LM and tokenizer saved in ``path`` (a ``save_pretrained`` directory)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from iflow.models.local import quiet_progress
+
+    directory = Path(path)
+    if not (directory / "config.json").is_file():
+        raise ConfigError(
+            f"there is no model at {directory} (no config.json); give a directory written by "
+            "save_pretrained, or set model.tiny to build a tiny model there"
+        )
+    dev = resolve_device(device)
+    torch_dtype = resolve_dtype(dtype, dev)
+    with quiet_progress():
+        tokenizer = AutoTokenizer.from_pretrained(directory)
+        model = AutoModelForCausalLM.from_pretrained(directory, dtype=torch_dtype)
+    model.to(dev)
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return model, tokenizer
+
+
+def _head_is_linear(config: Any) -> bool:
+    return not (
+        getattr(config, "final_logit_softcapping", None) or getattr(config, "logit_scale", None)
+    )
+
+
+def _scored_logprobs(
+    lm: Any, input_ids: Any, attention_mask: Any, rows: Any, cols: Any, targets: Any, entropy: bool
+) -> tuple[Any, Any]:
+    if rows.numel() == 0:
+        zero = sum(p.sum() for p in lm.parameters()) * 0.0  # keeps every parameter in the graph
+        empty = zero.new_zeros(0) + zero
+        return empty, (empty if entropy else None)
+    body = lm.get_decoder() if hasattr(lm, "get_decoder") else None
+    head = lm.get_output_embeddings()
+    if body is not None and head is not None and _head_is_linear(lm.config):
+        hidden = body(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+        logits = head(hidden[rows, cols - 1])
+    else:
+        logits = lm(input_ids=input_ids, attention_mask=attention_mask).logits[rows, cols - 1]
+    logps = torch.log_softmax(logits.float(), dim=-1)
+    chosen = logps.gather(-1, targets[:, None]).squeeze(-1)
+    ent = None
+    if entropy:
+        ent = -(logps.exp() * logps).sum(-1)
+    return chosen, ent
+
+
+class ScoredForward(torch.nn.Module):
+    """The policy as the trainer differentiates it: ids in, scored tokens' log-probs out."""
+
+    def __init__(self, lm: Any) -> None:
+        super().__init__()
+        self.lm = lm
+
+    def forward(
+        self,
+        input_ids: Any,
+        attention_mask: Any,
+        rows: Any,
+        cols: Any,
+        targets: Any,
+        entropy: bool = False,
+    ) -> tuple[Any, Any]:
+        return _scored_logprobs(self.lm, input_ids, attention_mask, rows, cols, targets, entropy)
+
+
+def scored_logprobs(lm: Any, collated: Any, *, entropy: bool = False) -> tuple[Any, Any]:
+    """Log-probs (and entropies) of a collated micro-batch's scored tokens under ``lm``."""
+    return _scored_logprobs(
+        lm,
+        collated.input_ids,
+        collated.attention_mask,
+        collated.rows,
+        collated.cols,
+        collated.targets,
+        entropy,
+    )

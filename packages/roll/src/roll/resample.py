@@ -1,0 +1,157 @@
+"""Chunk-level initialised resampling (IPA): start the policy from an expert's prefix.
+
+An expert trajectory of a task (message level: its assistant steps' ``content`` are the
+actions; token ids are not needed) has K assistant turns, one interaction chunk each. A
+rollout at *anchor* k replays the expert's first k actions through the same deterministic
+environment (``env.reset(seed)``, then ``env.step`` per action) and lets the policy act from
+there: anchor K-1 leaves only the last chunk to the policy, anchor 0 the whole task. The
+replay itself is done by :class:`roll.rollout.RolloutEngine` for an
+:class:`~roll.rollout.EpisodeRequest` with ``prefix`` and ``anchor``: the replayed assistant
+steps carry token ids (tokenised with the same template scheme as sampled turns, so
+:func:`ale.chunking.token_view` accepts the trajectory) but no log-probs, and are marked
+``extra["roll"] = {"prefix": True}``; the trajectory records ``extra["roll"]["anchor"]``.
+
+Two schedules choose anchors: :class:`SequentialRollback` starts at the last chunk and moves
+the anchor back one chunk whenever the group at the current anchor succeeds often enough;
+:class:`ParallelAnchors` starts rollouts at several anchors spread over the trajectory in the
+same step. A group with no positive reward (:func:`needs_imitation`) gets an imitation (NLL)
+term on the expert's replayed tokens, which :func:`prefix_token_mask` marks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ale.chunking import token_view
+from ale.trajectory import Role, Step, Trajectory
+from roll.errors import ConfigError, RollError
+
+
+def expert_actions(trajectory: Trajectory) -> list[str]:
+    """The expert's actions: the ``content`` of each assistant step, in order."""
+    return [s.content for s in trajectory.steps if s.role is Role.ASSISTANT]
+
+
+def expert_opening(trajectory: Trajectory) -> list[dict[str, str]]:
+    """The messages before the first assistant step (``{"role", "content"}``)."""
+    opening: list[dict[str, str]] = []
+    for step in trajectory.steps:
+        if step.role is Role.ASSISTANT:
+            break
+        opening.append({"role": step.role.value, "content": _text(step)})
+    return opening
+
+
+def expert_observations(trajectory: Trajectory) -> list[str | None]:
+    """For each assistant turn, the observation recorded after it (the text of the user/tool
+    steps before the next assistant step, joined by newlines), or None when none was."""
+    observations: list[str | None] = []
+    pending: list[str] | None = None
+    for step in trajectory.steps:
+        if step.role is Role.ASSISTANT:
+            if pending is not None:
+                observations.append("\n".join(pending) if pending else None)
+            pending = []
+        elif pending is not None and step.role is not Role.SYSTEM:
+            pending.append(_text(step))
+    if pending is not None:
+        observations.append("\n".join(pending) if pending else None)
+    return observations
+
+
+def _text(step: Step) -> str:
+    if step.role is Role.TOOL and step.tool_results:
+        return "\n".join(result.content for result in step.tool_results)
+    return step.content
+
+
+def _positive_share(group_rewards: Sequence[float]) -> float:
+    if not group_rewards:
+        raise RollError("a group needs at least one reward; pass the rewards of its rollouts")
+    return sum(1 for r in group_rewards if r > 0) / len(group_rewards)
+
+
+def needs_imitation(group_rewards: Sequence[float]) -> bool:
+    """True when no rollout of the group got a positive reward: learn from the expert's prefix
+    by imitation, since the group's advantages carry no signal."""
+    return not any(r > 0 for r in group_rewards)
+
+
+def prefix_token_mask(trajectory: Trajectory) -> list[bool]:
+    """Over :func:`ale.chunking.token_view` positions: True on the replayed expert's assistant
+    tokens (steps marked ``extra["roll"]["prefix"]``), where the imitation term applies."""
+    view = token_view(trajectory)
+    prefix_steps = {
+        index
+        for index, step in enumerate(trajectory.steps)
+        if step.role is Role.ASSISTANT and step.extra.get("roll", {}).get("prefix") is True
+    }
+    return [owner in prefix_steps for owner in view.step_index]
+
+
+def _check_chunks(num_chunks: int) -> None:
+    if num_chunks < 1:
+        raise ConfigError(
+            f"num_chunks must be at least 1 (the expert's assistant turns), got {num_chunks}"
+        )
+
+
+class SequentialRollback:
+    """One anchor at a time, from the last chunk back to the first.
+
+    Starts at anchor K-1 (the policy plays only the expert's last chunk); each
+    :meth:`update` with the rewards of the group at the current anchor moves the anchor one
+    chunk back when the share of positive rewards reaches ``threshold``, and stays at 0.
+    """
+
+    def __init__(self, num_chunks: int, *, threshold: float = 0.5) -> None:
+        _check_chunks(num_chunks)
+        if not 0.0 < threshold <= 1.0:
+            raise ConfigError(f"threshold must be in (0, 1], got {threshold}")
+        self.num_chunks = num_chunks
+        self.threshold = threshold
+        self._current = num_chunks - 1
+
+    @property
+    def current(self) -> int:
+        """The anchor to start rollouts from now (settable, to restore a saved schedule)."""
+        return self._current
+
+    @current.setter
+    def current(self, anchor: int) -> None:
+        if not 0 <= anchor < self.num_chunks:
+            raise ConfigError(f"anchor {anchor} is outside [0, {self.num_chunks - 1}]")
+        self._current = anchor
+
+    def update(self, group_rewards: Sequence[float]) -> int:
+        """Record the rewards of the group run at :attr:`current`; returns the next anchor."""
+        if _positive_share(group_rewards) >= self.threshold and self._current > 0:
+            self._current -= 1
+        return self._current
+
+
+class ParallelAnchors:
+    """``count`` anchors spread evenly over [0, K-1], all rolled out in the same step.
+
+    With ``count >= 2`` the anchors include 0 and K-1; ``count == 1`` gives K-1. Anchors are
+    distinct, so there are ``min(count, K)`` of them.
+    """
+
+    def __init__(self, num_chunks: int, count: int) -> None:
+        _check_chunks(num_chunks)
+        if count < 1:
+            raise ConfigError(f"count must be at least 1, got {count}")
+        self.num_chunks = num_chunks
+        self.count = count
+        last = num_chunks - 1
+        if count == 1:
+            spread = [last]
+        else:
+            # i * last / (count - 1), rounded half up in integers
+            spread = [(2 * i * last + count - 1) // (2 * (count - 1)) for i in range(count)]
+        self._anchors = tuple(sorted(set(spread)))
+
+    @property
+    def anchors(self) -> tuple[int, ...]:
+        """The anchors, ascending."""
+        return self._anchors

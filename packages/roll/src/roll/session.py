@@ -1,0 +1,201 @@
+"""What ``roll sft`` and ``roll train`` share: the run directory, the policy, resume, saving.
+
+A :class:`Session` is opened on a config: it joins the process group (torchrun), seeds every
+random generator, builds the tiny model when asked, loads the policy, makes the updater and,
+with ``resume``, restores everything from the newest complete checkpoint. The loop of each
+trainer calls :meth:`Session.checkpoint` and :meth:`Session.log`; :meth:`Session.finish`
+saves the final model as ``RUN_DIR/model`` (a ``save_pretrained`` directory).
+"""
+
+from __future__ import annotations
+
+import random
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+import yaml
+
+from roll.algo.losses import LossSpec
+from roll.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from roll.config import ModelConfig, SFTConfig, TrainConfig
+from roll.distributed import close_world, init_world
+from roll.errors import ConfigError
+from roll.metrics import MetricsLogger, TrainProgress
+from roll.models import load_policy, resolve_device, resolve_dtype
+from roll.update import Updater
+
+
+def ensure_model(model: ModelConfig) -> Path:
+    """The model directory, built first when ``model.tiny`` is set and nothing is there."""
+    path = Path(model.path)
+    if (path / "config.json").is_file():
+        return path
+    if model.tiny is None:
+        raise ConfigError(
+            f"there is no model at {path}; point model.path at a save_pretrained directory, "
+            "or set model.tiny: {} to build a tiny one there"
+        )
+    from iflow.models.tiny import build_tiny_model
+
+    tiny = model.tiny
+    build_tiny_model(
+        path,
+        seed=tiny.seed,
+        vocab_size=tiny.vocab_size,
+        hidden_size=tiny.hidden_size,
+        layers=tiny.layers,
+        heads=tiny.heads,
+    )
+    return path
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    torch.manual_seed(seed)
+    try:
+        import numpy
+
+        numpy.random.seed(seed % 2**32)
+    except ImportError:  # pragma: no cover - numpy comes with torch's usual installs
+        pass
+
+
+class Session:
+    """One training run's shared machinery (see the module docstring)."""
+
+    def __init__(
+        self,
+        config: TrainConfig | SFTConfig,
+        *,
+        spec: LossSpec,
+        resume: bool = False,
+        log: Any = None,
+    ) -> None:
+        self.config = config
+        self.run_dir = Path(config.run_dir)
+        self.say = log or (lambda message: print(message, file=sys.stderr))
+        device = resolve_device(config.model.device)
+        self.world = init_world(device)
+        if device.startswith("cuda") and self.world.distributed:
+            device = f"cuda:{self.world.local_rank}"
+        self.device = device
+        existing = latest_checkpoint(self.run_dir)
+        if existing is not None and not resume:
+            raise ConfigError(
+                f"{self.run_dir} already holds checkpoints of a run; pass --resume to continue "
+                "it, or choose another run_dir"
+            )
+        seed_everything(config.seed)
+        if self.world.is_main:
+            ensure_model(config.model)
+        self.world.barrier()
+        self.lm, self.tokenizer = load_policy(config.model.path, device=device, dtype="float32")
+        if config.model.gradient_checkpointing:
+            self.lm.gradient_checkpointing_enable()
+        amp = resolve_dtype(config.model.dtype, device)
+        self.amp_dtype = None if amp == torch.float32 else amp
+        self.spec = spec
+        self.resume = resume
+        self.existing = existing
+        self.start_step = 0
+        self.state: dict[str, Any] = {}
+        self.total_steps = config.run.steps
+        self._updater: Updater | None = None
+        self.metrics: MetricsLogger | None = None
+        self.progress: TrainProgress | None = None
+
+    @property
+    def updater(self) -> Updater:
+        if self._updater is None:
+            raise RuntimeError("call Session.start(total_steps) first")
+        return self._updater
+
+    def start(self, total_steps: int) -> None:
+        """Make the optimiser for ``total_steps`` steps, resume, open the logs."""
+        config = self.config
+        self.total_steps = total_steps
+        self._updater = Updater(
+            self.lm,
+            config.optim,
+            total_steps=total_steps,
+            spec=self.spec,
+            pad_id=int(self.tokenizer.pad_token_id),
+            micro_batch_tokens=config.run.micro_batch_tokens,
+            max_bad_steps=config.run.max_bad_steps,
+            world=self.world,
+            device=self.device,
+            amp_dtype=self.amp_dtype,
+        )
+        if self.resume and self.existing is not None:
+            self.state = load_checkpoint(
+                self.existing,
+                model=self.lm,
+                optimizer=self.updater.optimizer,
+                scheduler=self.updater.scheduler,
+            )
+            self.start_step = int(self.state["step"])
+            self.updater.load_state(self.state.get("updater", {}))
+            self.say(f"resumed {self.run_dir} from step {self.start_step} ({self.existing.name})")
+        elif self.resume:
+            self.say(f"no checkpoint in {self.run_dir} yet; starting from step 0")
+        if self.world.is_main:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            (self.run_dir / "config.yaml").write_text(
+                yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False), encoding="utf-8"
+            )
+            self.metrics = MetricsLogger(
+                self.run_dir, tensorboard=config.run.tensorboard, resume_from_step=self.start_step
+            )
+            self.metrics.__enter__()
+        self.progress = TrainProgress(
+            total_steps, enabled=config.run.progress and self.world.is_main
+        )
+        self.progress.__enter__()
+        self.progress.update(self.start_step, {})
+
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.progress is not None:
+            self.progress.__exit__(*exc)
+        if self.metrics is not None:
+            self.metrics.__exit__(*exc)
+        close_world(self.world)
+
+    def log(self, step: int, metrics: dict[str, float]) -> None:
+        """Record ``metrics`` for the (1-based) step and move the progress bar."""
+        if self.metrics is not None and step % self.config.run.log_every == 0:
+            self.metrics.log(step, metrics)
+        if self.progress is not None:
+            self.progress.update(step, metrics)
+
+    def checkpoint(self, step: int, state: dict[str, Any], *, force: bool = False) -> None:
+        """Save after ``step`` steps when it is time (every ``run.checkpoint_every``)."""
+        if not force and step % self.config.run.checkpoint_every:
+            return
+        if self.world.is_main:
+            save_checkpoint(
+                self.run_dir,
+                step,
+                model=self.lm,
+                optimizer=self.updater.optimizer,
+                scheduler=self.updater.scheduler,
+                extra_state={**state, "updater": self.updater.state()},
+                keep_last=self.config.run.keep_checkpoints,
+            )
+        self.world.barrier()
+
+    def finish(self) -> Path:
+        """Save the trained policy as ``RUN_DIR/model`` and return that path."""
+        out = self.run_dir / "model"
+        if self.world.is_main:
+            from iflow.models.local import quiet_progress
+
+            with quiet_progress():
+                self.lm.save_pretrained(out, safe_serialization=True)
+                self.tokenizer.save_pretrained(out)
+        self.world.barrier()
+        return out

@@ -1,0 +1,186 @@
+"""Supervised fine-tuning on agent trajectories, with per-turn loss masks.
+
+A trajectory is rendered with the policy's chat template exactly as the agent's local model
+builds its prompts (:func:`iflow.models.local.prompt_token_ids`, the iflow tool set in the
+system message), so what is learned is what the agent will see. Every assistant turn's
+tokens are a target unless the turn is marked erroneous or irrelevant (``extra["expert"]``
+is ``mistake``/``irrelevant``, as the synthesis pipeline marks an injected mistake; or
+``extra["roll"]["mask"]``): those carry no loss, and the observation that follows stays as
+context. The loss is the NLL summed over unmasked tokens divided by their number in the
+batch.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ale.jsonl import read_jsonl
+from ale.trajectory import Role, Step, Trajectory
+from roll.algo.batch import Sample, _masked_step, set_sft_weights
+from roll.algo.losses import LossSpec
+from roll.config import SFTConfig
+from roll.errors import ConfigError
+
+
+def iflow_tool_schemas() -> list[dict[str, Any]]:
+    """The tool schemas the iflow agent offers (in yolo mode), as its local model renders them."""
+    from iflow.tools import default_tools
+
+    return [tool.schema() for tool in default_tools()]
+
+
+def trajectory_files(paths: Iterable[str | Path]) -> list[Path]:
+    """The JSONL files named, or found in dataset directories (``trajectories.jsonl`` and
+    ``trajectories/*.jsonl``)."""
+    files: list[Path] = []
+    for item in paths:
+        path = Path(item)
+        if path.is_file():
+            files.append(path)
+        elif path.is_dir():
+            found = sorted(path.glob("trajectories.jsonl")) + sorted(
+                path.glob("trajectories/*.jsonl")
+            )
+            if not found:
+                raise ConfigError(
+                    f"{path} holds no trajectories.jsonl or trajectories/*.jsonl; give a "
+                    "dataset directory written by `rock synth run` or a JSONL file"
+                )
+            files.extend(found)
+        else:
+            raise ConfigError(f"there is no file or directory {path}; check data in the config")
+    return files
+
+
+def load_trajectories(paths: Iterable[str | Path]) -> list[Trajectory]:
+    out: list[Trajectory] = []
+    for file in trajectory_files(paths):
+        out.extend(read_jsonl(file, Trajectory))
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class Tokenized:
+    sample: Sample
+    truncated_turns: int
+
+
+def tokenize_trajectory(
+    trajectory: Trajectory,
+    tokenizer: Any,
+    tools: list[dict[str, Any]],
+    *,
+    max_seq_len: int,
+) -> Tokenized | None:
+    """The trajectory as one token sequence with its assistant turns as targets.
+
+    Turns that would pass ``max_seq_len`` are dropped with everything after them; ``None``
+    when not even the first assistant turn fits or the template is not prefix-stable.
+    """
+    from iflow.models.local import prompt_token_ids
+
+    steps: list[Step] = list(trajectory.steps)
+    assistant = [i for i, s in enumerate(steps) if s.role is Role.ASSISTANT]
+    ids: list[int] = []
+    mask: list[bool] = []
+    kept = 0
+    for index in assistant:
+        before = prompt_token_ids(tokenizer, steps[:index], tools)
+        after = prompt_token_ids(tokenizer, steps[: index + 1], tools, add_generation_prompt=False)
+        if before[: len(ids)] != ids or after[: len(before)] != before:
+            return None  # the template rewrites earlier turns: no consistent token view
+        if len(after) > max_seq_len:
+            break
+        context = before[len(ids) :]
+        turn = after[len(before) :]
+        ids.extend(context)
+        mask.extend([False] * len(context))
+        ids.extend(turn)
+        mask.extend([not _masked_step(steps[index].extra)] * len(turn))
+        kept += 1
+    if not kept:
+        return None
+    sample = Sample(
+        input_ids=ids,
+        rl_mask=[False] * len(ids),
+        chunk_ids=[-1] * len(ids),
+        expert_mask=mask,
+        reward=float(trajectory.reward or 0.0),
+        group=trajectory.trajectory_id,
+        meta={"trajectory_id": trajectory.trajectory_id},
+    )
+    return Tokenized(sample=sample, truncated_turns=len(assistant) - kept)
+
+
+def sft_samples(
+    trajectories: list[Trajectory], tokenizer: Any, config: SFTConfig
+) -> tuple[list[Sample], dict[str, int]]:
+    """Tokenised samples and counts of what was left out and why."""
+    tools = iflow_tool_schemas() if config.tools == "iflow" else []
+    counts = {"trajectories": len(trajectories), "unsuccessful": 0, "too_long": 0, "cut": 0}
+    samples: list[Sample] = []
+    for trajectory in trajectories:
+        if config.only_successful and trajectory.reward is not None and trajectory.reward <= 0:
+            counts["unsuccessful"] += 1
+            continue
+        tokenized = tokenize_trajectory(
+            trajectory, tokenizer, tools, max_seq_len=config.max_seq_len
+        )
+        if tokenized is None or not any(tokenized.sample.expert_mask):
+            counts["too_long"] += 1
+            continue
+        counts["cut"] += tokenized.truncated_turns > 0
+        samples.append(tokenized.sample)
+    return samples, counts
+
+
+def epoch_order(count: int, seed: int, epoch: int) -> list[int]:
+    """The sample order of an epoch: a permutation drawn from (seed, epoch) alone."""
+    order = list(range(count))
+    random.Random(f"{seed}:{epoch}").shuffle(order)
+    return order
+
+
+def run_sft(config: SFTConfig, *, resume: bool = False, log: Any = None) -> Path:
+    """Train; the final model's directory."""
+    from roll.session import Session
+
+    with Session(config, spec=LossSpec(), resume=resume, log=log) as session:
+        trajectories = load_trajectories(config.data)
+        samples, counts = sft_samples(trajectories, session.tokenizer, config)
+        if not samples:
+            raise ConfigError(
+                f"none of the {counts['trajectories']} trajectories can be trained on "
+                f"({counts['unsuccessful']} unsuccessful, {counts['too_long']} too long for "
+                f"max_seq_len={config.max_seq_len}); check data or raise max_seq_len"
+            )
+        session.say(
+            f"sft: {len(samples)} trajectories ({counts['unsuccessful']} unsuccessful and "
+            f"{counts['too_long']} too long left out, {counts['cut']} cut short)"
+        )
+        per_epoch = max(1, len(samples) // config.batch_size)
+        steps = config.run.steps
+        if config.epochs is not None:
+            steps = max(1, round(config.epochs * per_epoch))
+        session.start(steps)
+        for step in range(session.start_step, steps):
+            epoch, offset = divmod(step, per_epoch)
+            order = epoch_order(len(samples), config.seed, epoch)
+            chosen = order[offset * config.batch_size : (offset + 1) * config.batch_size]
+            batch = [samples[i] for i in chosen]
+            set_sft_weights(batch)
+            began = time.perf_counter()
+            result = session.updater.step(session.world.shard(batch))
+            elapsed = time.perf_counter() - began
+            metrics = dict(result.metrics)
+            metrics["train/epoch"] = step / per_epoch
+            metrics["train/loss"] = metrics.get("train/imitation_loss", metrics["train/loss"])
+            metrics["perf/tokens_per_s"] = metrics["train/tokens"] * session.world.size / elapsed
+            session.log(step + 1, metrics)
+            session.checkpoint(step + 1, {"step": step + 1, "kind": "sft"}, force=step + 1 == steps)
+        return session.finish()

@@ -1,0 +1,296 @@
+"""``roll train``: RL on environment episodes, one rollout batch per step.
+
+A step: draw ``groups_per_step`` environment seeds from (config seed, step); run each as a
+group of ``group_size`` episodes with the current policy (one batched generation per turn,
+see :mod:`roll.rollout`); turn the trajectories into samples (chunks and masks from
+:mod:`ale.chunking`); fill the per-chunk advantages and the aggregation weights over the
+whole batch; update (in ``updates_per_batch`` mini-batches); hand the new weights to the
+generation backend. Everything a step draws is seeded by (seed, step), so a run resumed from
+a checkpoint continues exactly as the uninterrupted run would have.
+
+With ``resample`` set, groups start from expert trajectories at chunk anchors (chunk-level
+initialised resampling, :mod:`roll.resample`), and groups with no positive episode add an
+imitation term on the expert prefix.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import time
+from collections import Counter, defaultdict
+from pathlib import Path
+from typing import Any
+
+from ale.jsonl import read_jsonl, write_jsonl
+from ale.trajectory import Trajectory
+from roll.algo.batch import Sample, assign_advantages, sample_from_trajectory, set_weights
+from roll.algo.losses import LossSpec
+from roll.config import TrainConfig
+from roll.envs.base import make_env
+from roll.errors import ConfigError
+from roll.generation.base import GenerationBackend, SamplingParams
+from roll.resample import ParallelAnchors, SequentialRollback, needs_imitation
+from roll.rollout import EpisodeRequest, RolloutEngine
+from roll.session import Session
+from roll.update import scored_logprobs_of
+
+
+def loss_spec(config: TrainConfig) -> LossSpec:
+    algo = config.algorithm
+    return LossSpec(
+        loss=algo.loss or "ppo",
+        ratio_level=algo.ratio_level or "token",
+        clip_low=algo.clip_low if algo.clip_low is not None else 0.2,
+        clip_high=algo.clip_high if algo.clip_high is not None else 0.2,
+        mismatch_threshold=algo.mismatch_threshold,
+        kl_coef=algo.kl_coef,
+        entropy_coef=algo.entropy_coef,
+    )
+
+
+def derive_seed(*parts: object) -> int:
+    """A 31-bit seed from any parts (stable across runs and Python versions)."""
+    digest = hashlib.sha256(":".join(str(p) for p in parts).encode()).digest()
+    return int.from_bytes(digest[:4], "big") >> 1
+
+
+class Experts:
+    """Expert trajectories for chunk-level initialised resampling, with their anchor state."""
+
+    def __init__(self, config: TrainConfig) -> None:
+        assert config.resample is not None
+        self.config = config.resample
+        self.trajectories = list(read_jsonl(config.resample.experts, Trajectory))
+        if not self.trajectories:
+            raise ConfigError(f"{config.resample.experts} holds no expert trajectories")
+        self.seeds = [self._seed(t) for t in self.trajectories]
+        turns = [sum(1 for s in t.steps if s.role.value == "assistant") for t in self.trajectories]
+        self.rollback = [
+            SequentialRollback(max(k, 1), threshold=self.config.threshold) for k in turns
+        ]
+        self.parallel = [ParallelAnchors(max(k, 1), self.config.anchors) for k in turns]
+
+    @staticmethod
+    def _seed(trajectory: Trajectory) -> int:
+        roll = trajectory.extra.get("roll") if isinstance(trajectory.extra, dict) else None
+        if isinstance(roll, dict) and isinstance(roll.get("env_seed"), int):
+            return int(roll["env_seed"])
+        tail = (trajectory.task_id or "").rpartition("/")[2]
+        if tail.isdigit():
+            return int(tail)
+        raise ConfigError(
+            f"expert trajectory {trajectory.trajectory_id} does not say its environment seed; "
+            "record it as extra.roll.env_seed or end its task_id with /SEED"
+        )
+
+    def anchors(self, index: int) -> list[int]:
+        if self.config.mode == "parallel":
+            return list(self.parallel[index].anchors)
+        return [self.rollback[index].current]
+
+    def state(self) -> list[int]:
+        return [r.current for r in self.rollback]
+
+    def load_state(self, anchors: list[int]) -> None:
+        for rollback, anchor in zip(self.rollback, anchors, strict=False):
+            rollback._current = anchor
+
+
+def make_backend(config: TrainConfig, session: Session) -> GenerationBackend:
+    if config.rollout.backend == "vllm":
+        from roll.generation.vllm import VLLMBackend
+
+        return VLLMBackend(config.model.path, seed=config.seed)
+    from roll.generation.hf import HFBackend
+
+    return HFBackend(session.lm, session.tokenizer)
+
+
+def episode_requests(
+    config: TrainConfig, step: int, experts: Experts | None
+) -> list[EpisodeRequest]:
+    """The episodes of ``step``: ``groups_per_step`` groups of ``group_size``."""
+    env_cfg, rollout = config.env, config.rollout
+    requests: list[EpisodeRequest] = []
+    for g in range(rollout.groups_per_step):
+        if experts is None:
+            seed = derive_seed(env_cfg.seed, step, g)
+            for _ in range(rollout.group_size):
+                requests.append(
+                    EpisodeRequest(
+                        env=make_env(env_cfg.name, **env_cfg.kwargs),
+                        seed=seed,
+                        group_id=f"s{step}-g{g}",
+                    )
+                )
+            continue
+        index = (step * rollout.groups_per_step + g) % len(experts.trajectories)
+        for anchor in experts.anchors(index):
+            for _ in range(rollout.group_size):
+                requests.append(
+                    EpisodeRequest(
+                        env=make_env(env_cfg.name, **env_cfg.kwargs),
+                        seed=experts.seeds[index],
+                        group_id=f"s{step}-g{g}-e{index}-a{anchor}",
+                        prefix=experts.trajectories[index],
+                        anchor=anchor,
+                    )
+                )
+    return requests
+
+
+def _group_rewards(samples: list[Sample]) -> dict[Any, list[float]]:
+    groups: dict[Any, list[float]] = defaultdict(list)
+    for s in samples:
+        groups[s.group].append(s.reward)
+    return groups
+
+
+def rollout_metrics(trajectories: list[Trajectory]) -> dict[str, float]:
+    rewards = [float(t.reward or 0.0) for t in trajectories]
+    n = max(len(trajectories), 1)
+    turns = [int((t.extra.get("roll") or {}).get("turns", 0)) for t in trajectories]
+    out = {
+        "rollout/episodes": float(len(trajectories)),
+        "rollout/reward_mean": sum(rewards) / n,
+        "rollout/success_rate": sum(r > 0 for r in rewards) / n,
+        "rollout/turns_mean": sum(turns) / n,
+    }
+    for mode, count in Counter(
+        t.failure_mode.value for t in trajectories if t.failure_mode is not None
+    ).items():
+        out[f"rollout/failure/{mode}"] = float(count)
+    return out
+
+
+def run_train(config: TrainConfig, *, resume: bool = False, log: Any = None) -> Path:
+    """Train; the final model's directory."""
+    spec = loss_spec(config)
+    algo = config.algorithm
+    with Session(config, spec=spec, resume=resume, log=log) as session:
+        session.start(config.run.steps)
+        world = session.world
+        experts = Experts(config) if config.resample is not None else None
+        if experts is not None and "experts" in session.state:
+            experts.load_state(session.state["experts"])
+        use_ref = config.reference if config.reference is not None else algo.kl_coef > 0
+        reference = copy.deepcopy(session.lm).eval().requires_grad_(False) if use_ref else None
+        if reference is not None and session.start_step:
+            from roll.models import load_policy
+
+            reference, _ = load_policy(config.model.path, device=session.device, dtype="float32")
+            reference.eval().requires_grad_(False)
+        backend = make_backend(config, session)
+        backend.sync_weights(session.lm, session.updater.updates)
+        norm_length = algo.norm_length or config.rollout.max_new_tokens
+        rollouts_dir = session.run_dir / "rollouts"
+        for step in range(session.start_step, config.run.steps):
+            began = time.perf_counter()
+            requests = episode_requests(config, step, experts)
+            params = SamplingParams(
+                max_new_tokens=config.rollout.max_new_tokens,
+                temperature=config.rollout.temperature,
+                top_p=config.rollout.top_p,
+                seed=derive_seed(config.seed, "sample", step, world.rank),
+            )
+            engine = RolloutEngine(
+                backend, session.tokenizer, params, max_seq_len=config.rollout.max_seq_len
+            )
+            mine = engine.run(world.shard(requests))
+            trajectories = world.gather(mine)
+            rollout_s = time.perf_counter() - began
+            metrics = rollout_metrics(trajectories)
+            if world.is_main:
+                rollouts_dir.mkdir(parents=True, exist_ok=True)
+                write_jsonl(rollouts_dir / f"step-{step + 1:06d}.jsonl", trajectories)
+            samples = [sample_from_trajectory(t) for t in trajectories]
+            groups = _group_rewards(samples)
+            uniform = {g for g, r in groups.items() if len(set(r)) <= 1}
+            metrics["rollout/uniform_groups"] = float(len(uniform))
+            if experts is not None:
+                _advance_anchors(experts, config, groups)
+                metrics["resample/anchor_mean"] = sum(experts.state()) / len(experts.state())
+            imitate = {g for g, r in groups.items() if needs_imitation(r)} if experts else set()
+            if config.rollout.drop_uniform_groups:
+                samples = [s for s in samples if s.group not in uniform or s.group in imitate]
+            update_began = time.perf_counter()
+            result_metrics = _update(session, config, samples, reference, imitate, norm_length)
+            update_s = time.perf_counter() - update_began
+            backend.sync_weights(session.lm, session.updater.updates)
+            metrics |= result_metrics
+            metrics["policy_version"] = float(session.updater.updates)
+            metrics["time/rollout_s"] = rollout_s
+            metrics["time/update_s"] = update_s
+            metrics["perf/update_tokens_per_s"] = (
+                metrics.get("train/tokens", 0.0) * world.size / max(update_s, 1e-9)
+            )
+            session.log(step + 1, metrics)
+            state: dict[str, Any] = {"step": step + 1, "kind": "train"}
+            if experts is not None:
+                state["experts"] = experts.state()
+            session.checkpoint(step + 1, state, force=step + 1 == config.run.steps)
+        backend.close()
+        return session.finish()
+
+
+def _advance_anchors(experts: Experts, config: TrainConfig, groups: dict[Any, list[float]]) -> None:
+    if experts.config.mode != "sequential":
+        return
+    for group, rewards in groups.items():
+        index = int(str(group).split("-e")[1].split("-a")[0])
+        experts.rollback[index].update(rewards)
+
+
+def _update(
+    session: Session,
+    config: TrainConfig,
+    samples: list[Sample],
+    reference: Any,
+    imitate: set[Any],
+    norm_length: int,
+) -> dict[str, float]:
+    algo = config.algorithm
+    world = session.world
+    if not samples:
+        return {"train/skipped_empty": 1.0}
+    assign_advantages(
+        samples,
+        algo.advantage or "grpo",
+        scale_by_std=bool(algo.scale_by_std),
+        gamma=algo.gamma or 1.0,
+        baseline=algo.baseline or "none",
+    )
+    coef = config.resample.imitation_coef if config.resample is not None else 0.0
+    updater = session.updater
+    count = config.updates_per_batch
+    parts = [samples[part::count] for part in range(count)]
+    for part in parts:  # before any update: old log-probs are the policy's as sampled
+        mine = world.shard(part)
+        if reference is not None:
+            refs = scored_logprobs_of(
+                reference,
+                mine,
+                updater.pad_id,
+                updater.micro_batch_tokens,
+                session.device,
+                updater._autocast,
+            )
+            for sample, ref in zip(mine, refs, strict=True):
+                sample.ref = ref
+        if count > 1:
+            for sample, old in zip(mine, updater.logprobs(mine), strict=True):
+                sample.old = old
+    metrics: dict[str, float] = {}
+    for part in parts:
+        set_weights(
+            part,
+            algo.aggregation or "token_mean",
+            norm_length=norm_length,
+            imitation_coef=coef,
+            imitation_groups=imitate,
+        )
+        result = updater.step(world.shard(part))
+        for key, value in result.metrics.items():
+            metrics[key] = metrics.get(key, 0.0) + value / count
+    return metrics

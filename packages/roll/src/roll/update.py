@@ -1,0 +1,205 @@
+"""One optimiser update over a batch of samples: micro-batches, clipping, non-finite guard.
+
+The batch's aggregation weights are fixed before it gets here (see
+:func:`roll.algo.batch.set_weights`), so the micro-batches' gradients, accumulated, equal
+the whole batch's gradient, whatever the token budget; with several processes each works on
+its share and the loss is scaled by the world size to undo DDP's averaging.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from roll.algo.batch import Collated, Sample, collate, micro_batches
+from roll.algo.losses import LossSpec, policy_loss
+from roll.config import OptimConfig
+from roll.distributed import World, wrap_ddp
+from roll.errors import TrainingAborted
+from roll.models import ScoredForward
+
+
+def make_optimizer(lm: torch.nn.Module, optim: OptimConfig, total_steps: int) -> tuple[Any, Any]:
+    """AdamW over the trainable parameters and its learning-rate schedule."""
+    params = [p for p in lm.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(
+        params, lr=optim.lr, betas=optim.betas, eps=optim.eps, weight_decay=optim.weight_decay
+    )
+    warmup = optim.warmup_steps
+    total = max(total_steps, 1)
+
+    def factor(step: int) -> float:
+        if warmup and step < warmup:
+            return (step + 1) / warmup
+        if optim.schedule == "constant":
+            return 1.0
+        progress = min(1.0, (step - warmup) / max(1, total - warmup))
+        if optim.schedule == "linear":
+            return 1.0 - progress
+        return 0.5 * (1.0 + math.cos(math.pi * progress))
+
+    return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+
+
+@dataclass(slots=True)
+class UpdateResult:
+    """What one update did."""
+
+    skipped: bool
+    """The loss or gradient was not finite: nothing was applied."""
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+class Updater:
+    """Owns the optimiser and turns batches of samples into parameter updates."""
+
+    def __init__(
+        self,
+        lm: torch.nn.Module,
+        optim: OptimConfig,
+        *,
+        total_steps: int,
+        spec: LossSpec,
+        pad_id: int,
+        micro_batch_tokens: int,
+        max_bad_steps: int,
+        world: World | None = None,
+        device: str = "cpu",
+        amp_dtype: torch.dtype | None = None,
+    ) -> None:
+        self.lm = lm
+        self.world = world or World()
+        self.device = device
+        self.spec = spec
+        self.pad_id = pad_id
+        self.micro_batch_tokens = micro_batch_tokens
+        self.max_bad_steps = max_bad_steps
+        self.max_grad_norm = optim.max_grad_norm
+        self.amp_dtype = amp_dtype
+        self.module = wrap_ddp(ScoredForward(lm), self.world, device)
+        self.optimizer, self.scheduler = make_optimizer(lm, optim, total_steps)
+        self.bad_steps = 0
+        self.updates = 0
+
+    def _autocast(self) -> Any:
+        if self.amp_dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(device_type=self.device.split(":")[0], dtype=self.amp_dtype)
+
+    def _forward(self, col: Collated, entropy: bool) -> tuple[torch.Tensor, Any]:
+        with self._autocast():
+            return self.module(
+                col.input_ids, col.attention_mask, col.rows, col.cols, col.targets, entropy
+            )
+
+    def step(self, samples: list[Sample]) -> UpdateResult:
+        """Forward/backward ``samples`` (this process's share) in micro-batches, then update."""
+        self.lm.train()
+        self.optimizer.zero_grad(set_to_none=True)
+        batches: list[list[Sample]] = micro_batches(samples, self.micro_batch_tokens)
+        entropy = bool(self.spec.entropy_coef)
+        totals: dict[str, torch.Tensor] = {}
+        tokens = 0
+        ddp = self.world.distributed
+        for index, batch in enumerate(batches or [[]]):
+            last = index == max(len(batches), 1) - 1
+            sync = self.module.no_sync() if ddp and not last else contextlib.nullcontext()
+            with sync:
+                col = self._collate(batch)
+                logp, ent = self._forward(col, entropy)
+                loss, stats = policy_loss(logp, col.tokens, self.spec, entropy=ent)
+                (loss * self.world.size).backward()
+            tokens += int(col.attention_mask.sum().item()) if batch else 0
+            stats["loss"] = loss.detach()
+            for key, value in stats.items():
+                totals[key] = totals.get(key, torch.zeros((), device=value.device)) + value.float()
+        grad_norm = torch.nn.utils.clip_grad_norm_(
+            self.lm.parameters(), self.max_grad_norm or float("inf")
+        )
+        keys = sorted(totals)
+        packed = torch.stack(
+            [totals[k].to(self.device) for k in keys] + [grad_norm.float().to(self.device)]
+        )
+        packed[:-1] = self.world.sum(packed[:-1].clone())
+        finite = torch.isfinite(packed).all().to(torch.float32)
+        finite = self.world.sum(finite.clone()) == self.world.size
+        metrics = {f"train/{k}": float(v) for k, v in zip(keys, packed[:-1].tolist(), strict=True)}
+        metrics["train/grad_norm"] = float(packed[-1])
+        metrics["train/lr"] = float(self.scheduler.get_last_lr()[0])
+        metrics["train/micro_batches"] = float(len(batches))
+        metrics["train/tokens"] = float(tokens)
+        if not bool(finite):
+            self.optimizer.zero_grad(set_to_none=True)
+            self.bad_steps += 1
+            metrics["train/skipped_steps"] = float(self.bad_steps)
+            if self.bad_steps >= self.max_bad_steps:
+                raise TrainingAborted(
+                    f"{self.bad_steps} updates had a NaN/inf loss or gradient (the limit is "
+                    f"run.max_bad_steps={self.max_bad_steps}); lower optim.lr, check the rewards, "
+                    "or raise the limit"
+                )
+            return UpdateResult(skipped=True, metrics=metrics)
+        self.optimizer.step()
+        self.scheduler.step()
+        self.updates += 1
+        metrics["train/skipped_steps"] = float(self.bad_steps)
+        return UpdateResult(skipped=False, metrics=metrics)
+
+    def _collate(self, batch: list[Sample]) -> Collated:
+        if batch:
+            return collate(batch, pad_id=self.pad_id, device=self.device)
+        # a process with nothing to do still joins DDP's gradient exchange with a zero loss
+        empty = Sample(input_ids=[self.pad_id], rl_mask=[False], chunk_ids=[-1])
+        return collate([empty], pad_id=self.pad_id, device=self.device)
+
+    @torch.no_grad()
+    def logprobs(self, samples: list[Sample]) -> list[list[float]]:
+        """Current log-probs of every sample's scored tokens placed at their positions (0
+        elsewhere): the old log-probs before several updates, or the reference's."""
+        return scored_logprobs_of(
+            self.lm, samples, self.pad_id, self.micro_batch_tokens, self.device, self._autocast
+        )
+
+    def state(self) -> dict[str, Any]:
+        return {"bad_steps": self.bad_steps, "updates": self.updates}
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        self.bad_steps = int(state.get("bad_steps", 0))
+        self.updates = int(state.get("updates", 0))
+
+
+@torch.no_grad()
+def scored_logprobs_of(
+    lm: torch.nn.Module,
+    samples: list[Sample],
+    pad_id: int,
+    micro_batch_tokens: int,
+    device: str,
+    autocast: Any = contextlib.nullcontext,
+) -> list[list[float]]:
+    """Log-probs of each sample's scored tokens under ``lm``, laid out per position."""
+    from roll.models import scored_logprobs
+
+    was_training = lm.training
+    lm.eval()
+    out: dict[int, list[float]] = {}
+    try:
+        for batch in micro_batches(samples, micro_batch_tokens):
+            col = collate(batch, pad_id=pad_id, device=device)
+            with autocast():
+                logp, _ = scored_logprobs(lm, col)
+            values = logp.float().cpu()
+            rows = col.rows.cpu().tolist()
+            cols = col.cols.cpu().tolist()
+            per_row = [[0.0] * len(s) for s in batch]
+            for value, r, c in zip(values.tolist(), rows, cols, strict=True):
+                per_row[r][c] = value
+            for sample, row in zip(batch, per_row, strict=True):
+                out[id(sample)] = row
+    finally:
+        lm.train(was_training)
+    return [out[id(s)] for s in samples]

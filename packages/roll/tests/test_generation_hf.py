@@ -1,0 +1,256 @@
+"""HFBackend against a tiny model built here: its log-probs are the ones a forward pass gives."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from iflow.models.tiny import build_tiny_model  # noqa: E402
+from roll.errors import GenerationError  # noqa: E402
+from roll.generation import GenerationBackend, HFBackend, SamplingParams  # noqa: E402
+
+TEXTS = [
+    "hello world",
+    "ls -la && cd src && cat README.md | head -n 20",
+    "x",
+    "def add(a: int, b: int) -> int:",
+]
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_tiny_model(tmp_path_factory.mktemp("tiny") / "model", seed=0)
+
+
+@pytest.fixture(scope="module")
+def backend(model_dir: Path) -> HFBackend:
+    return HFBackend.from_path(model_dir, device="cpu")
+
+
+@pytest.fixture(scope="module")
+def prompts(backend: HFBackend) -> list[list[int]]:
+    return [backend.tokenizer.encode(text) for text in TEXTS]
+
+
+def reference_logprobs(
+    model: Any, prompt: list[int], completion: list[int], temperature: float, top_p: float
+) -> list[float]:
+    """Log-probs of ``completion`` from one unpadded forward pass, no cache."""
+    ids = torch.tensor([prompt + completion])
+    with torch.no_grad():
+        logits = model(ids).logits[0, len(prompt) - 1 : -1].float()
+    out = []
+    for row, token in zip(logits, completion, strict=True):
+        if temperature == 0.0:
+            assert token == int(row.argmax())
+            out.append(float(torch.log_softmax(row, -1)[token]))
+            continue
+        scaled = row / temperature
+        probs = torch.softmax(scaled, -1)
+        ranked = probs.argsort(descending=True)
+        mass_before = probs[ranked].cumsum(0) - probs[ranked]
+        nucleus = ranked[: int((mass_before < top_p).sum())]
+        assert token in nucleus.tolist(), "sampled a token outside the nucleus"
+        out.append(float(scaled[token] - torch.logsumexp(scaled[nucleus], 0)))
+    return out
+
+
+def greedy(backend: HFBackend, prompts: list[list[int]], n: int = 6) -> list[list[int]]:
+    gens = backend.generate(prompts, SamplingParams(max_new_tokens=n, temperature=0.0))
+    return [g.token_ids for g in gens]
+
+
+def count_calls(model: Any) -> tuple[list[tuple[int, int]], Any]:
+    """Record the input_ids shape of every forward call."""
+    shapes: list[tuple[int, int]] = []
+
+    def hook(module: Any, args: Any, kwargs: dict[str, Any]) -> None:
+        shapes.append(tuple(kwargs["input_ids"].shape))
+
+    return shapes, model.register_forward_pre_hook(hook, with_kwargs=True)
+
+
+def test_it_is_a_generation_backend(backend: HFBackend) -> None:
+    assert isinstance(backend, GenerationBackend)
+    assert backend.name == "hf"
+    assert backend.eos_token_ids == (backend.tokenizer.convert_tokens_to_ids("<|im_end|>"),)
+    assert backend.generate([], SamplingParams()) == []
+
+
+@pytest.mark.parametrize(("temperature", "top_p"), [(1.0, 1.0), (0.7, 1.0), (1.0, 0.9), (0.7, 0.9)])
+def test_sampled_logprobs_equal_a_forward_pass(
+    backend: HFBackend, prompts: list[list[int]], temperature: float, top_p: float
+) -> None:
+    params = SamplingParams(max_new_tokens=8, temperature=temperature, top_p=top_p, seed=3)
+    gens = backend.generate(prompts, params)
+    assert len(gens) == len(prompts)
+    for prompt, gen in zip(prompts, gens, strict=True):
+        assert len(gen.token_ids) == len(gen.logprobs) == 8
+        expected = reference_logprobs(backend.model, prompt, gen.token_ids, temperature, top_p)
+        assert gen.logprobs == pytest.approx(expected, abs=1e-5)
+
+
+def test_greedy_batched_equals_one_at_a_time_with_untempered_logprobs(
+    backend: HFBackend, prompts: list[list[int]]
+) -> None:
+    params = SamplingParams(max_new_tokens=6, temperature=0.0, top_p=0.5)
+    batched = backend.generate(prompts, params)
+    for prompt, gen in zip(prompts, batched, strict=True):
+        (single,) = backend.generate([prompt], params)
+        assert single.token_ids == gen.token_ids
+        assert single.logprobs == pytest.approx(gen.logprobs, abs=1e-5)
+        expected = reference_logprobs(backend.model, prompt, gen.token_ids, 0.0, 1.0)
+        assert gen.logprobs == pytest.approx(expected, abs=1e-5)
+
+
+def test_kv_cache_path_equals_recomputation_without_cache(
+    backend: HFBackend, prompts: list[list[int]]
+) -> None:
+    (gen,) = backend.generate([prompts[1]], SamplingParams(max_new_tokens=6, temperature=0.0))
+    ids = list(prompts[1])
+    tokens, logprobs = [], []
+    with torch.no_grad():
+        for _ in range(6):
+            logits = backend.model(torch.tensor([ids]), use_cache=False).logits[0, -1].float()
+            token = int(logits.argmax())
+            tokens.append(token)
+            logprobs.append(float(torch.log_softmax(logits, -1)[token]))
+            ids.append(token)
+    assert gen.token_ids == tokens
+    assert gen.logprobs == pytest.approx(logprobs, abs=1e-5)
+
+
+def test_seeds_reproduce_without_touching_global_rng(
+    backend: HFBackend, prompts: list[list[int]]
+) -> None:
+    params = SamplingParams(max_new_tokens=8, seed=11)
+    state = torch.get_rng_state()
+    first = backend.generate(prompts, params)
+    assert torch.equal(state, torch.get_rng_state())
+    assert backend.generate(prompts, params) == first
+    other = backend.generate(prompts, params.model_copy(update={"seed": 12}))
+    assert [g.token_ids for g in other] != [g.token_ids for g in first]
+    group = backend.generate([prompts[0]] * 4, params)
+    assert len({tuple(g.token_ids) for g in group}) > 1, "a repeated prompt got one sample"
+
+
+def test_max_new_tokens_ends_with_length(backend: HFBackend, prompts: list[list[int]]) -> None:
+    for gen in backend.generate(prompts, SamplingParams(max_new_tokens=3, seed=0)):
+        assert len(gen.token_ids) == 3
+        assert gen.finish_reason == "length"
+
+
+def test_generation_config_eos_stops_and_is_included(
+    backend: HFBackend, prompts: list[list[int]]
+) -> None:
+    first = greedy(backend, [prompts[0]], n=1)[0][0]
+    model = copy.deepcopy(backend.model)
+    model.generation_config.eos_token_id = [backend.eos_token_ids[0], first]
+    eos_backend = HFBackend(model, backend.tokenizer)
+    assert first in eos_backend.eos_token_ids
+    (gen,) = eos_backend.generate([prompts[0]], SamplingParams(temperature=0.0))
+    assert gen.token_ids == [first]
+    assert len(gen.logprobs) == 1
+    assert gen.finish_reason == "stop"
+
+
+def test_rows_stop_at_their_own_step_and_the_loop_ends_early(
+    backend: HFBackend, prompts: list[list[int]]
+) -> None:
+    stop = tuple(range(0, 260))  # about half the vocabulary: rows end after a few tokens
+    params = SamplingParams(max_new_tokens=40, temperature=1.0, stop_token_ids=stop, seed=5)
+    shapes, handle = count_calls(backend.model)
+    try:
+        gens = backend.generate(prompts * 2, params)
+    finally:
+        handle.remove()
+    assert len(shapes) < 40, "decoding went on after every row had stopped"
+    assert {g.finish_reason for g in gens} == {"stop"}
+    assert len({len(g.token_ids) for g in gens}) > 1
+    for prompt, gen in zip(prompts * 2, gens, strict=True):
+        assert gen.token_ids[-1] in stop
+        assert not set(gen.token_ids[:-1]) & set(stop)
+        expected = reference_logprobs(backend.model, prompt, gen.token_ids, 1.0, 1.0)
+        assert gen.logprobs == pytest.approx(expected, abs=1e-5)
+
+
+def test_sub_batches_bound_the_kv_cache_and_change_nothing(
+    model_dir: Path, backend: HFBackend, prompts: list[list[int]]
+) -> None:
+    limit = 60
+    small = HFBackend(backend.model, backend.tokenizer, max_batch_tokens=limit, max_batch_size=3)
+    shapes, handle = count_calls(backend.model)
+    try:
+        bounded = greedy(small, prompts, n=6)
+    finally:
+        handle.remove()
+    prefills = [(rows, width) for rows, width in shapes if width > 1]
+    assert len(prefills) > 1
+    for rows, width in prefills:
+        assert rows <= 3
+        assert rows == 1 or rows * (width + 6) <= limit
+    assert bounded == greedy(backend, prompts, n=6)
+
+
+def test_sync_weights_copies_into_a_separate_module(
+    backend: HFBackend, prompts: list[list[int]]
+) -> None:
+    trainer = copy.deepcopy(backend.model)
+    copy_backend = HFBackend(copy.deepcopy(trainer), backend.tokenizer)
+    before = greedy(copy_backend, prompts)
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for param in trainer.parameters():
+            param.add_(torch.randn(param.shape, generator=generator) * 0.5)
+    assert greedy(copy_backend, prompts) == before
+    copy_backend.sync_weights(trainer, 7)
+    assert copy_backend.policy_version == 7
+    assert copy_backend.model is not trainer
+    after = greedy(copy_backend, prompts)
+    assert after != before
+    shared = HFBackend(trainer, backend.tokenizer)
+    assert greedy(shared, prompts) == after
+    shared.sync_weights(trainer, 8)
+    assert shared.policy_version == 8
+    assert shared.model is trainer
+
+
+def test_sync_weights_rejects_another_architecture(backend: HFBackend, tmp_path: Path) -> None:
+    from transformers import AutoModelForCausalLM
+
+    other = AutoModelForCausalLM.from_pretrained(build_tiny_model(tmp_path, hidden_size=32))
+    copy_backend = HFBackend(copy.deepcopy(backend.model), backend.tokenizer)
+    with pytest.raises(GenerationError, match="do not fit"):
+        copy_backend.sync_weights(other, 1)
+    assert copy_backend.policy_version == 0
+
+
+def test_generation_restores_train_mode(backend: HFBackend, prompts: list[list[int]]) -> None:
+    backend.model.train()
+    try:
+        backend.generate(prompts[:1], SamplingParams(max_new_tokens=2, seed=0))
+        assert backend.model.training
+    finally:
+        backend.model.eval()
+
+
+def test_bad_prompts_are_errors_with_one_sentence(
+    backend: HFBackend, prompts: list[list[int]]
+) -> None:
+    with pytest.raises(GenerationError, match=r"^prompt 1 is empty; .*\.$"):
+        backend.generate([prompts[0], []], SamplingParams())
+    with pytest.raises(GenerationError, match="outside the model's vocabulary"):
+        backend.generate([[1, 10**6]], SamplingParams())
+
+
+def test_a_closed_backend_refuses_work(model_dir: Path, prompts: list[list[int]]) -> None:
+    closing = HFBackend.from_path(model_dir, device="cpu", dtype="float32")
+    closing.close()
+    with pytest.raises(GenerationError, match="closed"):
+        closing.generate(prompts, SamplingParams())

@@ -1,0 +1,278 @@
+"""Chunk-level initialised resampling: replaying an expert's prefix, anchor schedules, masks."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from ale.chunking import num_chunks, token_view
+from ale.trajectory import AgentInfo, Role, Step, Trajectory
+from iflow.models.tiny import build_tiny_model
+from roll.envs import GuessEnv, make_env
+from roll.errors import ConfigError, RollError
+from roll.generation import Generation, HFBackend, SamplingParams
+from roll.resample import (
+    ParallelAnchors,
+    SequentialRollback,
+    expert_actions,
+    expert_observations,
+    expert_opening,
+    needs_imitation,
+    prefix_token_mask,
+)
+from roll.rollout import EpisodeRequest, RolloutEngine
+
+
+@pytest.fixture(scope="module")
+def hf(tmp_path_factory: pytest.TempPathFactory) -> HFBackend:
+    path: Path = build_tiny_model(tmp_path_factory.mktemp("tiny") / "model", seed=0)
+    return HFBackend.from_path(path, device="cpu")
+
+
+@pytest.fixture(scope="module")
+def tokenizer(hf: HFBackend) -> Any:
+    return hf.tokenizer
+
+
+class Scripted:
+    """Answers each prompt with ``reply(decoded prompt)`` and the EOS."""
+
+    name = "scripted"
+    policy_version = 0
+
+    def __init__(self, tokenizer: Any, reply: Callable[[str], str]) -> None:
+        self.tokenizer, self.reply = tokenizer, reply
+
+    def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Generation]:
+        out = []
+        for prompt in prompts:
+            text = self.reply(self.tokenizer.decode(prompt, skip_special_tokens=False))
+            ids = self.tokenizer.encode(text, add_special_tokens=False)
+            ids = [*ids, self.tokenizer.eos_token_id]
+            out.append(Generation(token_ids=ids, logprobs=[-0.5] * len(ids), finish_reason="stop"))
+        return out
+
+    def sync_weights(self, model: Any, version: int) -> None:
+        self.policy_version = version
+
+    def close(self) -> None:
+        pass
+
+
+def bisect(prompt: str) -> str:
+    """Binary search over [1, 10] from the guesses and hints in the prompt."""
+    guesses = re.findall(r"<\|im_start\|>assistant\n(\d+)<\|im_end\|>", prompt)
+    hints = re.findall(r"<\|im_start\|>user\n(higher|lower)<\|im_end\|>", prompt)
+    low, high = 1, 10
+    for guess, hint in zip(guesses, hints, strict=True):
+        low, high = (int(guess) + 1, high) if hint == "higher" else (low, int(guess) - 1)
+    return str((low + high) // 2)
+
+
+def echo(prompt: str) -> str:
+    return re.findall(r"Word \d+ of \d+: (\S+?)<\|im_end\|>", prompt)[-1]
+
+
+GUESS_OPENING = (
+    "I am thinking of a whole number from 1 to 10. Guess it: reply with one number. "
+    "After a wrong guess I say 'higher' or 'lower'."
+)
+
+
+def expert(*messages: tuple[str, str]) -> Trajectory:
+    """A message-level expert trajectory (no token ids), as a person would write one."""
+    steps = [Step(role=Role(role), content=content) for role, content in messages]
+    return Trajectory(
+        agent=AgentInfo(name="expert"),
+        model="expert-model",
+        episode_id="expert-episode",
+        steps=steps,
+        reward=1.0,
+    )
+
+
+def guess_expert(first_hint: str = "higher") -> Trajectory:
+    """Guess with seed 0 (the secret is 7): 5, higher, 8, lower, 7."""
+    return expert(
+        ("user", GUESS_OPENING),
+        ("assistant", "5"),
+        ("user", first_hint),
+        ("assistant", "8"),
+        ("user", "lower"),
+        ("assistant", "7"),
+    )
+
+
+def run(engine: RolloutEngine, *requests: EpisodeRequest) -> list[Trajectory]:
+    return engine.run(list(requests))
+
+
+def test_expert_helpers() -> None:
+    trajectory = guess_expert()
+    assert expert_actions(trajectory) == ["5", "8", "7"]
+    assert expert_observations(trajectory) == ["higher", "lower", None]
+    assert expert_opening(trajectory) == [{"role": "user", "content": GUESS_OPENING}]
+    assert GuessEnv().reset(0) == expert_opening(trajectory)
+
+
+@pytest.mark.parametrize("anchor", [0, 1, 2])
+def test_replay_then_policy(tokenizer: Any, anchor: int) -> None:
+    engine = RolloutEngine(
+        Scripted(tokenizer, bisect), tokenizer, SamplingParams(max_new_tokens=8), max_seq_len=1024
+    )
+    prefix = guess_expert()
+    (trajectory,) = run(
+        engine, EpisodeRequest(make_env("guess"), seed=0, prefix=prefix, anchor=anchor)
+    )
+    assert trajectory.reward == 1.0 and trajectory.failure_mode is None
+    assert trajectory.extra["roll"]["anchor"] == anchor
+    assert trajectory.episode_id == prefix.episode_id
+    assistant = [s for s in trajectory.steps if s.role is Role.ASSISTANT]
+    replayed, sampled = assistant[:anchor], assistant[anchor:]
+    assert [s.content for s in replayed] == ["5", "8"][:anchor]
+    for step in replayed:
+        assert step.extra["roll"] == {"prefix": True}
+        assert step.logprobs is None and step.policy_version is None
+        assert step.model == "expert-model"
+        assert tokenizer.decode(step.token_ids) == step.content + "<|im_end|>"
+    assert all(s.logprobs is not None and "roll" not in s.extra for s in sampled)
+    assert trajectory.extra["roll"]["finish_reasons"][:anchor] == ["prefix"] * anchor
+
+    view = token_view(trajectory)  # the replayed turns are chunks like the sampled ones
+    assert num_chunks(view.policy_mask) == len(assistant) == trajectory.extra["roll"]["turns"]
+    text = tokenizer.decode(view.token_ids, skip_special_tokens=False)
+    chat = [{"role": s.role.value, "content": s.content} for s in trajectory.steps]
+    assert text + "\n" == tokenizer.apply_chat_template(chat, tokenize=False)
+
+    mask = prefix_token_mask(trajectory)
+    assert len(mask) == len(view.token_ids)
+    assert sum(mask) == sum(len(s.token_ids or []) for s in replayed)
+    for i, (in_prefix, policy, logprob) in enumerate(
+        zip(mask, view.policy_mask, view.logprobs, strict=True)
+    ):
+        assert in_prefix == (policy and logprob is None), i
+        if in_prefix:
+            assert trajectory.steps[view.step_index[i]] in replayed
+
+
+def test_replayed_rewards_count(tokenizer: Any) -> None:
+    # echo seed 0 shows path, items, dog; the expert misspelt the second word
+    prefix = expert(
+        ("system", "Repeat each word I show you exactly, with nothing else."),
+        ("user", "Word 1 of 3: path"),
+        ("assistant", "path"),
+        ("user", "Word 2 of 3: items"),
+        ("assistant", "itemz"),
+        ("user", "Word 3 of 3: dog"),
+        ("assistant", "dog"),
+    )
+    engine = RolloutEngine(
+        Scripted(tokenizer, echo), tokenizer, SamplingParams(max_new_tokens=8), max_seq_len=1024
+    )
+    (trajectory,) = run(engine, EpisodeRequest(make_env("echo"), seed=0, prefix=prefix, anchor=2))
+    assert [s.reward for s in trajectory.steps if s.role is Role.ASSISTANT] == pytest.approx(
+        [1 / 3, 0.0, 1 / 3]
+    )
+    assert trajectory.reward == pytest.approx(2 / 3)
+
+
+def test_prefix_requests_batch_with_fresh_ones_on_a_tiny_model(hf: HFBackend) -> None:
+    params = SamplingParams(max_new_tokens=4, temperature=1.0, seed=0)
+    engine = RolloutEngine(hf, hf.tokenizer, params, max_seq_len=1024)
+    prefixed, fresh = run(
+        engine,
+        EpisodeRequest(make_env("guess", max_turns=4), seed=0, prefix=guess_expert(), anchor=2),
+        EpisodeRequest(make_env("guess", max_turns=4), seed=0),
+    )
+    for trajectory in (prefixed, fresh):
+        view = token_view(trajectory)
+        turns = trajectory.extra["roll"]["turns"]
+        assert num_chunks(view.policy_mask) == turns
+    assert prefixed.extra["roll"]["turns"] <= 4 and prefixed.extra["roll"]["anchor"] == 2
+    mask = prefix_token_mask(prefixed)
+    view = token_view(prefixed)
+    assert any(mask) and all(lp is None for lp, m in zip(view.logprobs, mask, strict=True) if m)
+    assert not any(prefix_token_mask(fresh))
+
+
+def test_replay_mismatches_are_errors(tokenizer: Any) -> None:
+    engine = RolloutEngine(
+        Scripted(tokenizer, bisect), tokenizer, SamplingParams(max_new_tokens=8), max_seq_len=1024
+    )
+    with pytest.raises(RollError, match=r"at turn 1 .*'higher'.*'lower'"):
+        run(
+            engine,
+            EpisodeRequest(make_env("guess"), seed=0, prefix=guess_expert("lower"), anchor=2),
+        )
+    with pytest.raises(RollError, match="turn 0"):
+        run(
+            engine, EpisodeRequest(make_env("guess", n=20), seed=0, prefix=guess_expert(), anchor=1)
+        )
+    five = next(s for s in range(100) if (env := GuessEnv()).reset(s) and env.secret == 5)
+    with pytest.raises(RollError, match="ended the episode at turn 1"):
+        run(engine, EpisodeRequest(make_env("guess"), seed=five, prefix=guess_expert(), anchor=2))
+    for anchor in (-1, 3):
+        with pytest.raises(ConfigError, match="outside"):
+            run(
+                engine,
+                EpisodeRequest(make_env("guess"), seed=0, prefix=guess_expert(), anchor=anchor),
+            )
+    # anchor 0 replays nothing but still checks the opening, and the episode is the policy's
+    (trajectory,) = run(
+        engine, EpisodeRequest(make_env("guess"), seed=0, prefix=guess_expert(), anchor=0)
+    )
+    assert not any(prefix_token_mask(trajectory))
+
+
+def test_sequential_rollback() -> None:
+    schedule = SequentialRollback(4)
+    assert schedule.current == 3
+    assert schedule.update([0.0, 0.0, 1.0, 0.0]) == 3  # a quarter succeeded: stay
+    assert schedule.update([1.0, 1.0, 0.0, 0.0]) == 2  # half did: one chunk back
+    assert schedule.update([0.5]) == 1
+    assert schedule.update([1.0]) == 0
+    assert schedule.update([1.0]) == 0 and schedule.current == 0
+    strict = SequentialRollback(2, threshold=1.0)
+    assert strict.update([1.0, 0.0]) == 1 and strict.update([1.0, 1.0]) == 0
+    assert SequentialRollback(1).current == 0
+    restored = SequentialRollback(5)
+    restored.current = 2
+    assert restored.update([1.0]) == 1
+    with pytest.raises(ConfigError):
+        restored.current = 5
+    with pytest.raises(ConfigError):
+        SequentialRollback(0)
+    with pytest.raises(ConfigError):
+        SequentialRollback(3, threshold=0.0)
+    with pytest.raises(RollError):
+        SequentialRollback(3).update([])
+
+
+def test_parallel_anchors() -> None:
+    assert ParallelAnchors(5, 3).anchors == (0, 2, 4)
+    assert ParallelAnchors(10, 4).anchors == (0, 3, 6, 9)
+    assert ParallelAnchors(4, 3).anchors == (0, 2, 3)  # 1.5 rounds up
+    assert ParallelAnchors(7, 2).anchors == (0, 6)
+    assert ParallelAnchors(7, 1).anchors == (6,)
+    assert ParallelAnchors(3, 5).anchors == (0, 1, 2)  # distinct: at most K
+    assert ParallelAnchors(1, 3).anchors == (0,)
+    for k in range(1, 12):
+        for count in range(1, 14):
+            anchors = ParallelAnchors(k, count).anchors
+            assert len(anchors) == min(count, k) and list(anchors) == sorted(set(anchors))
+            assert anchors[-1] == k - 1 and (count == 1 or anchors[0] == 0)
+    with pytest.raises(ConfigError):
+        ParallelAnchors(3, 0)
+
+
+def test_needs_imitation() -> None:
+    assert needs_imitation([0.0, 0.0, -1.0])
+    assert not needs_imitation([0.0, 0.25])
+    assert needs_imitation([])

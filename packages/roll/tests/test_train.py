@@ -1,0 +1,253 @@
+"""`roll train` end to end: presets, configs, kill -9 and exact resume, torchrun DDP, plots."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from safetensors.torch import load_file
+
+from iflow.models.tiny import build_tiny_model
+from roll.config import AlgorithmConfig, TrainConfig, load_config
+from roll.errors import ConfigError
+from roll.metrics import read_metrics
+from roll.train import run_train
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_tiny_model(tmp_path_factory.mktemp("tiny"), hidden_size=32, layers=1, heads=2)
+
+
+def _config(tmp_path: Path, tiny: Path, **sections: object) -> Path:
+    data: dict[str, object] = {
+        "seed": 5,
+        "model": {"path": str(tiny)},
+        "env": {"name": "letter", "kwargs": {"rounds": 2}},
+        "rollout": {"groups_per_step": 2, "group_size": 4, "max_new_tokens": 8},
+        "run": {"steps": 3, "checkpoint_every": 1, "progress": False, "tensorboard": False},
+        "optim": {"lr": 1e-3},
+    }
+    for key, value in sections.items():
+        if isinstance(value, dict) and isinstance(data.get(key), dict):
+            data[key] = {**data[key], **value}  # type: ignore[dict-item]
+        else:
+            data[key] = value
+    path = tmp_path / "train.yaml"
+    path.write_text(yaml.safe_dump(data), encoding="utf-8")
+    return path
+
+
+def _weights(model_dir: Path) -> dict[str, object]:
+    return load_file(str(model_dir / "model.safetensors"))
+
+
+def _same(a: dict[str, object], b: dict[str, object]) -> bool:
+    return a.keys() == b.keys() and all(bool((a[k] == b[k]).all()) for k in a)  # type: ignore[union-attr]
+
+
+def _cli(
+    *args: str, cwd: Path | None = None, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "roll.cli", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env=env,
+        timeout=300,
+    )
+
+
+@pytest.mark.parametrize("name", ["grpo", "dr_grpo", "rloo", "reinforce_pp", "gspo", "ipa"])
+def test_every_preset_trains_and_changes_the_policy(tmp_path: Path, tiny: Path, name: str) -> None:
+    config = load_config(
+        TrainConfig,
+        _config(tmp_path, tiny),
+        [f"run_dir={tmp_path / 'run'}", f"algorithm.name={name}", "run.steps=2"],
+    )
+    out = run_train(config, log=lambda _m: None)
+    assert not _same(_weights(out), _weights(tiny))
+    records = read_metrics(tmp_path / "run")
+    assert [r["step"] for r in records] == [1, 2]
+    assert all(r["train/grad_norm"] >= 0 for r in records)
+    assert (tmp_path / "run" / "rollouts" / "step-000002.jsonl").is_file()
+
+
+def test_presets_fill_the_one_abstraction() -> None:
+    ipa = AlgorithmConfig(name="ipa")
+    assert (ipa.advantage, ipa.loss, ipa.ratio_level, ipa.mismatch_threshold) == (
+        "ipa", "ipa", "chunk", 2.0,
+    )  # fmt: skip
+    gspo = AlgorithmConfig(name="gspo", clip_high=1e-3)
+    assert (gspo.ratio_level, gspo.clip_low, gspo.clip_high) == ("sequence", 3e-4, 1e-3)
+    off = AlgorithmConfig(name="ipa", mismatch_threshold=None)
+    assert off.mismatch_threshold is None  # set explicitly: the preset does not refill it
+
+
+def test_mistyped_keys_name_the_closest_valid_one(tmp_path: Path, tiny: Path) -> None:
+    path = _config(tmp_path, tiny)
+    with pytest.raises(
+        ConfigError, match=r"unknown key algorithm\.clip_hgh; did you mean 'clip_high'"
+    ):
+        load_config(TrainConfig, path, ["algorithm.clip_hgh=0.3"])
+    with pytest.raises(
+        ConfigError, match=r"unknown key rollout\.group_sise; did you mean 'group_size'"
+    ):
+        load_config(TrainConfig, path, ["rollout.group_sise=3"])
+    with pytest.raises(ConfigError, match=r"algorithm\.gamma"):
+        load_config(TrainConfig, path, ["algorithm.gamma=1.5"])
+    with pytest.raises(ConfigError, match=r"KEY=VALUE"):
+        load_config(TrainConfig, path, ["algorithm.gamma"])
+    result = _cli("train", str(path), "optim.lrr=1")
+    assert result.returncode == 2
+    assert result.stderr.strip() == (f"roll: {path}: unknown key optim.lrr; did you mean 'lr'?")
+    missing = _cli("train", str(tmp_path / "nope.yaml"))
+    assert missing.returncode == 2 and "cannot read the config" in missing.stderr
+
+
+def test_a_run_dir_with_checkpoints_needs_resume(tmp_path: Path, tiny: Path) -> None:
+    path = _config(tmp_path, tiny, run_dir=str(tmp_path / "run"), run={"steps": 1})
+    assert _cli("train", str(path)).returncode == 0
+    again = _cli("train", str(path))
+    assert again.returncode == 2 and "--resume" in again.stderr
+
+
+def test_killed_and_resumed_run_equals_the_uninterrupted_one(tmp_path: Path, tiny: Path) -> None:
+    path = _config(tmp_path, tiny, run={"steps": 5})
+    whole = _cli("train", str(path), f"run_dir={tmp_path / 'whole'}")
+    assert whole.returncode == 0, whole.stderr
+    victim = tmp_path / "victim"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "roll.cli", "train", str(path), f"run_dir={victim}"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 240
+    while not (victim / "checkpoints" / "step-00000002").is_dir():
+        assert proc.poll() is None and time.monotonic() < deadline, "the run ended too early"
+        time.sleep(0.02)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    resumed = _cli("train", str(path), f"run_dir={victim}", "--resume")
+    assert resumed.returncode == 0, resumed.stderr
+    assert "resumed" in resumed.stderr
+    assert _same(_weights(victim / "model"), _weights(tmp_path / "whole" / "model"))
+    steps = [r["step"] for r in read_metrics(victim)]
+    assert steps == [1, 2, 3, 4, 5]
+    rewards = [r["rollout/reward_mean"] for r in read_metrics(victim)]
+    assert rewards == [r["rollout/reward_mean"] for r in read_metrics(tmp_path / "whole")]
+
+
+@pytest.mark.slow
+def test_two_gloo_processes_match_one(tmp_path: Path, tiny: Path) -> None:
+    # greedy sampling: the episodes do not depend on how they are split between processes
+    path = _config(
+        tmp_path,
+        tiny,
+        run={"steps": 2, "micro_batch_tokens": 64},
+        rollout={"temperature": 0.0},
+        algorithm={"name": "ipa"},
+        env={"name": "letter", "kwargs": {"letters": "\n"}},  # the greedy tiny model's reply
+    )
+    single = _cli("train", str(path), f"run_dir={tmp_path / 'one'}")
+    assert single.returncode == 0, single.stderr
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    result = subprocess.run(
+        [
+            sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
+            "--standalone", "-m", "roll.cli", "train", str(path),
+            f"run_dir={tmp_path / 'two'}",
+        ],
+        capture_output=True, text=True, env=env, timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    one, two = _weights(tmp_path / "one" / "model"), _weights(tmp_path / "two" / "model")
+    import torch
+
+    assert one.keys() == two.keys()
+    for key in one:
+        torch.testing.assert_close(two[key], one[key], rtol=1e-4, atol=1e-6)
+    a, b = read_metrics(tmp_path / "one"), read_metrics(tmp_path / "two")
+    assert [r["rollout/reward_mean"] for r in a] == [r["rollout/reward_mean"] for r in b]
+    assert a[0]["train/grad_norm"] > 0
+    assert b[0]["train/grad_norm"] == pytest.approx(a[0]["train/grad_norm"], rel=1e-4)
+    assert not _same(one, _weights(tiny))
+
+
+def test_resampling_from_expert_prefixes_with_imitation(tmp_path: Path, tiny: Path) -> None:
+    from ale.jsonl import write_jsonl
+    from ale.trajectory import AgentInfo, Role, Step, Trajectory
+    from roll.envs.base import make_env
+
+    # an expert that binary-searches the guess env, recorded as message-level steps
+    env = make_env("guess", n=4, max_turns=3)
+    experts = []
+    for seed in (11, 12):
+        steps = [Step(role=Role(m["role"]), content=m["content"]) for m in env.reset(seed)]
+        low, high = 1, 4
+        for _ in range(3):
+            guess = (low + high) // 2
+            steps.append(Step(role=Role.ASSISTANT, content=str(guess)))
+            result = env.step(str(guess))
+            if result.observation is not None:
+                steps.append(Step(role=Role.USER, content=result.observation))
+            if result.done:
+                break
+            if "higher" in (result.observation or ""):
+                low = guess + 1
+            else:
+                high = guess - 1
+        experts.append(
+            Trajectory(
+                agent=AgentInfo(name="expert"),
+                task_id=f"{env.task_id}/{seed}",
+                steps=steps,
+                reward=1.0,
+            )
+        )
+    write_jsonl(tmp_path / "experts.jsonl", experts)
+    path = _config(
+        tmp_path,
+        tiny,
+        run_dir=str(tmp_path / "run"),
+        env={"name": "guess", "kwargs": {"n": 4, "max_turns": 3}},
+        resample={"experts": str(tmp_path / "experts.jsonl"), "mode": "parallel", "anchors": 2,
+                  "imitation_coef": 0.5},
+        run={"steps": 2},
+    )  # fmt: skip
+    config = load_config(TrainConfig, path)
+    run_train(config, log=lambda _m: None)
+    records = read_metrics(tmp_path / "run")
+    rollouts = [
+        json.loads(line)
+        for line in (tmp_path / "run" / "rollouts" / "step-000001.jsonl").read_text().splitlines()
+    ]
+    anchors = {r["extra"]["roll"]["anchor"] for r in rollouts}
+    assert len(anchors) >= 2  # parallel initialisation at several anchors
+    prefixed = [r for r in rollouts if r["extra"]["roll"]["anchor"] > 0]
+    assert prefixed and all(
+        any((s.get("extra") or {}).get("roll", {}).get("prefix") for s in r["steps"])
+        for r in prefixed
+    )
+    assert any("train/imitation_loss" in r for r in records) or all(
+        r["rollout/success_rate"] > 0 for r in records
+    )
+
+
+def test_plot_draws_the_curves(tmp_path: Path, tiny: Path) -> None:
+    path = _config(tmp_path, tiny, run_dir=str(tmp_path / "run"), run={"steps": 2})
+    assert _cli("train", str(path)).returncode == 0
+    result = _cli("plot", str(tmp_path / "run"))
+    assert result.returncode == 0, result.stderr
+    png = tmp_path / "run" / "curves.png"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    empty = _cli("plot", str(tmp_path))
+    assert empty.returncode == 2 and "metrics.jsonl" in empty.stderr
