@@ -250,6 +250,14 @@ def test_advantages_broadcast_to_chunk_tokens() -> None:
     assert t.advantages == [0.0, 0.0, 0.0]
 
 
+def test_ipa_positive_follows_the_return_after_the_baseline() -> None:
+    samples = [_sample(3, [False, True, True], r, "g") for r in (1.0, 0.5, 0.0)]
+    assign_advantages(samples, "ipa")
+    assert [s.positive for s in samples] == [True, True, False]
+    assign_advantages(samples, "ipa", baseline="group_mean")  # mean 0.5: returns .5, 0, -.5
+    assert [s.positive for s in samples] == [True, False, False]
+
+
 def test_micro_batches_respect_the_budget() -> None:
     samples = [_sample(n, [True] * n, 0.0, "g") for n in (10, 3, 7, 3, 2, 12)]
     batches = micro_batches(samples, 20)

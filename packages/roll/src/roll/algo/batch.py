@@ -39,6 +39,9 @@ class Sample:
     expert_mask: list[bool] = field(default_factory=list)
     """Tokens an expert wrote (a replayed prefix, an SFT target): never RL, imitation when asked."""
     reward: float = 0.0
+    positive: bool | None = None
+    """IPA's split: the trajectory's return (after any baseline) is above zero; set by
+    :func:`assign_advantages`, else taken from ``reward > 0``."""
     group: Hashable = None
     weight: list[float] = field(default_factory=list)
     imitation: list[float] = field(default_factory=list)
@@ -123,6 +126,7 @@ def assign_advantages(
         baseline=baseline,
     )
     for sample, values in zip(samples, per_chunk, strict=True):
+        sample.positive = values[-1] > 0 if values else sample.reward > 0
         sample.advantages = [values[c] if c != NO_CHUNK else 0.0 for c in sample.chunk_ids]
 
 
@@ -259,7 +263,8 @@ def collate(batch: Sequence[Sample], *, pad_id: int, device: Any = "cpu") -> Col
         parts["adv"].append(_pick(s.advantages, cols, n))
         parts["weight"].append(_pick(s.weight, cols, n))
         parts["rl"].append(rl[cols])
-        parts["pos"].append(torch.full((len(cols),), s.reward > 0, dtype=torch.bool))
+        positive = s.positive if s.positive is not None else s.reward > 0
+        parts["pos"].append(torch.full((len(cols),), positive, dtype=torch.bool))
         parts["mu"].append(_pick(s.mu, cols, n, math.nan))
         if has_old:
             parts["old"].append(_pick(s.old, cols, n))

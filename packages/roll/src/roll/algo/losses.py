@@ -14,7 +14,8 @@ The one abstraction (:class:`LossSpec`) that every algorithm fills:
   sequence's scored tokens: GSPO's length-normalised ratio);
 - ``loss``: ``ppo`` — ``-min(r * A, clip(r, 1 - clip_low, 1 + clip_high) * A)`` with ``r`` at the
   chosen level (token-level PPO/GRPO with ``token``, GSPO with ``sequence``);
-  ``ipa`` — a positive trajectory (reward > 0) gets ``-A * logp`` (REINFORCE weighted by its
+  ``ipa`` — a positive trajectory (its return is above zero: the reward, or the reward
+  minus the group mean with ``baseline: group_mean``) gets ``-A * logp`` (REINFORCE weighted by its
   return, no importance sampling); a non-positive one ``-w_c * A * logp`` with
   ``w_c = clip(rho_c, 0, 1)`` taken as a constant weight (no gradient through it) and
   ``rho_c`` the chunk's geometric-mean ratio;
