@@ -47,6 +47,7 @@ def main() -> None:
       roll train CONFIG.yaml [key=value ...]   RL (IPA, GRPO, RLOO, REINFORCE++, GSPO)
       roll plot RUN_DIR [RUN_DIR ...]          reward, loss, grad-norm and KL curves (PNG)
       roll envs                                the built-in environments
+      roll experts ENV -n N -o FILE.jsonl      expert trajectories for resampling
 
     Overrides set any config key by its dotted path (algorithm.name=grpo run.steps=50).
     Under torchrun every process runs the same command (DDP).
@@ -130,6 +131,31 @@ def envs() -> None:
 
     for name in env_names():
         click.echo(name)
+
+
+@main.command()
+@click.argument("env")
+@click.option(
+    "-n", "--count", default=16, show_default=True, help="Trajectories (seeds) to record."
+)
+@click.option("--seed", "first", default=0, show_default=True, help="First environment seed.")
+@click.option("--kwarg", "kwargs", multiple=True, help="Environment option K=V (repeatable).")
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False, path_type=Path))
+def experts(env: str, count: int, first: int, kwargs: tuple[str, ...], output: Path) -> None:
+    """Record expert trajectories of a built-in ENV (for resample.experts)."""
+
+    def run() -> None:
+        from ale.jsonl import write_jsonl
+        from roll.config import apply_overrides
+        from roll.resample import record_experts
+
+        options = apply_overrides({}, list(kwargs), "--kwarg")
+        trajectories = record_experts(env, range(first, first + count), **options)
+        write_jsonl(output, trajectories)
+        solved = sum(1 for t in trajectories if (t.reward or 0) > 0)
+        click.echo(f"{len(trajectories)} expert trajectories ({solved} solved) -> {output}")
+
+    _guard(run)
 
 
 if __name__ == "__main__":

@@ -155,3 +155,44 @@ class ParallelAnchors:
     def anchors(self) -> tuple[int, ...]:
         """The anchors, ascending."""
         return self._anchors
+
+
+def record_experts(env_name: str, seeds: Sequence[int], **env_kwargs: object) -> list[Trajectory]:
+    """Message-level expert trajectories of a built-in environment, one per seed.
+
+    The environment must have ``expert_action()`` (every built-in has); each trajectory's
+    ``task_id`` is ``ENV_TASK_ID/SEED`` and ``extra.roll.env_seed`` the seed, as
+    ``roll train``'s ``resample.experts`` expects.
+    """
+    from ale.trajectory import AgentInfo
+    from roll.envs.base import make_env
+
+    out: list[Trajectory] = []
+    for seed in seeds:
+        env = make_env(env_name, **env_kwargs)
+        expert = getattr(env, "expert_action", None)
+        if expert is None:
+            raise ConfigError(
+                f"environment {env_name!r} has no expert_action(); record experts another way"
+            )
+        steps = [Step(role=Role(m["role"]), content=m["content"]) for m in env.reset(seed)]
+        reward = 0.0
+        for _ in range(env.max_turns):
+            action = expert()
+            steps.append(Step(role=Role.ASSISTANT, content=action))
+            result = env.step(action)
+            reward += result.reward
+            if result.observation is not None:
+                steps.append(Step(role=Role.USER, content=result.observation))
+            if result.done:
+                break
+        out.append(
+            Trajectory(
+                agent=AgentInfo(name="roll-expert", extra={"env": env_name}),
+                task_id=f"{env.task_id}/{seed}",
+                steps=steps,
+                reward=reward,
+                extra={"roll": {"env_seed": seed}},
+            )
+        )
+    return out

@@ -9,7 +9,9 @@
 - ``letter``: k rounds, each asking for a reply containing a letter; reward 1/k per reply
   that does. An untrained model already succeeds sometimes: the trainers' smoke tests use it.
 
-Each is deterministic given the seed passed to ``reset``. None of them ends an episode for
+Each is deterministic given the seed passed to ``reset``, and has an ``expert_action()``
+(what a perfect player does next, from the environment's own state) so expert trajectories
+for chunk-level initialised resampling can be recorded (:func:`roll.resample.record_experts`). None of them ends an episode for
 running out of turns: the rollout engine enforces ``max_turns`` (and records
 ``limits_exceeded``), so the environment's reward for an unfinished episode is what it gave.
 """
@@ -95,6 +97,10 @@ class ArithmeticEnv(_Episodic):
         question = f"What is {a} {operator} {b}? Answer with the number only."
         return [{"role": "user", "content": question}]
 
+    def expert_action(self) -> str:
+        """The right answer."""
+        return str(self.answer)
+
     def step(self, action: str) -> EnvStep:
         self._begin_step()
         given = _first_integer(action)
@@ -127,9 +133,11 @@ class GuessEnv(_Episodic):
         self.max_turns = self.options.max_turns
         self.task_id = f"guess:n={self.options.n}"
         self.secret = 0
+        self.low, self.high = 1, self.options.n
 
     def reset(self, seed: int) -> list[dict[str, str]]:
         self.secret = random.Random(seed).randint(1, self.options.n)
+        self.low, self.high = 1, self.options.n
         self._live = True
         prompt = (
             f"I am thinking of a whole number from 1 to {self.options.n}. Guess it: reply with "
@@ -147,7 +155,15 @@ class GuessEnv(_Episodic):
         if guess == self.secret:
             return self._end(EnvStep(observation=None, reward=1.0, done=True, info=info))
         hint = "higher" if self.secret > guess else "lower"
+        if hint == "higher":
+            self.low = max(self.low, guess + 1)
+        else:
+            self.high = min(self.high, guess - 1)
         return self._end(EnvStep(observation=hint, done=False, info=info))
+
+    def expert_action(self) -> str:
+        """Binary search: the middle of what the hints so far leave open."""
+        return str((self.low + self.high) // 2)
 
 
 # -- echo ----------------------------------------------------------------------------------------
@@ -193,6 +209,10 @@ class EchoEnv(_Episodic):
     def _show(self, index: int) -> str:
         return f"Word {index + 1} of {self.options.rounds}: {self.words[index]}"
 
+    def expert_action(self) -> str:
+        """The word shown."""
+        return self.words[self.round]
+
     def step(self, action: str) -> EnvStep:
         self._begin_step()
         word = self.words[self.round]
@@ -235,6 +255,10 @@ class LetterEnv(_Episodic):
 
     def _ask(self) -> str:
         return f"Reply with a word containing the letter {self.wanted[self.round]!r}."
+
+    def expert_action(self) -> str:
+        """The letter asked for."""
+        return self.wanted[self.round]
 
     def reset(self, seed: int) -> list[dict[str, str]]:
         rng = random.Random(seed)
