@@ -188,3 +188,55 @@ def test_non_finite_steps_are_skipped_counted_and_bounded(
     assert not updater.step(samples).skipped
     with pytest.raises(TrainingAborted, match="max_bad_steps=2"):
         updater.step(samples)
+
+
+def _grouped_samples() -> list[Sample]:
+    """Two groups of three whose members share a 24-token prompt, then diverge."""
+    gen = torch.Generator().manual_seed(1)
+    out = []
+    for group, reward_of in (("a", (1.0, 0.0, 0.0)), ("b", (0.0, 1.0, 1.0))):
+        prompt = torch.randint(10, 300, (24,), generator=gen).tolist()
+        for k, reward in enumerate(reward_of):
+            layout = [1] * (5 + 3 * k) + [0] * 4 + [1] * 6
+            ids = prompt + torch.randint(10, 300, (len(layout),), generator=gen).tolist()
+            mask = [False] * 24 + [bool(x) for x in layout]
+            out.append(
+                Sample(
+                    input_ids=ids,
+                    rl_mask=mask,
+                    chunk_ids=chunk_ids(ids, mask),
+                    mu=[(-3.0 if m else math.nan) for m in mask],
+                    reward=reward,
+                    group=group,
+                )
+            )
+    return out
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=["ppo", "ipa", "gspo"])
+def test_shared_prefix_forward_gives_the_same_gradient(tiny: Path, spec: LossSpec) -> None:
+    grads, stats = [], []
+    for share, budget in ((False, 10_000), (True, 10_000), (True, 90)):
+        lm, _ = load_policy(tiny, device="cpu", dtype="float32")
+        samples = _grouped_samples()
+        assign_advantages(samples, "ipa" if spec.loss == "ipa" else "grpo", gamma=0.9)
+        set_weights(samples, "token_mean")
+        updater = Updater(
+            lm,
+            OptimConfig(lr=1e-2, max_grad_norm=None),
+            total_steps=10,
+            spec=spec,
+            pad_id=0,
+            micro_batch_tokens=budget,
+            max_bad_steps=2,
+            share_prefix=share,
+        )
+        assert updater.share_prefix is share
+        result = updater.step(samples)
+        grads.append(torch.cat([p.grad.flatten() for p in lm.parameters() if p.grad is not None]))
+        stats.append(result.metrics)
+    torch.testing.assert_close(grads[1], grads[0], rtol=1e-4, atol=1e-6)
+    torch.testing.assert_close(grads[2], grads[0], rtol=1e-4, atol=1e-6)
+    assert stats[1]["train/loss"] == pytest.approx(stats[0]["train/loss"], rel=1e-5)
+    # the shared prompt ran once per group, not once per episode: 2 x 24 fewer x 2
+    assert stats[0]["train/tokens"] - stats[1]["train/tokens"] == 2 * 2 * 24

@@ -27,7 +27,10 @@ generators saved are the process-wide ones (``random``, ``numpy.random``, torch)
 ``numpy.random.Generator`` or ``torch.Generator`` the caller owns belongs in its own state.
 
 Distributed runs: one process writes (pass ``is_main=False`` elsewhere, and wait on a barrier
-after the save); every process may load. The generator states are those of the writer, so
+after the save); every process may load. A sharded model (FSDP) is saved from its whole states,
+gathered by every process and passed as ``model_state``/``optimizer_state``, in the same layout
+as an unsharded one; loading hands the whole states to ``set_model_state`` and
+``set_optimizer_state``, which scatter them (see :mod:`roll.distributed`). The generator states are those of the writer, so
 ranks that must draw differently should load with ``restore_rng=False`` and reseed from
 ``(seed, step, rank)``. One writer per run directory: a save removes the temporary
 directories of any other writer.
@@ -45,7 +48,7 @@ import os
 import random
 import re
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -95,6 +98,8 @@ def save_checkpoint(
     keep_last: int | None = 3,
     is_main: bool = True,
     tokenizer: Any = None,
+    model_state: dict[str, Any] | None = None,
+    optimizer_state: dict[str, Any] | None = None,
 ) -> Path:
     """Write the checkpoint of ``step`` under ``run_dir/checkpoints`` and return its directory.
 
@@ -107,6 +112,11 @@ def save_checkpoint(
     deleted; ``None`` keeps all. Checkpoints of higher steps, left when a run resumed from an
     older one, are not touched.
     With ``is_main=False`` nothing is written and the path the main process writes is returned.
+
+    ``model_state`` and ``optimizer_state`` are saved instead of ``model.state_dict()`` and
+    ``optimizer.state_dict()`` when given: the whole states of a sharded model, gathered
+    (tied weights sharing one tensor, as in a ``state_dict()``); ``model`` still decides how
+    they are written (``save_pretrained`` with its config, or a safetensors file).
     """
     if step < 0:
         raise ConfigError(f"checkpoint step must be 0 or more, got {step}.")
@@ -124,9 +134,11 @@ def save_checkpoint(
     aside = root / f"{_OLD}{final.name}-{os.getpid()}"
     try:
         tmp.mkdir()
-        _save_model(_unwrap(model), tmp, tokenizer)
-        if optimizer is not None:
-            _save_optimizer(optimizer, tmp / OPTIMIZER)
+        _save_model(_unwrap(model), tmp, tokenizer, model_state)
+        if optimizer_state is not None or optimizer is not None:
+            _save_optimizer(
+                optimizer_state if optimizer_state is not None else optimizer, tmp / OPTIMIZER
+            )
         if scheduler is not None:
             _save_scheduler(scheduler, tmp / SCHEDULER)
         _save_rng(tmp / RNG)
@@ -182,26 +194,41 @@ def _unwrap(model: Any) -> Any:
             return model
 
 
-def _save_model(module: Any, directory: Path, tokenizer: Any) -> None:
+def _save_model(
+    module: Any, directory: Path, tokenizer: Any, state: dict[str, Any] | None = None
+) -> None:
     if hasattr(module, "save_pretrained"):
         from iflow.models.local import quiet_progress
 
         # safetensors is the only format transformers 5 writes (and the default of 4.35+);
         # its progress bar would draw over the trainer's.
         with quiet_progress():
-            module.save_pretrained(directory / MODEL_DIR)
+            module.save_pretrained(directory / MODEL_DIR, state_dict=state)
             if tokenizer is not None:
                 tokenizer.save_pretrained(directory / MODEL_DIR)
         return
-    from safetensors.torch import save_model
+    from safetensors.torch import save_file, save_model
 
-    save_model(module, str(directory / MODEL_FILE))
+    if state is None:
+        save_model(module, str(directory / MODEL_FILE))
+        return
+    # as save_model does: a tensor shared by several keys is written once, under its first
+    unique: dict[str, Any] = {}
+    seen: set[tuple[int, tuple[int, ...]]] = set()
+    for key, tensor in state.items():
+        mark = (tensor.data_ptr(), tuple(tensor.shape))
+        if tensor.numel() and mark in seen:
+            continue
+        seen.add(mark)
+        unique[key] = tensor.contiguous()
+    save_file(unique, str(directory / MODEL_FILE), metadata={"format": "pt"})
 
 
 def _save_optimizer(optimizer: Any, path: Path) -> None:
+    """Save ``optimizer``'s state, or the state dict passed in its place."""
     import torch
 
-    torch.save(optimizer.state_dict(), path)
+    torch.save(optimizer if isinstance(optimizer, dict) else optimizer.state_dict(), path)
 
 
 def _save_scheduler(scheduler: Any, path: Path) -> None:
@@ -433,6 +460,8 @@ def load_checkpoint(
     optimizer: torch.optim.Optimizer | None = None,
     scheduler: Any = None,
     restore_rng: bool = True,
+    set_model_state: Callable[[dict[str, Any]], None] | None = None,
+    set_optimizer_state: Callable[[dict[str, Any]], None] | None = None,
 ) -> dict[str, Any]:
     """Restore the checkpoint directory ``path`` and return its ``extra_state`` with ``"step"``.
 
@@ -440,6 +469,11 @@ def load_checkpoint(
     copied into ``model`` in place (strictly: every key must match; weights tied to another
     are restored through it); optimizer and scheduler states are loaded when those are given,
     onto the model's device; with ``restore_rng`` the generators continue where they were.
+
+    ``set_model_state`` and ``set_optimizer_state`` replace ``load_state_dict`` for a sharded
+    model: they receive the whole states (the weights checked against ``model``'s keys and
+    without the twins of tied weights, the optimizer's on the CPU) and put them in place. The
+    optimizer state is read only when ``optimizer`` or ``set_optimizer_state`` is given.
     """
     import torch
 
@@ -456,13 +490,16 @@ def load_checkpoint(
     module = _unwrap(model)
     param = next(iter(module.parameters()), None)
     device = param.device if param is not None else torch.device("cpu")
-    _load_weights(module, path)
-    if optimizer is not None:
+    _load_weights(module, path, set_model_state)
+    if set_optimizer_state is not None:
+        opt_state = _torch_load(path / OPTIMIZER, torch.device("cpu"), what="optimizer")
+        _apply(set_optimizer_state, opt_state, path / OPTIMIZER, "optimizer")
+    elif optimizer is not None:
         opt_state = _torch_load(path / OPTIMIZER, device, what="optimizer")
-        _apply(optimizer, opt_state, path / OPTIMIZER, "optimizer")
+        _apply(optimizer.load_state_dict, opt_state, path / OPTIMIZER, "optimizer")
     if scheduler is not None:
         sched_state = _torch_load(path / SCHEDULER, device, what="scheduler")
-        _apply(scheduler, sched_state, path / SCHEDULER, "scheduler")
+        _apply(scheduler.load_state_dict, sched_state, path / SCHEDULER, "scheduler")
     if restore_rng:
         _restore_rng(_torch_load(path / RNG, torch.device("cpu"), what="random generator"))
     return json.loads((path / STATE).read_text(encoding="utf-8"))
@@ -494,10 +531,10 @@ def _torch_load(file: Path, device: torch.device, *, what: str) -> Any:
         ) from exc
 
 
-def _apply(target: Any, state: Any, file: Path, what: str) -> None:
+def _apply(load: Callable[[Any], Any], state: Any, file: Path, what: str) -> None:
     try:
-        target.load_state_dict(state)
-    except (ValueError, KeyError, RuntimeError, TypeError) as exc:
+        load(state)
+    except (ValueError, KeyError, IndexError, RuntimeError, TypeError) as exc:
         raise CheckpointError(
             f"the {what} state in {file} does not fit this {what} ({exc}); build the {what} "
             "the same way as the run that saved it."
@@ -520,7 +557,11 @@ def _weight_files(path: Path) -> list[Path]:
     )
 
 
-def _load_weights(module: torch.nn.Module, path: Path) -> None:
+def _load_weights(
+    module: torch.nn.Module,
+    path: Path,
+    set_state: Callable[[dict[str, Any]], None] | None = None,
+) -> None:
     from safetensors.torch import load_file
 
     loaded: dict[str, Any] = {}
@@ -528,19 +569,24 @@ def _load_weights(module: torch.nn.Module, path: Path) -> None:
         loaded.update(load_file(file, device="cpu"))
     expected = module.state_dict()
     # Tied weights are saved once (save_pretrained and safetensors drop the twins); a key is
-    # covered when a loaded key shares its storage in this model.
-    by_storage: dict[tuple[int, tuple[int, ...]], list[str]] = {}
+    # covered when a loaded key shares its storage, or its parameter, in this model.
+    twins: dict[Any, list[str]] = {}
+    marks: dict[str, list[Any]] = {key: [] for key in expected}
     for key, tensor in expected.items():
-        if tensor.numel():
-            by_storage.setdefault((tensor.data_ptr(), tuple(tensor.shape)), []).append(key)
+        local = tensor.to_local() if hasattr(tensor, "to_local") else tensor  # sharded: DTensor
+        if local.numel():
+            marks[key].append((local.data_ptr(), tuple(tensor.shape)))
+    for name, parameter in module.named_parameters(remove_duplicate=False):
+        if name in marks:
+            marks[name].append(id(parameter))
+    for key, found in marks.items():
+        for mark in found:
+            twins.setdefault(mark, []).append(key)
     missing = []
-    for key, tensor in expected.items():
+    for key in expected:
         if key in loaded:
             continue
-        twins = (
-            by_storage.get((tensor.data_ptr(), tuple(tensor.shape)), []) if tensor.numel() else []
-        )
-        if not any(twin in loaded for twin in twins):
+        if not any(twin in loaded for mark in marks[key] for twin in twins[mark]):
             missing.append(key)
     unexpected = sorted(set(loaded) - set(expected))
     if missing or unexpected:
@@ -554,8 +600,11 @@ def _load_weights(module: torch.nn.Module, path: Path) -> None:
             "the same architecture the run saved."
         )
     try:
-        module.load_state_dict(loaded, strict=False)
-    except RuntimeError as exc:
+        if set_state is not None:
+            set_state(loaded)
+        else:
+            module.load_state_dict(loaded, strict=False)
+    except (RuntimeError, ValueError) as exc:
         raise CheckpointError(
             f"the weights in {path} do not fit this model ({exc}); load them into the same "
             "architecture the run saved."

@@ -70,6 +70,9 @@ class RunConfig(_Section):
     micro_batch_tokens: int = Field(default=8192, ge=16)
     """Token budget of one forward/backward (rows x longest row): larger batches are
     processed in micro-batches whose gradients add up to the whole batch's."""
+    share_prefix: bool = True
+    """Run the prompt the episodes of a group share once per micro-batch, not once per
+    episode (same gradients; not under FSDP)."""
     checkpoint_every: int = Field(default=10, ge=1)
     keep_checkpoints: int = Field(default=2, ge=1)
     max_bad_steps: int = Field(default=5, ge=1)
@@ -79,6 +82,13 @@ class RunConfig(_Section):
     """Write TensorBoard events too; ``null``: when tensorboard is installed."""
     progress: bool = True
     """Show a progress bar (only on a terminal)."""
+    parallel: Literal["ddp", "fsdp"] = "ddp"
+    """How several processes (torchrun, more than one) train together; ignored in a single
+    process. ``ddp``: every process holds the whole model and optimiser and the gradients are
+    averaged. ``fsdp``: parameters, gradients and optimiser state are sharded between the
+    processes (FSDP2, ``fully_shard`` per decoder layer), for models that do not fit one GPU
+    with DDP; meant for GPUs, works on CPU with gloo. With the HF rollout backend each process
+    then also keeps a full copy of the policy to generate with."""
 
 
 class ResampleConfig(_Section):

@@ -65,6 +65,11 @@ def load_policy(path: str | Path, *, device: str = "auto", dtype: str = "auto") 
     return model, tokenizer
 
 
+def head_is_linear(config: Any) -> bool:
+    """The output head is a plain linear map (no soft-capping or scaling of the logits)."""
+    return _head_is_linear(config)
+
+
 def _head_is_linear(config: Any) -> bool:
     return not (
         getattr(config, "final_logit_softcapping", None) or getattr(config, "logit_scale", None)
@@ -100,16 +105,14 @@ class ScoredForward(torch.nn.Module):
         super().__init__()
         self.lm = lm
 
-    def forward(
-        self,
-        input_ids: Any,
-        attention_mask: Any,
-        rows: Any,
-        cols: Any,
-        targets: Any,
-        entropy: bool = False,
-    ) -> tuple[Any, Any]:
-        return _scored_logprobs(self.lm, input_ids, attention_mask, rows, cols, targets, entropy)
+    def forward(self, collated: Any, entropy: bool = False) -> tuple[Any, Any]:
+        """``collated``: a :class:`~roll.algo.batch.Collated` micro-batch, or a
+        :class:`~roll.prefix.SharedCollated` one whose group prefixes run once."""
+        from roll.prefix import SharedCollated, shared_scored_logprobs
+
+        if isinstance(collated, SharedCollated):
+            return shared_scored_logprobs(self.lm, collated, entropy)
+        return scored_logprobs(self.lm, collated, entropy=entropy)
 
 
 def scored_logprobs(lm: Any, collated: Any, *, entropy: bool = False) -> tuple[Any, Any]:

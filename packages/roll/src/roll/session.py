@@ -5,12 +5,21 @@ random generator, builds the tiny model when asked, loads the policy, makes the 
 with ``resume``, restores everything from the newest complete checkpoint. The loop of each
 trainer calls :meth:`Session.checkpoint` and :meth:`Session.log`; :meth:`Session.finish`
 saves the final model as ``RUN_DIR/model`` (a ``save_pretrained`` directory).
+
+With ``run.parallel: fsdp`` under torchrun the policy is sharded when the updater is made
+(:meth:`Session.start`): from then on ``Session.lm`` holds only this process's slices, and
+checkpoints and the final model are written from whole states every process helps gather,
+in the layout a single process writes (so a run can resume in either). Generation needs the
+whole policy in each process: ``start(rollout_copy=True)`` keeps a full copy
+(:attr:`Session.rollout_lm`) that :meth:`Session.sync_rollout` refreshes after updates.
 """
 
 from __future__ import annotations
 
+import copy
 import random
 import sys
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +29,15 @@ import yaml
 from roll.algo.losses import LossSpec
 from roll.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from roll.config import ModelConfig, SFTConfig, TrainConfig
-from roll.distributed import close_world, init_world
+from roll.distributed import (
+    close_world,
+    copy_full_weights,
+    full_model_state,
+    full_optimizer_state,
+    init_world,
+    load_full_model_state,
+    load_full_optimizer_state,
+)
 from roll.errors import ConfigError
 from roll.metrics import MetricsLogger, TrainProgress
 from roll.models import load_policy, resolve_device, resolve_dtype
@@ -81,6 +98,8 @@ class Session:
         if device.startswith("cuda") and self.world.distributed:
             device = f"cuda:{self.world.local_rank}"
         self.device = device
+        self.sharded = self.world.distributed and config.run.parallel == "fsdp"
+        """The policy is sharded between the processes once :meth:`start` has run."""
         existing = latest_checkpoint(self.run_dir)
         if existing is not None and not resume:
             raise ConfigError(
@@ -92,6 +111,9 @@ class Session:
             ensure_model(config.model)
         self.world.barrier()
         self.lm, self.tokenizer = load_policy(config.model.path, device=device, dtype="float32")
+        self.rollout_lm: Any = self.lm
+        """The module generation samples from: the policy itself, or a full copy of it when
+        the policy is sharded (see :meth:`start`)."""
         if config.model.gradient_checkpointing:
             self.lm.gradient_checkpointing_enable()
         amp = resolve_dtype(config.model.dtype, device)
@@ -112,10 +134,16 @@ class Session:
             raise RuntimeError("call Session.start(total_steps) first")
         return self._updater
 
-    def start(self, total_steps: int) -> None:
-        """Make the optimiser for ``total_steps`` steps, resume, open the logs."""
+    def start(self, total_steps: int, *, rollout_copy: bool = False) -> None:
+        """Make the optimiser for ``total_steps`` steps, resume, open the logs.
+
+        With ``rollout_copy`` and a sharded policy, a full copy is kept first as
+        :attr:`rollout_lm` (eval mode, no gradients), for generation.
+        """
         config = self.config
         self.total_steps = total_steps
+        if rollout_copy and self.sharded:
+            self.rollout_lm = copy.deepcopy(self.lm).eval().requires_grad_(False)
         self._updater = Updater(
             self.lm,
             config.optim,
@@ -127,13 +155,21 @@ class Session:
             world=self.world,
             device=self.device,
             amp_dtype=self.amp_dtype,
+            parallel=config.run.parallel,
+            share_prefix=config.run.share_prefix,
         )
         if self.resume and self.existing is not None:
+            set_model = set_optimizer = None
+            if self.sharded:  # every process reads the whole states and keeps its slices
+                set_model = partial(load_full_model_state, self.lm)
+                set_optimizer = partial(load_full_optimizer_state, self.updater.optimizer)
             self.state = load_checkpoint(
                 self.existing,
                 model=self.lm,
                 optimizer=self.updater.optimizer,
                 scheduler=self.updater.scheduler,
+                set_model_state=set_model,
+                set_optimizer_state=set_optimizer,
             )
             self.start_step = int(self.state["step"])
             self.updater.load_state(self.state.get("updater", {}))
@@ -172,10 +208,21 @@ class Session:
         if self.progress is not None:
             self.progress.update(step, metrics)
 
+    def sync_rollout(self, backend: Any) -> None:
+        """Hand the current policy to the generation ``backend``; a sharded policy is first
+        gathered into :attr:`rollout_lm` (a collective: every process calls this)."""
+        if self.rollout_lm is not self.lm:
+            copy_full_weights(self.lm, self.rollout_lm)
+        backend.sync_weights(self.rollout_lm, self.updater.updates)
+
     def checkpoint(self, step: int, state: dict[str, Any], *, force: bool = False) -> None:
         """Save after ``step`` steps when it is time (every ``run.checkpoint_every``)."""
         if not force and step % self.config.run.checkpoint_every:
             return
+        model_state = optimizer_state = None
+        if self.sharded:
+            model_state = full_model_state(self.lm, self.world)
+            optimizer_state = full_optimizer_state(self.updater.optimizer, self.world)
         if self.world.is_main:
             save_checkpoint(
                 self.run_dir,
@@ -185,17 +232,20 @@ class Session:
                 scheduler=self.updater.scheduler,
                 extra_state={**state, "updater": self.updater.state()},
                 keep_last=self.config.run.keep_checkpoints,
+                model_state=model_state,
+                optimizer_state=optimizer_state,
             )
         self.world.barrier()
 
     def finish(self) -> Path:
         """Save the trained policy as ``RUN_DIR/model`` and return that path."""
         out = self.run_dir / "model"
+        state = full_model_state(self.lm, self.world) if self.sharded else None
         if self.world.is_main:
             from iflow.models.local import quiet_progress
 
             with quiet_progress():
-                self.lm.save_pretrained(out, safe_serialization=True)
+                self.lm.save_pretrained(out, safe_serialization=True, state_dict=state)
                 self.tokenizer.save_pretrained(out)
         self.world.barrier()
         return out

@@ -6,7 +6,9 @@ see :mod:`roll.rollout`); turn the trajectories into samples (chunks and masks f
 :mod:`ale.chunking`); fill the per-chunk advantages and the aggregation weights over the
 whole batch; update (in ``updates_per_batch`` mini-batches); hand the new weights to the
 generation backend. Everything a step draws is seeded by (seed, step), so a run resumed from
-a checkpoint continues exactly as the uninterrupted run would have.
+a checkpoint continues exactly as the uninterrupted run would have. Under torchrun each
+process generates its share of the episodes (with ``run.parallel: fsdp`` from a full copy of
+the policy, since the sharded one would need every process at every token).
 
 With ``resample`` set, groups start from expert trajectories at chunk anchors (chunk-level
 initialised resampling, :mod:`roll.resample`), and groups with no positive episode add an
@@ -104,7 +106,7 @@ def make_backend(config: TrainConfig, session: Session) -> GenerationBackend:
         return VLLMBackend(config.model.path, seed=config.seed)
     from roll.generation.hf import HFBackend
 
-    return HFBackend(session.lm, session.tokenizer)
+    return HFBackend(session.rollout_lm, session.tokenizer)
 
 
 def episode_requests(
@@ -169,20 +171,16 @@ def run_train(config: TrainConfig, *, resume: bool = False, log: Any = None) -> 
     spec = loss_spec(config)
     algo = config.algorithm
     with Session(config, spec=spec, resume=resume, log=log) as session:
-        session.start(config.run.steps)
+        use_ref = config.reference if config.reference is not None else algo.kl_coef > 0
+        # the initial policy, copied before start() resumes (or shards) it
+        reference = copy.deepcopy(session.lm).eval().requires_grad_(False) if use_ref else None
+        session.start(config.run.steps, rollout_copy=True)
         world = session.world
         experts = Experts(config) if config.resample is not None else None
         if experts is not None and "experts" in session.state:
             experts.load_state(session.state["experts"])
-        use_ref = config.reference if config.reference is not None else algo.kl_coef > 0
-        reference = copy.deepcopy(session.lm).eval().requires_grad_(False) if use_ref else None
-        if reference is not None and session.start_step:
-            from roll.models import load_policy
-
-            reference, _ = load_policy(config.model.path, device=session.device, dtype="float32")
-            reference.eval().requires_grad_(False)
         backend = make_backend(config, session)
-        backend.sync_weights(session.lm, session.updater.updates)
+        session.sync_rollout(backend)
         norm_length = algo.norm_length or config.rollout.max_new_tokens
         rollouts_dir = session.run_dir / "rollouts"
         for step in range(session.start_step, config.run.steps):
@@ -217,7 +215,7 @@ def run_train(config: TrainConfig, *, resume: bool = False, log: Any = None) -> 
             update_began = time.perf_counter()
             result_metrics = _update(session, config, samples, reference, imitate, norm_length)
             update_s = time.perf_counter() - update_began
-            backend.sync_weights(session.lm, session.updater.updates)
+            session.sync_rollout(backend)
             metrics |= result_metrics
             metrics["policy_version"] = float(session.updater.updates)
             metrics["time/rollout_s"] = rollout_s

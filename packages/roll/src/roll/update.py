@@ -3,13 +3,17 @@
 The batch's aggregation weights are fixed before it gets here (see
 :func:`roll.algo.batch.set_weights`), so the micro-batches' gradients, accumulated, equal
 the whole batch's gradient, whatever the token budget; with several processes each works on
-its share and the loss is scaled by the world size to undo DDP's averaging.
+its share and the loss is scaled by the world size to undo the averaging of DDP or FSDP. A
+sharded (FSDP) model gathers parameters in every forward, so there all processes run as many
+micro-batches, those with fewer filling up with a dummy of zero loss.
 """
 
 from __future__ import annotations
 
 import contextlib
 import math
+import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,9 +22,10 @@ import torch
 from roll.algo.batch import Collated, Sample, collate, micro_batches
 from roll.algo.losses import LossSpec, policy_loss
 from roll.config import OptimConfig
-from roll.distributed import World, wrap_ddp
+from roll.distributed import Parallel, World, wrap_model
 from roll.errors import TrainingAborted
-from roll.models import ScoredForward
+from roll.models import ScoredForward, head_is_linear
+from roll.prefix import collate_shared, pack_groups, prefix_groups
 
 
 def make_optimizer(lm: torch.nn.Module, optim: OptimConfig, total_steps: int) -> tuple[Any, Any]:
@@ -70,6 +75,8 @@ class Updater:
         world: World | None = None,
         device: str = "cpu",
         amp_dtype: torch.dtype | None = None,
+        parallel: Parallel = "ddp",
+        share_prefix: bool = False,
     ) -> None:
         self.lm = lm
         self.world = world or World()
@@ -80,7 +87,12 @@ class Updater:
         self.max_bad_steps = max_bad_steps
         self.max_grad_norm = optim.max_grad_norm
         self.amp_dtype = amp_dtype
-        self.module = wrap_ddp(ScoredForward(lm), self.world, device)
+        self.sharded = parallel == "fsdp" and self.world.distributed
+        self.share_prefix = share_prefix and not self.sharded and head_is_linear(lm.config)
+        """Group prefixes run once per micro-batch (see :mod:`roll.prefix`); not under FSDP,
+        whose layers would be gathered twice per forward."""
+        """The parameters are sharded between the processes (FSDP): ``lm``'s are DTensors."""
+        self.module = wrap_model(ScoredForward(lm), self.world, device, parallel)
         self.optimizer, self.scheduler = make_optimizer(lm, optim, total_steps)
         self.bad_steps = 0
         self.updates = 0
@@ -91,38 +103,68 @@ class Updater:
         return torch.autocast(device_type=self.device.split(":")[0], dtype=self.amp_dtype)
 
     def _forward(self, col: Collated, entropy: bool) -> tuple[torch.Tensor, Any]:
-        with self._autocast():
-            return self.module(
-                col.input_ids, col.attention_mask, col.rows, col.cols, col.targets, entropy
-            )
+        with self._autocast(), warnings.catch_warnings():
+            # FSDP warns that the log-probs are a view, in case they are modified in place
+            # (the hook of its backward would be lost); the losses never modify them.
+            warnings.filterwarnings("ignore", message="FSDP2-wrapped module .* view tensor")
+            return self.module(col, entropy)
+
+    def _micro_batches(self, samples: list[Sample]) -> list[Any]:
+        """``samples`` by the token budget; sharded, as many as the busiest process has (the
+        extra ones empty); never none. With prefix sharing, a micro-batch is a list of
+        prefix groups (lists of samples), else a list of samples."""
+        batches: list[Any]
+        if self.share_prefix:
+            batches = pack_groups(prefix_groups(samples), self.micro_batch_tokens)
+        else:
+            batches = micro_batches(samples, self.micro_batch_tokens)
+        if self.sharded:
+            batches += [[] for _ in range(self.world.max(len(batches)) - len(batches))]
+        return batches or [[]]
+
+    @contextlib.contextmanager
+    def _gradient_sync(self, last: bool) -> Iterator[None]:
+        """Exchange gradients only in the backward of the last micro-batch."""
+        if not self.world.distributed:
+            yield
+        elif self.sharded:
+            self.module.set_requires_gradient_sync(last)
+            yield
+        elif last:
+            yield
+        else:
+            with self.module.no_sync():
+                yield
 
     def step(self, samples: list[Sample]) -> UpdateResult:
         """Forward/backward ``samples`` (this process's share) in micro-batches, then update."""
         self.lm.train()
         self.optimizer.zero_grad(set_to_none=True)
-        batches: list[list[Sample]] = micro_batches(samples, self.micro_batch_tokens)
+        batches = self._micro_batches(samples)
         entropy = bool(self.spec.entropy_coef)
         totals: dict[str, torch.Tensor] = {}
         tokens = 0
-        ddp = self.world.distributed
-        for index, batch in enumerate(batches or [[]]):
-            last = index == max(len(batches), 1) - 1
-            sync = self.module.no_sync() if ddp and not last else contextlib.nullcontext()
-            with sync:
+        for index, batch in enumerate(batches):
+            with self._gradient_sync(last=index == len(batches) - 1):
                 col = self._collate(batch)
                 logp, ent = self._forward(col, entropy)
                 loss, stats = policy_loss(logp, col.tokens, self.spec, entropy=ent)
                 (loss * self.world.size).backward()
-            tokens += int(col.attention_mask.sum().item()) if batch else 0
+            tokens += col.model_tokens if batch else 0
             stats["loss"] = loss.detach()
             for key, value in stats.items():
                 totals[key] = totals.get(key, torch.zeros((), device=value.device)) + value.float()
         grad_norm = torch.nn.utils.clip_grad_norm_(
             self.lm.parameters(), self.max_grad_norm or float("inf")
         )
-        keys = sorted(totals)
+        if hasattr(grad_norm, "full_tensor"):  # sharded: a DTensor, the same on every process
+            grad_norm = grad_norm.full_tensor()
+        # a statistic only some processes have (imitation, KL) counts as 0 on the others
+        keys = sorted(set(self.world.gather(sorted(totals))))
+        zero = torch.zeros((), device=self.device)
         packed = torch.stack(
-            [totals[k].to(self.device) for k in keys] + [grad_norm.float().to(self.device)]
+            [totals.get(k, zero).to(self.device) for k in keys]
+            + [grad_norm.float().to(self.device)]
         )
         packed[:-1] = self.world.sum(packed[:-1].clone())
         finite = torch.isfinite(packed).all().to(torch.float32)
@@ -130,7 +172,7 @@ class Updater:
         metrics = {f"train/{k}": float(v) for k, v in zip(keys, packed[:-1].tolist(), strict=True)}
         metrics["train/grad_norm"] = float(packed[-1])
         metrics["train/lr"] = float(self.scheduler.get_last_lr()[0])
-        metrics["train/micro_batches"] = float(len(batches))
+        metrics["train/micro_batches"] = float(sum(1 for b in batches if b))
         metrics["train/tokens"] = float(tokens)
         if not bool(finite):
             self.optimizer.zero_grad(set_to_none=True)
@@ -149,20 +191,45 @@ class Updater:
         metrics["train/skipped_steps"] = float(self.bad_steps)
         return UpdateResult(skipped=False, metrics=metrics)
 
-    def _collate(self, batch: list[Sample]) -> Collated:
+    def _collate(self, batch: list[Any]) -> Any:
+        if batch and self.share_prefix:
+            return collate_shared(batch, pad_id=self.pad_id, device=self.device)
         if batch:
             return collate(batch, pad_id=self.pad_id, device=self.device)
-        # a process with nothing to do still joins DDP's gradient exchange with a zero loss
-        empty = Sample(input_ids=[self.pad_id], rl_mask=[False], chunk_ids=[-1])
-        return collate([empty], pad_id=self.pad_id, device=self.device)
+        # A process with nothing (more) to do still runs a forward and backward with a zero
+        # loss: DDP exchanges gradients in it and FSDP gathers parameters. One scored token
+        # of weight 0 runs the model as a real micro-batch does.
+        dummy = Sample(
+            input_ids=[self.pad_id, self.pad_id],
+            rl_mask=[False, True],
+            chunk_ids=[-1, 0],
+            weight=[0.0, 0.0],
+        )
+        return collate([dummy], pad_id=self.pad_id, device=self.device)
 
     @torch.no_grad()
     def logprobs(self, samples: list[Sample]) -> list[list[float]]:
         """Current log-probs of every sample's scored tokens placed at their positions (0
         elsewhere): the old log-probs before several updates, or the reference's."""
-        return scored_logprobs_of(
-            self.lm, samples, self.pad_id, self.micro_batch_tokens, self.device, self._autocast
-        )
+        if not self.sharded:
+            return scored_logprobs_of(
+                self.lm, samples, self.pad_id, self.micro_batch_tokens, self.device, self._autocast
+            )
+        # sharded: through the root module, every process as many micro-batches
+        was_training = self.lm.training
+        self.lm.eval()
+        out: dict[int, list[float]] = {}
+        try:
+            for batch in self._micro_batches(samples):
+                col = self._collate(batch)
+                logp, _ = self._forward(col, entropy=False)
+                if batch:
+                    rows = [s for g in batch for s in g] if self.share_prefix else batch
+                    plain = col.plain if self.share_prefix else col
+                    out.update(_by_position(rows, plain, logp))
+        finally:
+            self.lm.train(was_training)
+        return [out[id(s)] for s in samples]
 
     def state(self) -> dict[str, Any]:
         return {"bad_steps": self.bad_steps, "updates": self.updates}
@@ -192,14 +259,17 @@ def scored_logprobs_of(
             col = collate(batch, pad_id=pad_id, device=device)
             with autocast():
                 logp, _ = scored_logprobs(lm, col)
-            values = logp.float().cpu()
-            rows = col.rows.cpu().tolist()
-            cols = col.cols.cpu().tolist()
-            per_row = [[0.0] * len(s) for s in batch]
-            for value, r, c in zip(values.tolist(), rows, cols, strict=True):
-                per_row[r][c] = value
-            for sample, row in zip(batch, per_row, strict=True):
-                out[id(sample)] = row
+            out.update(_by_position(batch, col, logp))
     finally:
         lm.train(was_training)
     return [out[id(s)] for s in samples]
+
+
+def _by_position(batch: list[Sample], col: Collated, logp: torch.Tensor) -> dict[int, list[float]]:
+    """Each sample's (by ``id``) scored log-probs at their positions, 0 elsewhere."""
+    rows = col.rows.cpu().tolist()
+    cols = col.cols.cpu().tolist()
+    per_row = [[0.0] * len(s) for s in batch]
+    for value, r, c in zip(logp.float().cpu().tolist(), rows, cols, strict=True):
+        per_row[r][c] = value
+    return {id(sample): row for sample, row in zip(batch, per_row, strict=True)}

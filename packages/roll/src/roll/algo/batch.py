@@ -223,6 +223,11 @@ class Collated:
     tokens: Any
     """:class:`~roll.algo.losses.ScoredTokens`."""
 
+    @property
+    def model_tokens(self) -> int:
+        """Positions the model runs on (without padding)."""
+        return int(self.attention_mask.sum().item())
+
 
 def collate(batch: Sequence[Sample], *, pad_id: int, device: Any = "cpu") -> Collated:
     """Right-pad ``batch`` and gather its scored tokens (RL loss or imitation weight)."""
@@ -288,6 +293,8 @@ def collate(batch: Sequence[Sample], *, pad_id: int, device: Any = "cpu") -> Col
         mu=cat("mu", f32),
         ref=cat("ref", f32) if has_ref else None,
         imitation=cat("imit", f32) if has_imitation else None,
+        num_chunks=max(chunk_base, 1),
+        num_seqs=len(batch),
     )
     ids = ids.to(device)
     return Collated(

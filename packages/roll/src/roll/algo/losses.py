@@ -34,6 +34,7 @@ to the same gradient as one big batch.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Literal
 
@@ -83,20 +84,29 @@ class ScoredTokens:
     """Reference model log-probs, for the KL term."""
     imitation: torch.Tensor | None = None
     """Weight of the NLL term per token (float), or ``None``."""
+    num_chunks: int | None = None
+    """How many chunk segments there are (``chunk.max() + 1``), when known: saves a device
+    sync per segment reduction."""
+    num_seqs: int | None = None
+    """How many sequences (``seq.max() + 1``), when known."""
 
 
-def segment_mean(values: torch.Tensor, segments: torch.Tensor) -> torch.Tensor:
-    """Each entry replaced by the mean of ``values`` over its segment (differentiable)."""
+def segment_mean(
+    values: torch.Tensor, segments: torch.Tensor, size: int | None = None
+) -> torch.Tensor:
+    """Each entry (row, for 2-D ``values``) replaced by the mean over its segment
+    (differentiable). ``size`` is the number of segments when known (else read from ``segments``)."""
     if values.numel() == 0:
         return values
-    size = int(segments.max().item()) + 1
-    sums = torch.zeros(size, dtype=values.dtype, device=values.device).index_add(
-        0, segments, values
-    )
+    if size is None:
+        size = int(segments.max().item()) + 1
+    sums = torch.zeros((size, *values.shape[1:]), dtype=values.dtype, device=values.device)
+    sums = sums.index_add(0, segments, values)
     counts = torch.zeros(size, dtype=values.dtype, device=values.device).index_add(
-        0, segments, torch.ones_like(values)
+        0, segments, torch.ones(segments.shape, dtype=values.dtype, device=values.device)
     )
-    return (sums / counts.clamp(min=1))[segments]
+    counts = counts.clamp(min=1).reshape(size, *([1] * (values.dim() - 1)))
+    return (sums / counts)[segments]
 
 
 def _ratio_log(
@@ -105,12 +115,15 @@ def _ratio_log(
     if level == "token":
         return log_ratio
     if level == "chunk":
-        return segment_mean(log_ratio, tokens.chunk)
+        return segment_mean(log_ratio, tokens.chunk, tokens.num_chunks)
     # sequence: mean over the sequence's RL tokens only (prefix and masked chunks excluded,
     # so they neither move the ratio nor receive gradient through it)
     seg = torch.where(rl, tokens.seq, tokens.seq.new_zeros(()))
     masked = torch.where(rl, log_ratio, log_ratio.new_zeros(()))
-    size = int(seg.max().item()) + 1 if seg.numel() else 1
+    if tokens.num_seqs is not None:
+        size = max(tokens.num_seqs, 1)
+    else:
+        size = int(seg.max().item()) + 1 if seg.numel() else 1
     sums = torch.zeros(size, dtype=masked.dtype, device=masked.device).index_add(0, seg, masked)
     counts = torch.zeros(size, dtype=masked.dtype, device=masked.device).index_add(
         0, seg, rl.to(masked.dtype)
@@ -127,9 +140,10 @@ def mismatch_mask(tokens: ScoredTokens, old: torch.Tensor, threshold: float) -> 
         return torch.zeros_like(tokens.rl)
     known = ~torch.isnan(tokens.mu)
     diff = torch.where(known, old - torch.nan_to_num(tokens.mu), old.new_zeros(()))
-    mean = segment_mean(diff, tokens.chunk)
-    all_known = segment_mean(known.to(old.dtype), tokens.chunk) >= 1.0
-    return all_known & (torch.exp(mean) > threshold)
+    both = segment_mean(
+        torch.stack([diff, known.to(old.dtype)], dim=-1), tokens.chunk, tokens.num_chunks
+    )
+    return (both[:, 1] >= 1.0) & (both[:, 0] > math.log(threshold))
 
 
 def policy_loss(
@@ -161,7 +175,12 @@ def policy_loss(
         per_token = -torch.minimum(ratio * adv, clipped_ratio * adv)
         clipped = (ratio * adv > clipped_ratio * adv).to(logp.dtype)
     elif spec.loss == "ipa":
-        chunk_ratio = torch.exp(segment_mean((logp - old).detach(), tokens.chunk))
+        if spec.ratio_level == "chunk":
+            chunk_ratio = ratio.detach()
+        else:
+            chunk_ratio = torch.exp(
+                segment_mean((logp - old).detach(), tokens.chunk, tokens.num_chunks)
+            )
         is_weight = torch.where(
             tokens.positive, torch.ones_like(chunk_ratio), chunk_ratio.clamp(0.0, 1.0)
         )
