@@ -50,7 +50,7 @@ def main() -> None:
       roll experts ENV -n N -o FILE.jsonl      expert trajectories for resampling
 
     Overrides set any config key by its dotted path (algorithm.name=grpo run.steps=50).
-    Under torchrun every process runs the same command (DDP).
+    Under torchrun every process runs the same command (DDP, or FSDP2 with run.parallel=fsdp).
     """
 
 
