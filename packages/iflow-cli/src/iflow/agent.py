@@ -260,7 +260,11 @@ class Agent:
                 prompt_token_ids=response.prompt_token_ids,
                 token_ids=response.token_ids,
                 logprobs=response.logprobs,
-                policy_version=self.policy_version,
+                policy_version=(
+                    response.policy_version
+                    if response.policy_version is not None
+                    else self.policy_version
+                ),
                 timestamp=datetime.now(UTC),
                 extra=dict(response.extra),
             )

@@ -40,6 +40,8 @@ class ModelResponse:
     """Set by models that tokenise locally (the trainer needs them)."""
     token_ids: list[int] | None = None
     logprobs: list[float] | None = None
+    policy_version: int | None = None
+    """The version of the weights that sampled the answer (a trainer's policy)."""
     raw: str | None = None
     """The raw generated text, when it differs from ``content``."""
     extra: dict[str, Any] = field(default_factory=dict)

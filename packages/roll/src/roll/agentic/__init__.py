@@ -1,0 +1,1 @@
+"""Agentic RL: the iflow agent as the policy's scaffold, episodes in rock sandboxes."""

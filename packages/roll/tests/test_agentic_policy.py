@@ -1,0 +1,149 @@
+"""The policy as the iflow agent's model: token continuity, batching, versions."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+from transformers import AutoTokenizer
+
+from ale.chunking import token_view
+from ale.trajectory import Role
+from iflow.models.tiny import build_tiny_model
+from iflow.runner import build_agent
+from iflow.settings import load_settings
+from iflow.workspace.local import LocalWorkspace
+from roll.agentic.policy import GenerationQueue, PolicyModel
+from roll.generation.base import Generation, SamplingParams
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_tiny_model(tmp_path_factory.mktemp("tiny"), hidden_size=32, layers=1, heads=2)
+
+
+class ScriptedBackend:
+    """A generation backend at its seam: replies with scripted texts, chosen by the prompt's
+    episode marker, and records every batch it was given."""
+
+    name = "scripted"
+
+    def __init__(self, tokenizer: Any, scripts: dict[str, list[str]], *, cut: int | None = None):
+        self.tokenizer = tokenizer
+        self.scripts = {k: list(v) for k, v in scripts.items()}
+        self.policy_version = 3
+        self.batches: list[int] = []
+        self.cut = cut
+
+    def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Generation]:
+        self.batches.append(len(prompts))
+        out = []
+        for prompt in prompts:
+            text = self.tokenizer.decode(prompt)
+            key = next(k for k in self.scripts if f"episode {k}" in text)
+            reply = self.scripts[key].pop(0)
+            ids = self.tokenizer.encode(reply, add_special_tokens=False)
+            ids.append(self.tokenizer.eos_token_id)
+            reason = "stop"
+            if self.cut is not None and len(ids) > self.cut:
+                ids, reason = ids[: self.cut], "length"
+            out.append(Generation(token_ids=ids, logprobs=[-0.25] * len(ids), finish_reason=reason))
+        return out
+
+    def sync_weights(self, model: Any, version: int) -> None:
+        self.policy_version = version
+
+    def close(self) -> None:
+        pass
+
+
+def _call(name: str, args: str) -> str:
+    return f'<tool_call>\n{{"name": "{name}", "arguments": {args}}}\n</tool_call>'
+
+
+SCRIPT = [
+    "Let me look." + "\n" + _call("run_shell_command", '{"command": "ls"}'),
+    _call("write_file", '{"path": "out.txt", "content": "done\\n"}'),
+    _call("finish", '{"summary": "wrote out.txt"}'),
+]
+
+
+async def _episode(tmp: Path, tiny: Path, queue: GenerationQueue, key: str) -> Any:
+    tokenizer = AutoTokenizer.from_pretrained(tiny)
+    workspace = LocalWorkspace(tmp)
+    settings = load_settings(cwd=tmp, env={}, flags={"approval_mode": "yolo"})
+    model = PolicyModel(queue, tokenizer, context_limit=100_000)
+    agent, _ = build_agent(
+        settings, workspace, cwd=tmp, home=tmp, headless=True, model=model, memory=False
+    )
+    try:
+        await agent.run(f"This is episode {key}. Write out.txt.")
+    finally:
+        await agent.aclose()
+    return agent.trajectory, model
+
+
+@pytest.mark.parametrize("cut", [None, 12], ids=["eos", "cut-by-length"])
+async def test_trajectories_have_one_growing_token_sequence(
+    tmp_path: Path, tiny: Path, cut: int | None
+) -> None:
+    tokenizer = AutoTokenizer.from_pretrained(tiny)
+    scripts = {"a": list(SCRIPT)}
+    if cut is not None:
+        scripts = {"a": [SCRIPT[0], *SCRIPT]}  # the cut first answer has no usable call
+    backend = ScriptedBackend(tokenizer, scripts, cut=cut if cut else None)
+    if cut:
+        backend.cut = None
+        original = backend.generate
+        calls = {"n": 0}
+
+        def first_cut(prompts: list[list[int]], params: SamplingParams) -> list[Generation]:
+            calls["n"] += 1
+            backend.cut = cut if calls["n"] == 1 else None
+            return original(prompts, params)
+
+        backend.generate = first_cut  # type: ignore[method-assign]
+    async with GenerationQueue(backend, SamplingParams(max_new_tokens=200)) as queue:
+        trajectory, model = await _episode(tmp_path, tiny, queue, "a")
+    assert (tmp_path / "out.txt").read_text() == "done\n"
+    view = token_view(trajectory)  # raises unless every prompt extends the one before
+    assistant = [s for s in trajectory.steps if s.role is Role.ASSISTANT]
+    assert len(assistant) == len(SCRIPT) + (1 if cut else 0)
+    assert view.token_ids == model.tokens
+    assert sum(view.policy_mask) == sum(len(s.token_ids or []) for s in assistant)
+    assert all(s.policy_version == 3 for s in assistant)
+    assert all(lp == -0.25 for lp, m in zip(view.logprobs, view.policy_mask, strict=True) if m)
+    if cut is None:
+        # every answer ended with the end-of-turn token: the sequence is exactly the chat
+        # template's rendering of the conversation the agent had
+        text = tokenizer.decode(view.token_ids)
+        assert text.count("<|im_start|>user\n<tool_response>") == len(SCRIPT) - 1
+        assert text.count("<|im_start|>assistant") == len(SCRIPT)
+        assert text.endswith("</tool_call><|im_end|>")
+
+
+async def test_concurrent_episodes_share_batches(tmp_path: Path, tiny: Path) -> None:
+    tokenizer = AutoTokenizer.from_pretrained(tiny)
+    keys = [f"e{i}" for i in range(4)]
+    backend = ScriptedBackend(tokenizer, {k: list(SCRIPT) for k in keys})
+    async with GenerationQueue(backend, SamplingParams(max_new_tokens=200), wait_ms=50) as queue:
+        results = await asyncio.gather(
+            *(_episode(tmp_path / k, tiny, queue, k) for k in keys if not (tmp_path / k).mkdir())
+        )
+    assert len(results) == 4
+    assert max(backend.batches) > 1  # requests of different episodes went out together
+    assert sum(backend.batches) == 4 * len(SCRIPT)
+    assert queue.stats.requests == 12 and queue.stats.mean_batch > 1
+
+
+async def test_backend_failure_reaches_every_waiting_episode(tiny: Path) -> None:
+    class Broken(ScriptedBackend):
+        def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Generation]:
+            raise RuntimeError("the engine died")
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny)
+    async with GenerationQueue(Broken(tokenizer, {}), SamplingParams()) as queue:
+        with pytest.raises(RuntimeError, match="engine died"):
+            await queue.generate([1, 2, 3])
