@@ -59,7 +59,7 @@ from iflow.events import (
     TurnStarted,
 )
 from iflow.models.base import Model, ModelResponse
-from iflow.prompts import FINISH_REMINDER, TODO_REMINDER, system_prompt
+from iflow.prompts import COMPACT_TOOLS, FINISH_REMINDER, TODO_REMINDER, system_prompt
 from iflow.tools import Tool, ToolContext, ToolRegistry, default_tools
 from iflow.tools.todo import TodoList
 from iflow.workspace.base import Workspace
@@ -94,9 +94,12 @@ class Agent:
         self.after_turn = after_turn
         self.memory = memory
         self.name = name
-        self.all_tools = ToolRegistry(
-            tools or default_tools(output_limit=self.config.tool_output_limit)
-        )
+        compact = self.config.prompt_profile == "compact"
+        chosen = tools or default_tools(output_limit=self.config.tool_output_limit)
+        if compact and tools is None:
+            by_name = {t.name: t for t in chosen}
+            chosen = [by_name[name] for name in COMPACT_TOOLS if name in by_name]
+        self.all_tools = ToolRegistry(chosen)
         self.policy = ApprovalPolicy(self.config.approval_mode)
         self.shell = shell or ShellSession(workspace)
         self.todos = TodoList()
@@ -140,11 +143,12 @@ class Agent:
             cwd=self.workspace.root,
             mode=self.policy.mode,
             memory=self.memory,
+            profile=self.config.prompt_profile,
         )
 
     def _set_tools(self) -> None:
         self.tools = self.all_tools.only(offered_kinds(self.policy.mode))
-        self.schemas = self.tools.schemas()
+        self.schemas = self.tools.schemas(compact=self.config.prompt_profile == "compact")
         self.meter = TokenMeter(
             self.model, self.schemas, exact=bool(getattr(self.model, "exact_tokens", False))
         )

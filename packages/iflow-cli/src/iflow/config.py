@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field
 
 from iflow.approval import Mode
@@ -37,5 +39,8 @@ class AgentConfig(BaseModel):
     approval_mode: Mode = "default"
     headless: bool = False
     """No person to ask: calls needing approval are denied with a sentence saying how to allow them."""
+    prompt_profile: Literal["default", "compact"] = "default"
+    """``compact``: a short system prompt, four tools (shell, read, write, finish) described in
+    one line each without parameter notes: a prompt a small trained policy can afford."""
     tool_output_limit: int = Field(default=30_000, ge=1000)
     """Characters of a command's output the model sees (head and tail kept)."""

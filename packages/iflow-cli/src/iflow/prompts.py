@@ -24,6 +24,13 @@ context to match exactly once.
 did and what you found.{memory}
 """
 
+COMPACT_SYSTEM_PROMPT = """\
+You are iflow, an agent in a terminal. Working directory: {cwd}.
+Solve the task with the tools. Call finish when it is done.{memory}
+"""
+COMPACT_TOOLS = ("run_shell_command", "read_file", "write_file", "finish")
+"""The tools of the compact profile, in this order."""
+
 _MODE_NOTES: Mapping[str, str] = MappingProxyType(
     {
         "plan": (
@@ -37,9 +44,13 @@ _MODE_NOTES: Mapping[str, str] = MappingProxyType(
 )
 
 
-def system_prompt(*, workspace: str, cwd: str, mode: str, memory: str = "") -> str:
+def system_prompt(
+    *, workspace: str, cwd: str, mode: str, memory: str = "", profile: str = "default"
+) -> str:
     """The system prompt for a run; ``memory`` is the rendered IFLOW.md/AGENTS.md section."""
     memory_block = f"\n\n{memory.strip()}" if memory.strip() else ""
+    if profile == "compact":
+        return COMPACT_SYSTEM_PROMPT.format(cwd=cwd, memory=memory_block)
     return SYSTEM_PROMPT.format(
         workspace=workspace,
         cwd=cwd,

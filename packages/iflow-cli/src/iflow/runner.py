@@ -37,6 +37,7 @@ def agent_config(settings: Settings, *, headless: bool) -> AgentConfig:
         approval_mode=settings.approval_mode,
         headless=headless,
         tool_output_limit=max(1000, settings.tool_output_limit),
+        prompt_profile=settings.prompt_profile,
     )
 
 

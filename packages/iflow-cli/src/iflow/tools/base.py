@@ -67,6 +67,27 @@ class Tool(abc.ABC):
     params: ClassVar[type[Params]]
     kind: ClassVar[ToolKind] = "read"
 
+    def compact_schema(self) -> dict[str, Any]:
+        """The description of the compact prompt profile: the first sentence of the tool's
+        description and its required parameters with their types only."""
+        full = self.schema()
+        function = full["function"]
+        first = function["description"].strip().split("\n")[0].split(". ")[0].rstrip(".")
+        parameters = function["parameters"]
+        required = list(parameters.get("required", []))
+        properties = parameters.get("properties", {})
+        function["description"] = first + "."
+        function["parameters"] = {
+            "type": "object",
+            "properties": {
+                name: {"type": properties[name].get("type", "string")}
+                for name in required
+                if name in properties
+            },
+            "required": required,
+        }
+        return full
+
     def schema(self) -> dict[str, Any]:
         """The OpenAI function-tool description of this tool."""
         parameters = self.params.model_json_schema()
@@ -114,7 +135,9 @@ class ToolRegistry:
     def get(self, name: str) -> Tool | None:
         return self._tools.get(name)
 
-    def schemas(self) -> list[dict[str, Any]]:
+    def schemas(self, *, compact: bool = False) -> list[dict[str, Any]]:
+        if compact:
+            return [tool.compact_schema() for tool in self._tools.values()]
         return [tool.schema() for tool in self._tools.values()]
 
     def only(self, kinds: AbstractSet[str]) -> ToolRegistry:
