@@ -1,0 +1,153 @@
+"""Agentic episodes: the iflow agent, with the policy as its model, on a task in a sandbox.
+
+An episode takes a sandbox from a :class:`ale.synth.runner.SandboxRunner` (rock's warm
+pool), applies the task's environment, runs the iflow agent loop in the compact prompt
+profile with a :class:`~roll.agentic.policy.PolicyModel`, and scores it with the task's
+verifier. How it ended decides what becomes of it:
+
+- **scored**: the verifier ran; the reward stands, whatever the agent did (a finish, a
+  format error after garbage tool calls, turns or time used up, a loop): those are the
+  policy's own results and it learns from them;
+- **infrastructure**: the sandbox failed or was lost, the verifier failed or hung, the
+  generation backend failed — nothing says how good the policy was, so the episode is
+  dropped and run again from the same initial state (a fresh sandbox of the same task),
+  up to ``max_attempts`` times; never scored as zero.
+
+Every started episode is counted in :class:`EpisodeCounts`, so nothing is lost silently.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from ale.synth.runner import Outcome, SandboxRunner
+from ale.task import Task
+from ale.trajectory import FailureMode, Trajectory
+from roll.agentic.policy import GenerationQueue, PolicyModel
+
+INFRA_FAILURES = frozenset(
+    {FailureMode.MODEL_ERROR, FailureMode.SANDBOX_ERROR, FailureMode.VERIFIER_ERROR}
+)
+"""Failure modes that say nothing about the policy."""
+
+
+@dataclass
+class EpisodeCounts:
+    """What happened to every episode started."""
+
+    started: int = 0
+    scored: int = 0
+    retried: int = 0
+    """Infrastructure failures that were run again."""
+    abandoned: int = 0
+    """Episodes whose every attempt failed for infrastructure reasons."""
+    reasons: Counter[str] = field(default_factory=Counter)
+
+    def as_metrics(self, prefix: str = "episodes/") -> dict[str, float]:
+        out = {
+            f"{prefix}started": float(self.started),
+            f"{prefix}scored": float(self.scored),
+            f"{prefix}infra_retried": float(self.retried),
+            f"{prefix}infra_abandoned": float(self.abandoned),
+        }
+        for reason, count in self.reasons.items():
+            out[f"{prefix}infra/{reason}"] = float(count)
+        return out
+
+
+@dataclass
+class AgentSettings:
+    """How the iflow agent runs in training episodes."""
+
+    prompt_profile: str = "compact"
+    max_turns: int = 8
+    context_limit: int = 4096
+    max_new_tokens: int = 256
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def classify(outcome: Outcome) -> str | None:
+    """``None`` when the episode is scored, else a short infrastructure reason."""
+    trajectory = outcome.trajectory
+    if trajectory is not None and trajectory.failure_mode in INFRA_FAILURES:
+        return trajectory.failure_mode.value
+    if outcome.error is None and outcome.reward is not None:
+        return None
+    text = (outcome.error or "").lower()
+    if "timeout" in text and "agent" in text and trajectory is not None:
+        return None  # the agent's own time ran out: the policy's result
+    if "sandbox" in text:
+        return "sandbox_error"
+    if "verifier" in text:
+        return "verifier_error"
+    if "agent raised" in text:
+        return "agent_error"
+    return "no_reward"
+
+
+class AgenticEpisodes:
+    """Runs groups of episodes of tasks with the policy (see the module docstring)."""
+
+    def __init__(
+        self,
+        runner: SandboxRunner,
+        queue: GenerationQueue,
+        tokenizer: Any,
+        *,
+        agent: AgentSettings | None = None,
+        max_attempts: int = 3,
+    ) -> None:
+        self.runner = runner
+        self.queue = queue
+        self.tokenizer = tokenizer
+        self.agent = agent or AgentSettings()
+        self.max_attempts = max_attempts
+        self.counts = EpisodeCounts()
+
+    def _agent(self) -> Any:
+        from iflow.bench import IflowAgent
+
+        model = PolicyModel(
+            self.queue,
+            self.tokenizer,
+            context_limit=self.agent.context_limit,
+            max_new_tokens=self.agent.max_new_tokens,
+        )
+        return IflowAgent(
+            model_obj=model,
+            prompt_profile=self.agent.prompt_profile,
+            max_turns=self.agent.max_turns,
+            tool_format="text",
+            **self.agent.extra,
+        )
+
+    async def episode(self, task: Task, group_id: str) -> Trajectory | None:
+        """One scored episode of ``task`` (infrastructure failures run again), or ``None``
+        when every attempt failed for infrastructure reasons."""
+        for _attempt in range(self.max_attempts):
+            self.counts.started += 1
+            outcome = await self.runner.episode(task, self._agent())
+            reason = classify(outcome)
+            if reason is None:
+                self.counts.scored += 1
+                trajectory = outcome.trajectory
+                assert trajectory is not None
+                trajectory.reward = float(outcome.reward or 0.0)
+                trajectory.group_id = group_id
+                trajectory.task_id = trajectory.task_id or task.id
+                trajectory.episode_id = trajectory.episode_id or uuid.uuid4().hex
+                return trajectory
+            self.counts.reasons[reason] += 1
+            self.counts.retried += 1
+        self.counts.retried -= 1
+        self.counts.abandoned += 1
+        return None
+
+    async def group(self, task: Task, size: int, group_id: str) -> list[Trajectory]:
+        """``size`` concurrent episodes of ``task``; the scored ones."""
+        done = await asyncio.gather(*(self.episode(task, group_id) for _ in range(size)))
+        return [t for t in done if t is not None]

@@ -1,0 +1,140 @@
+"""Agentic episodes in real sandboxes: scored results, and infrastructure faults resampled."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+from typing import Any
+
+import docker
+import pytest
+from transformers import AutoTokenizer
+
+from ale.chunking import token_view
+from ale.task import load_task
+from iflow.models.tiny import build_tiny_model
+from rock.backends.base import LABEL_DAEMON
+from rock.synth.image import ensure_pool_image
+from rock.synth.runner import DaemonPool, PoolRunner
+from rock.synth.wiring import private_daemon
+from roll.agentic.episodes import AgenticEpisodes, AgentSettings
+from roll.agentic.policy import GenerationQueue
+from roll.generation.base import Generation, SamplingParams
+
+pytestmark = pytest.mark.docker
+
+REPO = Path(__file__).resolve().parents[3]
+TASKS = REPO / "datasets" / "synth-mini" / "tasks"
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_tiny_model(tmp_path_factory.mktemp("tiny"), hidden_size=32, layers=1, heads=2)
+
+
+class ReplyBackend:
+    """A generation backend at its seam: every answer is one scripted text; ``on_call`` runs
+    before each batch (fault injection)."""
+
+    name = "reply"
+
+    def __init__(self, tokenizer: Any, text: str, on_call: Any = None) -> None:
+        self.ids = [*tokenizer.encode(text, add_special_tokens=False), tokenizer.eos_token_id]
+        self.policy_version = 1
+        self.on_call = on_call
+        self.calls = 0
+
+    def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Generation]:
+        self.calls += 1
+        if self.on_call is not None:
+            self.on_call(self.calls)
+        return [
+            Generation(
+                token_ids=list(self.ids), logprobs=[-1.0] * len(self.ids), finish_reason="stop"
+            )
+            for _ in prompts
+        ]
+
+    def sync_weights(self, model: Any, version: int) -> None:
+        self.policy_version = version
+
+    def close(self) -> None:
+        pass
+
+
+FINISH = '<tool_call>\n{"name": "finish", "arguments": {"summary": "nothing done"}}\n</tool_call>'
+
+
+@pytest.fixture(scope="module")
+def daemon() -> Any:
+    ensure_pool_image(docker.from_env())
+    daemon_id = f"roll-test-{uuid.uuid4().hex[:6]}"
+    with private_daemon(daemon_id=daemon_id) as client:
+        yield client, daemon_id
+
+
+async def _run(
+    client: Any, tiny: Path, backend: Any, size: int = 2
+) -> tuple[AgenticEpisodes, list]:
+    task = load_task(sorted(TASKS.iterdir())[0])
+    source = DaemonPool(client, f"roll-{uuid.uuid4().hex[:4]}", size=size)
+    source.wait_ready()
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(tiny)
+        async with GenerationQueue(backend, SamplingParams(max_new_tokens=64)) as queue:
+            episodes = AgenticEpisodes(
+                PoolRunner(source), queue, tokenizer, agent=AgentSettings(max_turns=3)
+            )
+            trajectories = await episodes.group(task, size, "g0")
+    finally:
+        source.close()
+    return episodes, trajectories
+
+
+async def test_the_policy_s_own_failure_is_scored(daemon: Any, tiny: Path) -> None:
+    client, _ = daemon
+    tokenizer = AutoTokenizer.from_pretrained(tiny)
+    episodes, trajectories = await _run(client, tiny, ReplyBackend(tokenizer, FINISH))
+    assert len(trajectories) == 2
+    for trajectory in trajectories:
+        assert trajectory.reward == 0.0 and trajectory.group_id == "g0"
+        view = token_view(trajectory)
+        assert sum(view.policy_mask) > 0 and all(
+            view.logprobs[i] == -1.0 for i, m in enumerate(view.policy_mask) if m
+        )
+    assert episodes.counts.started == 2 and episodes.counts.scored == 2
+    assert episodes.counts.retried == 0
+
+
+async def test_garbage_tool_calls_are_the_policy_s_failure(daemon: Any, tiny: Path) -> None:
+    client, _ = daemon
+    tokenizer = AutoTokenizer.from_pretrained(tiny)
+    garbage = "<tool_call>\n{not json at all\n</tool_call>"
+    episodes, trajectories = await _run(client, tiny, ReplyBackend(tokenizer, garbage), size=1)
+    assert len(trajectories) == 1
+    assert trajectories[0].reward == 0.0
+    assert trajectories[0].failure_mode is not None  # format_error or limits: the policy's own
+    assert episodes.counts.scored == 1 and episodes.counts.retried == 0
+
+
+async def test_a_sandbox_killed_mid_episode_is_resampled(daemon: Any, tiny: Path) -> None:
+    client, daemon_id = daemon
+    tokenizer = AutoTokenizer.from_pretrained(tiny)
+    engine = docker.from_env()
+
+    def kill_on_first(call: int) -> None:
+        if call == 1:  # the agent is waiting for its first answer: its sandbox dies
+            for container in engine.containers.list(
+                filters={"label": f"{LABEL_DAEMON}={daemon_id}"}
+            ):
+                container.kill()
+
+    shell = (
+        '<tool_call>\n{"name": "run_shell_command", "arguments": {"command": "ls"}}\n</tool_call>'
+    )
+    backend = ReplyBackend(tokenizer, shell, on_call=kill_on_first)
+    episodes, trajectories = await _run(client, tiny, backend, size=1)
+    counts = episodes.counts
+    assert counts.started == counts.scored + counts.retried + counts.abandoned
+    assert counts.retried >= 1  # the lost sandbox's episode ran again
+    assert len(trajectories) == 1 and trajectories[0].reward == 0.0
