@@ -138,3 +138,39 @@ async def test_a_sandbox_killed_mid_episode_is_resampled(daemon: Any, tiny: Path
     assert counts.started == counts.scored + counts.retried + counts.abandoned
     assert counts.retried >= 1  # the lost sandbox's episode ran again
     assert len(trajectories) == 1 and trajectories[0].reward == 0.0
+
+
+def test_roll_train_on_tasks_in_sandboxes(tmp_path: Path, tiny: Path) -> None:
+    import shutil
+
+    from roll.config import TrainConfig, load_config
+    from roll.metrics import read_metrics
+    from roll.train import run_train
+
+    dataset = tmp_path / "data" / "tasks"
+    for source in sorted(TASKS.iterdir())[:2]:
+        shutil.copytree(source, dataset / source.name)
+    config = load_config(
+        TrainConfig,
+        None,
+        [
+            f"run_dir={tmp_path / 'run'}",
+            f"model.path={tiny}",
+            f"tasks.dataset={tmp_path / 'data'}",
+            "tasks.pool_size=2",
+            "tasks.max_turns=2",
+            "rollout.groups_per_step=1",
+            "rollout.group_size=2",
+            "rollout.max_new_tokens=16",
+            "run.steps=1",
+            "run.progress=false",
+            "run.tensorboard=false",
+        ],
+    )
+    out = run_train(config, log=lambda _m: None)
+    assert (out / "model.safetensors").is_file()
+    (record,) = read_metrics(tmp_path / "run")
+    assert record["episodes/started"] >= 2 and record["episodes/scored"] == 2
+    assert record["rollout/episodes"] == 2
+    rollouts = (tmp_path / "run" / "rollouts" / "step-000001.jsonl").read_text().splitlines()
+    assert len(rollouts) == 2

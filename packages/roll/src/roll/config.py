@@ -174,6 +174,22 @@ class EnvConfig(_Section):
     """First environment seed; group ``i`` of step ``s`` uses a seed drawn from this and (s, i)."""
 
 
+class TasksConfig(_Section):
+    """Agentic RL: episodes of the iflow agent on tasks in rock sandboxes (instead of ``env``)."""
+
+    dataset: str
+    """A dataset directory of Terminal-Bench 2.0 tasks (``DIR/tasks/*``), e.g. from ``rock synth``."""
+    pool_size: int = Field(default=4, ge=1)
+    """Warm sandboxes kept ready."""
+    url: str | None = None
+    """A running rock daemon to use; default: a private one for the run."""
+    prompt_profile: Literal["compact", "default"] = "compact"
+    max_turns: int = Field(default=8, ge=1)
+    context_limit: int = Field(default=4096, ge=64)
+    max_attempts: int = Field(default=3, ge=1)
+    """Attempts per episode when the infrastructure fails (sandbox, verifier, generation)."""
+
+
 class RolloutConfig(_Section):
     """Sampling."""
 
@@ -198,6 +214,8 @@ class TrainConfig(_Section):
     run: RunConfig = Field(default_factory=RunConfig)
     algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig)
     env: EnvConfig = Field(default_factory=EnvConfig)
+    tasks: TasksConfig | None = None
+    """Set to train the iflow agent on tasks in sandboxes (``env`` is then not used)."""
     rollout: RolloutConfig = Field(default_factory=RolloutConfig)
     updates_per_batch: int = Field(default=1, ge=1)
     """Optimiser updates per rollout batch (the batch split in this many mini-batches);

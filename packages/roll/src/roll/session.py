@@ -16,6 +16,7 @@ whole policy in each process: ``start(rollout_copy=True)`` keeps a full copy
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import random
 import sys
@@ -194,7 +195,16 @@ class Session:
     def __enter__(self) -> Session:
         return self
 
+    def enter(self, manager: Any) -> Any:
+        """Enter a context manager for the session's lifetime (closed before the logs)."""
+        if not hasattr(self, "_resources"):
+            self._resources = contextlib.ExitStack()
+        return self._resources.enter_context(manager)
+
     def __exit__(self, *exc: object) -> None:
+        resources = getattr(self, "_resources", None)
+        if resources is not None:
+            resources.close()
         if self.progress is not None:
             self.progress.__exit__(*exc)
         if self.metrics is not None:

@@ -183,22 +183,35 @@ def run_train(config: TrainConfig, *, resume: bool = False, log: Any = None) -> 
         session.sync_rollout(backend)
         norm_length = algo.norm_length or config.rollout.max_new_tokens
         rollouts_dir = session.run_dir / "rollouts"
+        tasks = None
+        if config.tasks is not None:
+            from roll.agentic.collector import TaskRollouts
+
+            tasks = session.enter(TaskRollouts(config.tasks, session.tokenizer, seed=config.seed))
         for step in range(session.start_step, config.run.steps):
             began = time.perf_counter()
-            requests = episode_requests(config, step, experts)
             params = SamplingParams(
                 max_new_tokens=config.rollout.max_new_tokens,
                 temperature=config.rollout.temperature,
                 top_p=config.rollout.top_p,
                 seed=derive_seed(config.seed, "sample", step, world.rank),
             )
-            engine = RolloutEngine(
-                backend, session.tokenizer, params, max_seq_len=config.rollout.max_seq_len
-            )
-            mine = engine.run(world.shard(requests))
+            if tasks is not None:
+                chosen = tasks.choose(step, config.rollout.groups_per_step)
+                mine = tasks.collect(
+                    backend, params, world.shard(chosen), config.rollout.group_size, step
+                )
+            else:
+                requests = episode_requests(config, step, experts)
+                engine = RolloutEngine(
+                    backend, session.tokenizer, params, max_seq_len=config.rollout.max_seq_len
+                )
+                mine = engine.run(world.shard(requests))
             trajectories = world.gather(mine)
             rollout_s = time.perf_counter() - began
             metrics = rollout_metrics(trajectories)
+            if tasks is not None:
+                metrics |= tasks.counts.as_metrics()
             if world.is_main:
                 rollouts_dir.mkdir(parents=True, exist_ok=True)
                 write_jsonl(rollouts_dir / f"step-{step + 1:06d}.jsonl", trajectories)
