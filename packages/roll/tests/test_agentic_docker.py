@@ -140,7 +140,8 @@ async def test_a_sandbox_killed_mid_episode_is_resampled(daemon: Any, tiny: Path
     assert len(trajectories) == 1 and trajectories[0].reward == 0.0
 
 
-def test_roll_train_on_tasks_in_sandboxes(tmp_path: Path, tiny: Path) -> None:
+@pytest.mark.parametrize("staleness", [0, 1], ids=["sync", "async"])
+def test_roll_train_on_tasks_in_sandboxes(tmp_path: Path, tiny: Path, staleness: int) -> None:
     import shutil
 
     from roll.config import TrainConfig, load_config
@@ -162,15 +163,22 @@ def test_roll_train_on_tasks_in_sandboxes(tmp_path: Path, tiny: Path) -> None:
             "rollout.groups_per_step=1",
             "rollout.group_size=2",
             "rollout.max_new_tokens=16",
-            "run.steps=1",
+            f"tasks.max_staleness={staleness}",
+            f"run.steps={1 + staleness}",
             "run.progress=false",
             "run.tensorboard=false",
         ],
     )
     out = run_train(config, log=lambda _m: None)
     assert (out / "model.safetensors").is_file()
-    (record,) = read_metrics(tmp_path / "run")
-    assert record["episodes/started"] >= 2 and record["episodes/scored"] == 2
+    records = read_metrics(tmp_path / "run")
+    assert len(records) == 1 + staleness
+    record = records[-1]
     assert record["rollout/episodes"] == 2
+    # every episode started is accounted for: scored, retried after an infrastructure
+    # failure, abandoned, or still running in a group of the next step
+    assert record["episodes/scored"] >= 2 * len(records)
+    if staleness:
+        assert record["episodes/groups_in_flight"] + record["episodes/stale_dropped_groups"] >= 1
     rollouts = (tmp_path / "run" / "rollouts" / "step-000001.jsonl").read_text().splitlines()
     assert len(rollouts) == 2

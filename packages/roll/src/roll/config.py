@@ -188,6 +188,10 @@ class TasksConfig(_Section):
     context_limit: int = Field(default=4096, ge=64)
     max_attempts: int = Field(default=3, ge=1)
     """Attempts per episode when the infrastructure fails (sandbox, verifier, generation)."""
+    max_staleness: int = Field(default=0, ge=0)
+    """How many policy versions old a group may be when it is trained on: 0 is synchronous
+    (a step's episodes start after the previous update); above 0 the next steps' episodes
+    run during the update and older groups are dropped (and counted)."""
 
 
 class RolloutConfig(_Section):

@@ -135,15 +135,18 @@ class Session:
             raise RuntimeError("call Session.start(total_steps) first")
         return self._updater
 
-    def start(self, total_steps: int, *, rollout_copy: bool = False) -> None:
+    def start(
+        self, total_steps: int, *, rollout_copy: bool = False, separate_rollout: bool = False
+    ) -> None:
         """Make the optimiser for ``total_steps`` steps, resume, open the logs.
 
-        With ``rollout_copy`` and a sharded policy, a full copy is kept first as
-        :attr:`rollout_lm` (eval mode, no gradients), for generation.
+        With ``rollout_copy`` and a sharded policy (or ``separate_rollout``: generation runs
+        while the policy trains), a full copy is kept first as :attr:`rollout_lm` (eval mode,
+        no gradients), for generation.
         """
         config = self.config
         self.total_steps = total_steps
-        if rollout_copy and self.sharded:
+        if rollout_copy and (self.sharded or separate_rollout):
             self.rollout_lm = copy.deepcopy(self.lm).eval().requires_grad_(False)
         self._updater = Updater(
             self.lm,

@@ -17,6 +17,7 @@ imitation term on the expert prefix.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import hashlib
 import time
@@ -174,7 +175,9 @@ def run_train(config: TrainConfig, *, resume: bool = False, log: Any = None) -> 
         use_ref = config.reference if config.reference is not None else algo.kl_coef > 0
         # the initial policy, copied before start() resumes (or shards) it
         reference = copy.deepcopy(session.lm).eval().requires_grad_(False) if use_ref else None
-        session.start(config.run.steps, rollout_copy=True)
+        # asynchronous rollouts sample from their own copy of the policy while it trains
+        separate = config.tasks is not None and config.tasks.max_staleness > 0
+        session.start(config.run.steps, rollout_copy=True, separate_rollout=separate)
         world = session.world
         experts = Experts(config) if config.resample is not None else None
         if experts is not None and "experts" in session.state:
@@ -187,7 +190,23 @@ def run_train(config: TrainConfig, *, resume: bool = False, log: Any = None) -> 
         if config.tasks is not None:
             from roll.agentic.collector import TaskRollouts
 
-            tasks = session.enter(TaskRollouts(config.tasks, session.tokenizer, seed=config.seed))
+            tasks = session.enter(
+                TaskRollouts(
+                    config.tasks,
+                    session.tokenizer,
+                    seed=derive_seed(config.seed, "tasks", world.rank),
+                    backend=backend,
+                    params=SamplingParams(
+                        max_new_tokens=config.rollout.max_new_tokens,
+                        temperature=config.rollout.temperature,
+                        top_p=config.rollout.top_p,
+                        seed=derive_seed(config.seed, "sample", world.rank),
+                    ),
+                    group_size=config.rollout.group_size,
+                    groups_per_step=len(world.shard(list(range(config.rollout.groups_per_step)))),
+                    max_staleness=config.tasks.max_staleness,
+                )
+            )
         for step in range(session.start_step, config.run.steps):
             began = time.perf_counter()
             params = SamplingParams(
@@ -197,10 +216,7 @@ def run_train(config: TrainConfig, *, resume: bool = False, log: Any = None) -> 
                 seed=derive_seed(config.seed, "sample", step, world.rank),
             )
             if tasks is not None:
-                chosen = tasks.choose(step, config.rollout.groups_per_step)
-                mine = tasks.collect(
-                    backend, params, world.shard(chosen), config.rollout.group_size, step
-                )
+                mine = tasks.take(session.updater.updates)
             else:
                 requests = episode_requests(config, step, experts)
                 engine = RolloutEngine(
@@ -211,7 +227,7 @@ def run_train(config: TrainConfig, *, resume: bool = False, log: Any = None) -> 
             rollout_s = time.perf_counter() - began
             metrics = rollout_metrics(trajectories)
             if tasks is not None:
-                metrics |= tasks.counts.as_metrics()
+                metrics |= tasks.metrics()
             if world.is_main:
                 rollouts_dir.mkdir(parents=True, exist_ok=True)
                 write_jsonl(rollouts_dir / f"step-{step + 1:06d}.jsonl", trajectories)
@@ -228,7 +244,8 @@ def run_train(config: TrainConfig, *, resume: bool = False, log: Any = None) -> 
             update_began = time.perf_counter()
             result_metrics = _update(session, config, samples, reference, imitate, norm_length)
             update_s = time.perf_counter() - update_began
-            session.sync_rollout(backend)
+            with tasks.paused() if tasks is not None else contextlib.nullcontext():
+                session.sync_rollout(backend)
             metrics |= result_metrics
             metrics["policy_version"] = float(session.updater.updates)
             metrics["time/rollout_s"] = rollout_s

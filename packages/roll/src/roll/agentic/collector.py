@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
+import threading
 import uuid
 from pathlib import Path
 from typing import Any
@@ -39,16 +40,51 @@ def load_tasks(dataset: str | Path) -> list[Task]:
 
 
 class TaskRollouts:
-    """The rollout source of ``roll train`` when ``tasks:`` is set (a context manager)."""
+    """The rollout source of ``roll train`` when ``tasks:`` is set (a context manager).
 
-    def __init__(self, config: TasksConfig, tokenizer: Any, *, seed: int) -> None:
+    Episodes run on an event loop in a background thread, so with ``max_staleness`` above 0
+    the groups of the next steps keep running while the trainer updates: :meth:`take` waits
+    for ``groups_per_step`` groups (starting what is missing), starts the groups of the next
+    ``max_staleness`` steps, and drops (and replaces) a group sampled by a policy more than
+    ``max_staleness`` versions older than the current one. With 0 it is synchronous: a
+    step's groups start after the previous update and nothing runs during an update.
+    """
+
+    def __init__(
+        self,
+        config: TasksConfig,
+        tokenizer: Any,
+        *,
+        seed: int,
+        backend: GenerationBackend,
+        params: SamplingParams,
+        group_size: int,
+        groups_per_step: int,
+        max_staleness: int = 0,
+    ) -> None:
         self.config = config
         self.tokenizer = tokenizer
         self.seed = seed
+        self.backend = backend
+        self.params = params
+        self.group_size = group_size
+        self.groups_per_step = groups_per_step
+        self.max_staleness = max_staleness
         self.tasks = load_tasks(config.dataset)
         self.counts = EpisodeCounts()
+        self.stale_dropped = 0
+        self.launched = 0
+        self._rng = random.Random(f"{seed}:tasks")
         self._stack = contextlib.ExitStack()
         self.runner: Any = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._queue: GenerationQueue | None = None
+        self._episodes: AgenticEpisodes | None = None
+        self._ready: asyncio.Queue[list[Trajectory]] | None = None
+        self._inflight = 0
+
+    # -- life cycle ----------------------------------------------------------------------------
 
     def __enter__(self) -> TaskRollouts:
         import docker
@@ -67,57 +103,131 @@ class TaskRollouts:
         self._stack.callback(source.close)
         source.wait_ready()
         self.runner = PoolRunner(source)
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(
+            target=self._loop.run_forever, name="roll-rollouts", daemon=True
+        )
+        self._thread.start()
+        self._call(self._setup())
+        self._stack.callback(self._stop)
         return self
 
     def __exit__(self, *exc: object) -> None:
         self._stack.close()
 
-    def choose(self, step: int, groups: int) -> list[Task]:
-        """The tasks of ``step``'s groups (without repeats while the dataset lasts)."""
-        rng = random.Random(f"{self.seed}:tasks:{step}")
-        if groups <= len(self.tasks):
-            return rng.sample(self.tasks, groups)
-        return [rng.choice(self.tasks) for _ in range(groups)]
+    def _call(self, coroutine: Any) -> Any:
+        assert self._loop is not None
+        return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result()
 
-    def collect(
-        self,
-        backend: GenerationBackend,
-        params: SamplingParams,
-        tasks: list[Task],
-        group_size: int,
-        step: int,
-    ) -> list[Trajectory]:
-        """Run a group of ``group_size`` episodes per task; the scored trajectories."""
-        return asyncio.run(self._collect(backend, params, tasks, group_size, step))
-
-    async def _collect(
-        self,
-        backend: GenerationBackend,
-        params: SamplingParams,
-        tasks: list[Task],
-        group_size: int,
-        step: int,
-    ) -> list[Trajectory]:
+    async def _setup(self) -> None:
         agent = AgentSettings(
             prompt_profile=self.config.prompt_profile,
             max_turns=self.config.max_turns,
             context_limit=self.config.context_limit,
-            max_new_tokens=params.max_new_tokens,
+            max_new_tokens=self.params.max_new_tokens,
         )
-        seed = params.seed or 0
-        async with GenerationQueue(backend, params, seed=seed) as queue:
-            episodes = AgenticEpisodes(
-                self.runner,
-                queue,
-                self.tokenizer,
-                agent=agent,
-                max_attempts=self.config.max_attempts,
-            )
-            episodes.counts = self.counts
-            groups = await asyncio.gather(
-                *(
-                    episodes.group(task, group_size, f"s{step}-g{index}-{task.id}")
-                    for index, task in enumerate(tasks)
-                )
-            )
-        return [t for group in groups for t in group]
+        self._queue = GenerationQueue(self.backend, self.params, seed=self.params.seed or 0)
+        self._episodes = AgenticEpisodes(
+            self.runner,
+            self._queue,
+            self.tokenizer,
+            agent=agent,
+            max_attempts=self.config.max_attempts,
+        )
+        self._episodes.counts = self.counts
+        self._ready = asyncio.Queue()
+
+    def _stop(self) -> None:
+        if self._loop is None:
+            return
+
+        async def cancel() -> None:
+            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            if self._queue is not None:
+                await self._queue.close()
+
+        with contextlib.suppress(Exception):
+            self._call(cancel())
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+        self._loop.close()
+        self._loop = None
+
+    # -- groups --------------------------------------------------------------------------------
+
+    def _next_task(self) -> Task:
+        return self._rng.choice(self.tasks)
+
+    def _launch(self) -> None:
+        assert self._episodes is not None and self._ready is not None
+        task = self._next_task()
+        index = self.launched
+        self.launched += 1
+        self._inflight += 1
+        ready = self._ready
+
+        async def run() -> None:
+            try:
+                group = await self._episodes.group(task, self.group_size, f"l{index}-{task.id}")
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # a group that failed as a whole counts as abandoned episodes
+                group = []
+                self.counts.abandoned += self.group_size
+            finally:
+                self._inflight -= 1
+            await ready.put(group)
+
+        asyncio.get_running_loop().create_task(run())
+
+    def take(self, version: int) -> list[Trajectory]:
+        """The next step's scored trajectories: ``groups_per_step`` groups not more than
+        ``max_staleness`` policy versions old (``version`` is the current one)."""
+        return self._call(self._take(version))
+
+    async def _take(self, version: int) -> list[Trajectory]:
+        assert self._ready is not None
+        while self._inflight + self._ready.qsize() < self.groups_per_step:
+            self._launch()
+        out: list[Trajectory] = []
+        taken = 0
+        while taken < self.groups_per_step:
+            group = await self._ready.get()
+            versions = [
+                s.policy_version for t in group for s in t.steps if s.policy_version is not None
+            ]
+            if versions and version - min(versions) > self.max_staleness:
+                self.stale_dropped += 1
+                self._launch()
+                continue
+            out.extend(group)
+            taken += 1
+        # the next steps' groups start now and run during the update; no more than can be
+        # trained on within max_staleness versions, so few turn stale
+        ahead = self.groups_per_step * self.max_staleness
+        while self._inflight + self._ready.qsize() < ahead:
+            self._launch()
+        return out
+
+    @contextlib.contextmanager
+    def paused(self) -> Any:
+        """No generation runs inside (the trainer changes the sampling weights)."""
+        assert self._queue is not None and self._loop is not None
+        lock = self._queue._lock
+        self._call(lock.acquire())
+        try:
+            yield
+        finally:
+            self._loop.call_soon_threadsafe(lock.release)
+
+    def metrics(self) -> dict[str, float]:
+        out = self.counts.as_metrics()
+        out["episodes/stale_dropped_groups"] = float(self.stale_dropped)
+        out["episodes/groups_in_flight"] = float(self._inflight)
+        if self._queue is not None:
+            out["generation/mean_batch"] = self._queue.stats.mean_batch
+        return out
