@@ -182,3 +182,72 @@ def test_roll_train_on_tasks_in_sandboxes(tmp_path: Path, tiny: Path, staleness:
         assert record["episodes/groups_in_flight"] + record["episodes/stale_dropped_groups"] >= 1
     rollouts = (tmp_path / "run" / "rollouts" / "step-000001.jsonl").read_text().splitlines()
     assert len(rollouts) == 2
+
+
+def _copy_task(tmp_path: Path, name: str = "task") -> Path:
+    import shutil
+
+    target = tmp_path / "data" / "tasks" / name
+    shutil.copytree(sorted(TASKS.iterdir())[0], target)
+    return target
+
+
+async def test_a_verifier_that_hangs_is_infrastructure_not_a_zero(
+    daemon: Any, tiny: Path, tmp_path: Path
+) -> None:
+    client, _ = daemon
+    task_dir = _copy_task(tmp_path)
+    (task_dir / "tests" / "test.sh").write_text("#!/bin/bash\nsleep 600\n")
+    toml = (
+        (task_dir / "task.toml")
+        .read_text()
+        .replace("[verifier]\ntimeout_sec = 120.0", "[verifier]\ntimeout_sec = 2.0")
+    )
+    (task_dir / "task.toml").write_text(toml)
+    task = load_task(task_dir)
+    tokenizer = AutoTokenizer.from_pretrained(tiny)
+    source = DaemonPool(client, f"roll-{uuid.uuid4().hex[:4]}", size=1)
+    source.wait_ready()
+    try:
+        async with GenerationQueue(
+            ReplyBackend(tokenizer, FINISH), SamplingParams(max_new_tokens=64)
+        ) as queue:
+            episodes = AgenticEpisodes(
+                PoolRunner(source), queue, tokenizer, agent=AgentSettings(max_turns=2),
+                max_attempts=2,
+            )  # fmt: skip
+            result = await episodes.episode(task, "g")
+    finally:
+        source.close()
+    assert result is None  # never scored as zero
+    counts = episodes.counts
+    assert (counts.started, counts.scored, counts.retried, counts.abandoned) == (2, 0, 1, 1)
+    assert sum(counts.reasons.values()) == 2
+
+
+def test_uniform_groups_are_refilled_up_to_the_limit(
+    daemon: Any, tiny: Path, tmp_path: Path
+) -> None:
+    from roll.agentic.collector import REFILL_LIMIT, TaskRollouts
+    from roll.config import TasksConfig
+
+    _copy_task(tmp_path)
+    tokenizer = AutoTokenizer.from_pretrained(tiny)
+    config = TasksConfig(dataset=str(tmp_path / "data"), pool_size=2, max_turns=2, url=None)
+    rollouts = TaskRollouts(
+        config,
+        tokenizer,
+        seed=0,
+        backend=ReplyBackend(tokenizer, FINISH),  # never solves: every group is all zeros
+        params=SamplingParams(max_new_tokens=64),
+        group_size=2,
+        groups_per_step=1,
+        refill_uniform=True,
+    )
+    with rollouts:
+        trajectories = rollouts.take(0)
+        metrics = rollouts.metrics()
+    assert len(trajectories) == 2  # after the limit the uniform group is taken
+    assert metrics["episodes/uniform_refilled_groups"] == REFILL_LIMIT
+    assert metrics["episodes/started"] == 2 * (REFILL_LIMIT + 1)
+    assert metrics["episodes/scored"] == metrics["episodes/started"]

@@ -205,7 +205,8 @@ class RolloutConfig(_Section):
     temperature: float = Field(default=1.0, ge=0)
     top_p: float = Field(default=1.0, gt=0, le=1)
     drop_uniform_groups: bool = False
-    """Leave out groups whose rewards are all equal (no group-relative signal)."""
+    """Leave out groups whose rewards are all equal (no group-relative signal); with
+    ``tasks:`` each is replaced by a group of another task (at most 3 per group a step)."""
 
 
 class TrainConfig(_Section):

@@ -205,6 +205,7 @@ def run_train(config: TrainConfig, *, resume: bool = False, log: Any = None) -> 
                     group_size=config.rollout.group_size,
                     groups_per_step=len(world.shard(list(range(config.rollout.groups_per_step)))),
                     max_staleness=config.tasks.max_staleness,
+                    refill_uniform=config.rollout.drop_uniform_groups,
                 )
             )
         for step in range(session.start_step, config.run.steps):

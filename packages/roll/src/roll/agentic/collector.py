@@ -39,6 +39,11 @@ def load_tasks(dataset: str | Path) -> list[Task]:
     return tasks
 
 
+REFILL_LIMIT = 3
+"""At most this many refills per group of a step: while the policy solves nothing (or
+everything), uniform groups are taken after that rather than waiting forever."""
+
+
 class TaskRollouts:
     """The rollout source of ``roll train`` when ``tasks:`` is set (a context manager).
 
@@ -47,7 +52,9 @@ class TaskRollouts:
     for ``groups_per_step`` groups (starting what is missing), starts the groups of the next
     ``max_staleness`` steps, and drops (and replaces) a group sampled by a policy more than
     ``max_staleness`` versions older than the current one. With 0 it is synchronous: a
-    step's groups start after the previous update and nothing runs during an update.
+    step's groups start after the previous update and nothing runs during an update. With
+    ``refill_uniform``, a group whose rewards are all equal (no group-relative signal) is
+    dropped and another started in its place, up to :data:`REFILL_LIMIT` per group.
     """
 
     def __init__(
@@ -61,8 +68,11 @@ class TaskRollouts:
         group_size: int,
         groups_per_step: int,
         max_staleness: int = 0,
+        refill_uniform: bool = False,
     ) -> None:
         self.config = config
+        self.refill_uniform = refill_uniform
+        self.uniform_refilled = 0
         self.tokenizer = tokenizer
         self.seed = seed
         self.backend = backend
@@ -195,8 +205,17 @@ class TaskRollouts:
             self._launch()
         out: list[Trajectory] = []
         taken = 0
+        refills = 0
         while taken < self.groups_per_step:
             group = await self._ready.get()
+            rewards = {t.reward for t in group}
+            uniform = len(group) < 2 or len(rewards) == 1
+            if self.refill_uniform and uniform and refills < REFILL_LIMIT * self.groups_per_step:
+                # no group-relative signal: another group of another task takes its place
+                refills += 1
+                self.uniform_refilled += 1
+                self._launch()
+                continue
             versions = [
                 s.policy_version for t in group for s in t.steps if s.policy_version is not None
             ]
@@ -227,6 +246,7 @@ class TaskRollouts:
     def metrics(self) -> dict[str, float]:
         out = self.counts.as_metrics()
         out["episodes/stale_dropped_groups"] = float(self.stale_dropped)
+        out["episodes/uniform_refilled_groups"] = float(self.uniform_refilled)
         out["episodes/groups_in_flight"] = float(self._inflight)
         if self._queue is not None:
             out["generation/mean_batch"] = self._queue.stats.mean_batch
