@@ -174,3 +174,32 @@ def test_bad_data_is_one_sentence(tmp_path: Path, tiny: Path) -> None:
             load_config(SFTConfig, _sft_config(tmp_path, tiny, [str(tmp_path / "empty")])),
             log=lambda _m: None,
         )
+
+
+async def test_compact_rendering_matches_the_compact_agent(tmp_path: Path, tiny: Path) -> None:
+    from iflow.agent import Agent, AgentConfig
+    from iflow.models.scripted import ScriptedModel
+    from iflow.workspace.local import LocalWorkspace
+    from roll.sft import as_compact
+
+    async with LocalWorkspace(tmp_path) as workspace:
+        full = Agent(ScriptedModel([]), workspace, config=AgentConfig(approval_mode="yolo"))
+        compact = Agent(
+            ScriptedModel([]),
+            workspace,
+            config=AgentConfig(approval_mode="yolo", prompt_profile="compact"),
+        )
+        try:
+            recorded = _trajectory()
+            recorded.steps[0] = full.history[0]  # as the default agent recorded it
+            rendered = as_compact(recorded)
+            assert rendered.steps[0].content == compact.history[0].content
+            assert iflow_tool_schemas(compact=True) == compact.schemas
+            tokenizer = AutoTokenizer.from_pretrained(tiny)
+            sample = tokenize_trajectory(rendered, tokenizer, compact.schemas, max_seq_len=100_000)
+            assert sample is not None
+            opening = prompt_token_ids(tokenizer, rendered.steps[:2], compact.schemas)
+            assert sample.sample.input_ids[: len(opening)] == opening
+        finally:
+            await full.aclose()
+            await compact.aclose()

@@ -246,9 +246,10 @@ class SFTConfig(_Section):
     """Passes over the data; sets ``run.steps`` when given."""
     max_seq_len: int = Field(default=4096, ge=16)
     """Longer trajectories are cut at an assistant-turn boundary (their tail dropped)."""
-    tools: Literal["iflow", "none"] = "iflow"
+    tools: Literal["iflow", "iflow-compact", "none"] = "iflow"
     """The tool descriptions in the system prompt: the iflow agent's (as its local model
-    renders them), or none."""
+    renders them); ``iflow-compact``: the compact profile's (its system prompt replaces the
+    recorded one), as agentic RL with ``tasks.prompt_profile: compact`` sees them; or none."""
     only_successful: bool = True
     """Train only on trajectories with a positive reward (or no reward recorded)."""
 

@@ -13,6 +13,7 @@ batch.
 from __future__ import annotations
 
 import random
+import re
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -27,11 +28,34 @@ from roll.config import SFTConfig
 from roll.errors import ConfigError
 
 
-def iflow_tool_schemas() -> list[dict[str, Any]]:
-    """The tool schemas the iflow agent offers (in yolo mode), as its local model renders them."""
+def iflow_tool_schemas(*, compact: bool = False) -> list[dict[str, Any]]:
+    """The tool schemas the iflow agent offers (in yolo mode), as its local model renders them;
+    ``compact``: those of the compact prompt profile."""
+    from iflow.prompts import COMPACT_TOOLS
     from iflow.tools import default_tools
 
+    if compact:
+        by_name = {tool.name: tool for tool in default_tools()}
+        return [by_name[name].compact_schema() for name in COMPACT_TOOLS]
     return [tool.schema() for tool in default_tools()]
+
+
+_WORKDIR = re.compile(r"working directory (\S+?)\)?\.?$", re.MULTILINE)
+
+
+def as_compact(trajectory: Trajectory) -> Trajectory:
+    """The trajectory as the agent in the compact profile would have seen it: its system
+    message replaced by the compact one (same working directory)."""
+    from iflow.prompts import system_prompt
+
+    steps = list(trajectory.steps)
+    if not steps or steps[0].role is not Role.SYSTEM:
+        return trajectory
+    found = _WORKDIR.search(steps[0].content)
+    cwd = found.group(1).rstrip(").") if found else "/app"
+    compact = system_prompt(workspace="sandbox", cwd=cwd, mode="yolo", profile="compact")
+    steps[0] = steps[0].model_copy(update={"content": compact})
+    return trajectory.model_copy(update={"steps": steps})
 
 
 def trajectory_files(paths: Iterable[str | Path]) -> list[Path]:
@@ -121,13 +145,17 @@ def sft_samples(
     trajectories: list[Trajectory], tokenizer: Any, config: SFTConfig
 ) -> tuple[list[Sample], dict[str, int]]:
     """Tokenised samples and counts of what was left out and why."""
-    tools = iflow_tool_schemas() if config.tools == "iflow" else []
+    tools = iflow_tool_schemas(compact=config.tools == "iflow-compact")
+    if config.tools == "none":
+        tools = []
     counts = {"trajectories": len(trajectories), "unsuccessful": 0, "too_long": 0, "cut": 0}
     samples: list[Sample] = []
     for trajectory in trajectories:
         if config.only_successful and trajectory.reward is not None and trajectory.reward <= 0:
             counts["unsuccessful"] += 1
             continue
+        if config.tools == "iflow-compact":
+            trajectory = as_compact(trajectory)
         tokenized = tokenize_trajectory(
             trajectory, tokenizer, tools, max_seq_len=config.max_seq_len
         )
