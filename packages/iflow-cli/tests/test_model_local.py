@@ -217,3 +217,22 @@ async def test_top_p_sampling_logprobs_are_renormalised(tiny: Path) -> None:
     assert all(math.isfinite(lp) and lp <= 0 for lp in response.logprobs)
     assert all(n >= p - 1e-5 for n, p in zip(response.logprobs, plain.tolist(), strict=True))
     assert any(n > p + 1e-3 for n, p in zip(response.logprobs, plain.tolist(), strict=True))
+
+
+def test_a_corpus_makes_its_texts_shorter(tmp_path: Path) -> None:
+    from transformers import AutoTokenizer
+
+    text = "Create the file /app/notes.txt containing exactly the word saffron.\n"
+    plain = AutoTokenizer.from_pretrained(
+        build_tiny_model(tmp_path / "plain", hidden_size=16, layers=1, heads=2)
+    )
+    taught = build_tiny_model(
+        tmp_path / "taught", hidden_size=16, layers=1, heads=2, corpus=[text] * 4
+    )
+    again = build_tiny_model(
+        tmp_path / "again", hidden_size=16, layers=1, heads=2, corpus=[text] * 4
+    )
+    assert (taught / "tokenizer.json").read_bytes() == (again / "tokenizer.json").read_bytes()
+    shorter = AutoTokenizer.from_pretrained(taught)
+    assert len(shorter.encode(text)) < len(plain.encode(text))
+    assert shorter.decode(shorter.encode(text)) == text

@@ -33,6 +33,7 @@ is cheap.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -135,6 +136,7 @@ def build_tiny_model(
     layers: int = 2,
     heads: int = 4,
     max_position_embeddings: int = 2048,
+    corpus: Iterable[str] = (),
 ) -> Path:
     """Write a tiny ChatML chat model (tokenizer, template, random weights) into ``path``.
 
@@ -143,7 +145,9 @@ def build_tiny_model(
     tokenizer is trained deterministically and the weights are drawn from ``seed`` without
     touching the global torch random state. ``vocab_size`` is the BPE vocabulary (at least
     256 bytes plus the 7 added tokens); ``hidden_size`` must be divisible by ``heads``.
-    Returns ``path`` as a :class:`Path`.
+    ``corpus``: more texts to train the tokenizer on, after the built-in one (a trainer
+    passes the prompts its model will see, so they take fewer tokens). Returns ``path`` as a
+    :class:`Path`.
     """
     minimum = 256 + len(SPECIAL_TOKENS) + len(MARKUP_TOKENS)
     if vocab_size < minimum:
@@ -152,7 +156,7 @@ def build_tiny_model(
         raise ValueError(f"hidden_size ({hidden_size}) must be divisible by heads ({heads})")
     out = Path(path)
     out.mkdir(parents=True, exist_ok=True)
-    tokenizer = _build_tokenizer(vocab_size)
+    tokenizer = _build_tokenizer(vocab_size, list(corpus))
     model = _build_model(
         tokenizer,
         seed=seed,
@@ -169,7 +173,7 @@ def build_tiny_model(
     return out
 
 
-def _build_tokenizer(vocab_size: int) -> Any:
+def _build_tokenizer(vocab_size: int, corpus: list[str] | None = None) -> Any:
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -182,7 +186,10 @@ def _build_tokenizer(vocab_size: int) -> Any:
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
-    bpe.train_from_iterator(_CORPUS.splitlines(keepends=True), trainer=trainer)
+    lines = _CORPUS.splitlines(keepends=True)
+    for text in corpus or []:  # the texts a model will mostly see merge into fewer tokens
+        lines.extend(text.splitlines(keepends=True))
+    bpe.train_from_iterator(lines, trainer=trainer)
     tokenizer = PreTrainedTokenizerFast(
         tokenizer_object=bpe,
         eos_token="<|im_end|>",
