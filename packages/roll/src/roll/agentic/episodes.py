@@ -100,8 +100,12 @@ class AgenticEpisodes:
         *,
         agent: AgentSettings | None = None,
         max_attempts: int = 3,
+        retry_delay: float = 0.5,
     ) -> None:
         self.runner = runner
+        self.retry_delay = retry_delay
+        """Seconds before the second attempt, doubled for each further one (a restarting
+        daemon or a refilling pool gets time to come back)."""
         self.queue = queue
         self.tokenizer = tokenizer
         self.agent = agent or AgentSettings()
@@ -128,7 +132,9 @@ class AgenticEpisodes:
     async def episode(self, task: Task, group_id: str) -> Trajectory | None:
         """One scored episode of ``task`` (infrastructure failures run again), or ``None``
         when every attempt failed for infrastructure reasons."""
-        for _attempt in range(self.max_attempts):
+        for attempt in range(self.max_attempts):
+            if attempt:
+                await asyncio.sleep(self.retry_delay * 2 ** (attempt - 1))
             self.counts.started += 1
             outcome = await self.runner.episode(task, self._agent())
             reason = classify(outcome)
