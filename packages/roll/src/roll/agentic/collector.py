@@ -97,14 +97,12 @@ class TaskRollouts:
     # -- life cycle ----------------------------------------------------------------------------
 
     def __enter__(self) -> TaskRollouts:
-        import docker
-
         from rock.client import Client
         from rock.synth.image import ensure_pool_image
         from rock.synth.runner import DaemonPool, PoolRunner
         from rock.synth.wiring import private_daemon
 
-        ensure_pool_image(docker.from_env())
+        ensure_pool_image()
         if self.config.url:
             client = self._stack.enter_context(Client(self.config.url))
         else:
