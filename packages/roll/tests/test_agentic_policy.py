@@ -147,3 +147,17 @@ async def test_backend_failure_reaches_every_waiting_episode(tiny: Path) -> None
     async with GenerationQueue(Broken(tokenizer, {}), SamplingParams()) as queue:
         with pytest.raises(RuntimeError, match="engine died"):
             await queue.generate([1, 2, 3])
+
+
+def test_a_task_dataset_that_is_not_one_is_one_sentence(tmp_path: Path) -> None:
+    from roll.agentic.collector import load_tasks
+    from roll.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"tasks\.dataset: .* is not a directory"):
+        load_tasks(tmp_path / "missing")
+    (tmp_path / "empty" / "tasks").mkdir(parents=True)
+    with pytest.raises(ConfigError, match="holds no tasks"):
+        load_tasks(tmp_path / "empty")
+    repo = Path(__file__).resolve().parents[3]
+    tasks = load_tasks(repo / "datasets" / "synth-mini")
+    assert len(tasks) == 200 and [t.id for t in tasks] == sorted(t.id for t in tasks)

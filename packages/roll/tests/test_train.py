@@ -182,7 +182,8 @@ def test_two_gloo_processes_match_one(tmp_path: Path, tiny: Path) -> None:
     assert not _same(one, _weights(tiny))
 
 
-def test_resampling_from_expert_prefixes_with_imitation(tmp_path: Path, tiny: Path) -> None:
+def _guess_experts(path: Path) -> None:
+    """Binary-search experts of the guess env (n=4), seeds 11 and 12, as message-level steps."""
     from ale.jsonl import write_jsonl
     from ale.trajectory import AgentInfo, Role, Step, Trajectory
     from roll.envs.base import make_env
@@ -213,7 +214,11 @@ def test_resampling_from_expert_prefixes_with_imitation(tmp_path: Path, tiny: Pa
                 reward=1.0,
             )
         )
-    write_jsonl(tmp_path / "experts.jsonl", experts)
+    write_jsonl(path, experts)
+
+
+def test_resampling_from_expert_prefixes_with_imitation(tmp_path: Path, tiny: Path) -> None:
+    _guess_experts(tmp_path / "experts.jsonl")
     path = _config(
         tmp_path,
         tiny,
@@ -251,3 +256,30 @@ def test_plot_draws_the_curves(tmp_path: Path, tiny: Path) -> None:
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     empty = _cli("plot", str(tmp_path))
     assert empty.returncode == 2 and "metrics.jsonl" in empty.stderr
+
+
+def test_sequential_rollback_starts_at_the_last_chunk(tmp_path: Path, tiny: Path) -> None:
+    _guess_experts(tmp_path / "experts.jsonl")
+    path = _config(
+        tmp_path,
+        tiny,
+        run_dir=str(tmp_path / "run"),
+        env={"name": "guess", "kwargs": {"n": 4, "max_turns": 3}},
+        resample={"experts": str(tmp_path / "experts.jsonl"), "mode": "sequential"},
+        run={"steps": 2},
+    )
+    run_train(load_config(TrainConfig, path), log=lambda _m: None)
+    first = [
+        json.loads(line)
+        for line in (tmp_path / "run" / "rollouts" / "step-000001.jsonl").read_text().splitlines()
+    ]
+    experts = {
+        t["trajectory_id"]: t
+        for t in map(json.loads, (tmp_path / "experts.jsonl").read_text().splitlines())
+    }
+    for rollout in first:
+        expert = experts[rollout["extra"]["roll"]["prefix_trajectory_id"]]
+        turns = sum(1 for step in expert["steps"] if step["role"] == "assistant")
+        assert rollout["extra"]["roll"]["anchor"] == turns - 1  # only the last chunk is left
+    records = read_metrics(tmp_path / "run")
+    assert all("resample/anchor_mean" in r for r in records)

@@ -73,6 +73,8 @@ class Experts:
             SequentialRollback(max(k, 1), threshold=self.config.threshold) for k in turns
         ]
         self.parallel = [ParallelAnchors(max(k, 1), self.config.anchors) for k in turns]
+        self.group_expert: dict[str, int] = {}
+        """The expert index of each group started from an expert (this step's)."""
 
     @staticmethod
     def _seed(trajectory: Trajectory) -> int:
@@ -97,7 +99,7 @@ class Experts:
 
     def load_state(self, anchors: list[int]) -> None:
         for rollback, anchor in zip(self.rollback, anchors, strict=False):
-            rollback._current = anchor
+            rollback.current = anchor
 
 
 def make_backend(config: TrainConfig, session: Session) -> GenerationBackend:
@@ -130,6 +132,7 @@ def episode_requests(
             continue
         index = (step * rollout.groups_per_step + g) % len(experts.trajectories)
         for anchor in experts.anchors(index):
+            experts.group_expert[f"s{step}-g{g}-e{index}-a{anchor}"] = index
             for _ in range(rollout.group_size):
                 requests.append(
                     EpisodeRequest(
@@ -267,8 +270,8 @@ def _advance_anchors(experts: Experts, config: TrainConfig, groups: dict[Any, li
     if experts.config.mode != "sequential":
         return
     for group, rewards in groups.items():
-        index = int(str(group).split("-e")[1].split("-a")[0])
-        experts.rollback[index].update(rewards)
+        experts.rollback[experts.group_expert[group]].update(rewards)
+    experts.group_expert.clear()
 
 
 def _update(

@@ -18,7 +18,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from ale.task import Task, load_task
+from ale.task import Task
 from ale.trajectory import Trajectory
 from roll.agentic.episodes import AgenticEpisodes, AgentSettings, EpisodeCounts
 from roll.agentic.policy import GenerationQueue
@@ -28,12 +28,16 @@ from roll.generation.base import GenerationBackend, SamplingParams
 
 
 def load_tasks(dataset: str | Path) -> list[Task]:
-    """The tasks of a dataset directory (``DIR/tasks/*`` or ``DIR/*``), sorted by id."""
+    """The tasks of a dataset directory (``DIR/tasks/*`` or ``DIR/*``), in name order."""
+    from ale.task import TaskFormatError
+    from ale.task import load_tasks as load_dataset
+
     root = Path(dataset)
     base = root / "tasks" if (root / "tasks").is_dir() else root
-    if not base.is_dir():
-        raise ConfigError(f"there is no task directory {base}; set tasks.dataset to a dataset")
-    tasks = [load_task(d) for d in sorted(base.iterdir()) if d.is_dir()]
+    try:
+        tasks = load_dataset(base)
+    except TaskFormatError as exc:
+        raise ConfigError(f"tasks.dataset: {exc}") from None
     if not tasks:
         raise ConfigError(f"{base} holds no tasks; set tasks.dataset to a dataset of tasks")
     return tasks
