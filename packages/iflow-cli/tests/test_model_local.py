@@ -191,6 +191,24 @@ def test_text_tool_format_writes_history_as_markup(greedy: LocalModel) -> None:
         LocalModel.from_loaded(greedy.model, greedy.tokenizer, tool_format="xml")  # type: ignore[arg-type]
 
 
+def test_brief_tool_format_describes_each_tool_in_one_line(greedy: LocalModel, tiny: Path) -> None:
+    brief = render_tools_prompt(TOOLS, brief=True)
+    full = render_tools_prompt(TOOLS)
+    for tool in TOOLS:
+        fn = tool.get("function", tool)
+        params = ", ".join(fn["parameters"]["properties"])
+        assert f"{fn['name']}({params}): " in brief
+    assert OPEN in brief and CLOSE in brief and '"properties"' not in brief
+    chat, tools_arg = chat_messages(greedy.tokenizer, HISTORY, TOOLS, "brief")
+    assert tools_arg is None and brief in chat[0]["content"]
+    assert chat[2]["content"].startswith("Listing.\n<tool_call>")  # calls as text markup
+    short = prompt_token_ids(greedy.tokenizer, HISTORY, TOOLS, "brief")
+    long = prompt_token_ids(greedy.tokenizer, HISTORY, TOOLS, "text")
+    assert len(short) < len(long) - (len(greedy.tokenizer(full).input_ids) // 3)
+    model = make_model("local", model_path=tiny, tool_format="brief")
+    assert isinstance(model, LocalModel) and model.tool_format == "brief"
+
+
 async def test_from_loaded_wraps_a_live_policy(greedy: LocalModel) -> None:
     policy = LocalModel.from_loaded(
         greedy.model, greedy.tokenizer, temperature=0, max_new_tokens=24

@@ -203,3 +203,25 @@ async def test_compact_rendering_matches_the_compact_agent(tmp_path: Path, tiny:
         finally:
             await full.aclose()
             await compact.aclose()
+
+
+def test_brief_rendering_is_what_the_brief_policy_sees(tmp_path: Path, tiny: Path) -> None:
+    from roll.agentic.policy import PolicyModel
+    from roll.sft import sft_samples
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny)
+    recorded = _trajectory()
+    config = load_config(SFTConfig, _sft_config(tmp_path, tiny, []), ["tools=iflow-brief"])
+    (sample,), counts = sft_samples([recorded], tokenizer, config)
+    assert counts["too_long"] == 0
+    schemas = iflow_tool_schemas(compact=True)
+    policy = PolicyModel(None, tokenizer, max_new_tokens=8, tool_format="brief")  # type: ignore[arg-type]
+    from roll.sft import as_compact
+
+    opening, rewritten = policy.prompt_ids(as_compact(recorded).steps[:2], schemas)
+    assert not rewritten and sample.input_ids[: len(opening)] == opening
+    text = tokenizer.decode(opening)
+    assert "run_shell_command(command): " in text and '"properties"' not in text
+    compact = load_config(SFTConfig, _sft_config(tmp_path, tiny, []), ["tools=iflow-compact"])
+    (longer,), _ = sft_samples([recorded], tokenizer, compact)
+    assert len(longer.input_ids) > len(sample.input_ids)

@@ -53,7 +53,7 @@ from iflow.approval import Mode
 from iflow.errors import ConfigError
 
 Provider = Literal["openai", "local", "scripted"]
-ToolFormat = Literal["native", "text"]
+ToolFormat = Literal["native", "text", "brief"]
 
 _EXTRA_ALIASES = MappingProxyType({"model": ("modelName",), "max_turns": ("maxSessionTurns",)})
 _IGNORED_KEYS = frozenset({"theme", "selectedAuthType"})
@@ -105,8 +105,8 @@ class Settings(BaseModel):
     max_output_tokens: int | None = Field(default=None, gt=0)
     """Most tokens one answer may have; None: the server's default."""
     tool_format: ToolFormat | None = None
-    """How tool calls travel: native function calls, or ``<tool_call>`` text; None: the
-    provider's default."""
+    """How tool calls travel: native function calls, or ``<tool_call>`` text (``brief``: text,
+    with each tool described in one line, for small models); None: the provider's default."""
     approval_mode: Mode = "default"
     """Which tool calls run without asking: default, auto-edit, plan or yolo."""
     max_turns: int = Field(default=100, gt=0)

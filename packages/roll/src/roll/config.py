@@ -184,6 +184,10 @@ class TasksConfig(_Section):
     url: str | None = None
     """A running rock daemon to use; default: a private one for the run."""
     prompt_profile: Literal["compact", "default"] = "compact"
+    tool_format: Literal["text", "brief"] = "text"
+    """How the policy sees the tools: ``<tool_call>`` markup with the tools' JSON schemas
+    (``text``) or described in one line each (``brief``: for tiny models; SFT with
+    ``tools: iflow-brief`` renders trajectories the same way)."""
     max_turns: int = Field(default=8, ge=1)
     context_limit: int = Field(default=4096, ge=64)
     max_attempts: int = Field(default=3, ge=1)
@@ -246,10 +250,12 @@ class SFTConfig(_Section):
     """Passes over the data; sets ``run.steps`` when given."""
     max_seq_len: int = Field(default=4096, ge=16)
     """Longer trajectories are cut at an assistant-turn boundary (their tail dropped)."""
-    tools: Literal["iflow", "iflow-compact", "none"] = "iflow"
+    tools: Literal["iflow", "iflow-compact", "iflow-brief", "none"] = "iflow"
     """The tool descriptions in the system prompt: the iflow agent's (as its local model
     renders them); ``iflow-compact``: the compact profile's (its system prompt replaces the
-    recorded one), as agentic RL with ``tasks.prompt_profile: compact`` sees them; or none."""
+    recorded one), as agentic RL with ``tasks.prompt_profile: compact`` sees them;
+    ``iflow-brief``: the compact profile with each tool in one line, as with
+    ``tasks.tool_format: brief`` (tiny models); or none."""
     only_successful: bool = True
     """Train only on trajectories with a positive reward (or no reward recorded)."""
 

@@ -100,6 +100,7 @@ def tokenize_trajectory(
     tools: list[dict[str, Any]],
     *,
     max_seq_len: int,
+    tool_format: Any = "auto",
 ) -> Tokenized | None:
     """The trajectory as one token sequence with its assistant turns as targets.
 
@@ -114,8 +115,10 @@ def tokenize_trajectory(
     mask: list[bool] = []
     kept = 0
     for index in assistant:
-        before = prompt_token_ids(tokenizer, steps[:index], tools)
-        after = prompt_token_ids(tokenizer, steps[: index + 1], tools, add_generation_prompt=False)
+        before = prompt_token_ids(tokenizer, steps[:index], tools, tool_format)
+        after = prompt_token_ids(
+            tokenizer, steps[: index + 1], tools, tool_format, add_generation_prompt=False
+        )
         if before[: len(ids)] != ids or after[: len(before)] != before:
             return None  # the template rewrites earlier turns: no consistent token view
         if len(after) > max_seq_len:
@@ -145,19 +148,19 @@ def sft_samples(
     trajectories: list[Trajectory], tokenizer: Any, config: SFTConfig
 ) -> tuple[list[Sample], dict[str, int]]:
     """Tokenised samples and counts of what was left out and why."""
-    tools = iflow_tool_schemas(compact=config.tools == "iflow-compact")
-    if config.tools == "none":
-        tools = []
+    compact = config.tools in ("iflow-compact", "iflow-brief")
+    tools = [] if config.tools == "none" else iflow_tool_schemas(compact=compact)
+    tool_format = "brief" if config.tools == "iflow-brief" else "auto"
     counts = {"trajectories": len(trajectories), "unsuccessful": 0, "too_long": 0, "cut": 0}
     samples: list[Sample] = []
     for trajectory in trajectories:
         if config.only_successful and trajectory.reward is not None and trajectory.reward <= 0:
             counts["unsuccessful"] += 1
             continue
-        if config.tools == "iflow-compact":
+        if compact:
             trajectory = as_compact(trajectory)
         tokenized = tokenize_trajectory(
-            trajectory, tokenizer, tools, max_seq_len=config.max_seq_len
+            trajectory, tokenizer, tools, max_seq_len=config.max_seq_len, tool_format=tool_format
         )
         if tokenized is None or not any(tokenized.sample.expert_mask):
             counts["too_long"] += 1

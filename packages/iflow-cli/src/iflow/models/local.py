@@ -38,7 +38,7 @@ from iflow.models.base import DeltaCallback, ModelResponse, to_openai_messages
 from iflow.models.parsing import parse_tool_calls, text_tool_messages, with_tools_prompt
 
 _DEFAULT_CONTEXT = 32768
-ToolFormat = Literal["auto", "native", "text"]
+ToolFormat = Literal["auto", "native", "text", "brief"]
 
 
 class LocalModel:
@@ -130,9 +130,9 @@ class LocalModel:
         context_limit: int | None,
         tool_format: ToolFormat,
     ) -> None:
-        if tool_format not in ("auto", "native", "text"):
+        if tool_format not in ("auto", "native", "text", "brief"):
             raise ConfigError(
-                'tool_format must be "auto", "native" or "text" for a local model, '
+                'tool_format must be "auto", "native", "text" or "brief" for a local model, '
                 f"not {tool_format!r}."
             )
         if temperature < 0:
@@ -250,7 +250,8 @@ class LocalModel:
 
 def template_features(tokenizer: Any, tool_format: ToolFormat = "auto") -> tuple[bool, bool]:
     """Whether to give the chat template ``tools`` and ``tool_calls`` natively: what the
-    template uses for ``"auto"``, both for ``"native"``, neither for ``"text"``."""
+    template uses for ``"auto"``, both for ``"native"``, neither for ``"text"`` and
+    ``"brief"`` (text markup, tools described in one line each)."""
     if tool_format != "auto":
         native = tool_format == "native"
         return native, native
@@ -279,7 +280,7 @@ def chat_messages(
         chat = text_tool_messages(chat)
     if uses_tools:
         return chat, (tools or None)
-    return with_tools_prompt(chat, tools), None
+    return with_tools_prompt(chat, tools, brief=tool_format == "brief"), None
 
 
 def prompt_token_ids(

@@ -43,7 +43,7 @@ from iflow.models.parsing import (
     with_tools_prompt,
 )
 
-ToolFormat = Literal["native", "text"]
+ToolFormat = Literal["native", "text", "brief"]
 
 _RETRY_STATUSES = {408, 409, 429}
 _CONTEXT_PATTERN = re.compile(
@@ -90,9 +90,9 @@ class OpenAIModel:
         extra_body: dict[str, Any] | None = None,
         name: str | None = None,
     ) -> None:
-        if tool_format not in ("native", "text"):
+        if tool_format not in ("native", "text", "brief"):
             raise ConfigError(
-                f'tool_format must be "native" or "text" for an OpenAI-compatible server, '
+                f'tool_format must be "native", "text" or "brief" for an OpenAI-compatible server, '
                 f"not {tool_format!r}."
             )
         self.model = model
@@ -134,8 +134,9 @@ class OpenAIModel:
         """The chat-completions request for ``messages`` (without the streaming options)."""
         chat = to_openai_messages(messages)
         body: dict[str, Any] = {"model": self.model}
-        if self.tool_format == "text":
-            body["messages"] = with_tools_prompt(text_tool_messages(chat), tools)
+        if self.tool_format in ("text", "brief"):
+            brief = self.tool_format == "brief"
+            body["messages"] = with_tools_prompt(text_tool_messages(chat), tools, brief=brief)
         else:
             body["messages"] = chat
             if tools:

@@ -231,11 +231,17 @@ def _function(tool: dict[str, Any]) -> dict[str, Any]:
     return inner if isinstance(inner, dict) else tool
 
 
-def render_tools_prompt(tools: list[dict[str, Any]]) -> str:
+def render_tools_prompt(tools: list[dict[str, Any]], *, brief: bool = False) -> str:
     """The text block that describes ``tools`` and the call markup to a model without native
-    tool calling (appended to the system message). Empty when there are no tools."""
+    tool calling (appended to the system message). Empty when there are no tools.
+
+    ``brief``: one line per tool, ``name(param, ...): description``, and the markup in one
+    sentence: about a fifth of the JSON-schema form's tokens, for small models (the
+    ``"brief"`` tool format)."""
     if not tools:
         return ""
+    if brief:
+        return _render_brief(tools)
     lines = [
         "# Tools",
         "",
@@ -273,10 +279,30 @@ def render_call(call: ToolCall) -> str:
     return f'{OPEN}\n{{"name": {name}, "arguments": {arguments}}}\n{CLOSE}'
 
 
-def with_tools_prompt(messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> list[dict]:
+def _render_brief(tools: list[dict[str, Any]]) -> str:
+    lines = ["# Tools", ""]
+    for tool in tools:
+        fn = _function(tool)
+        params = ", ".join((fn.get("parameters") or {}).get("properties") or {})
+        description = " ".join(str(fn.get("description", "")).split())
+        lines.append(f"{fn.get('name', '')}({params}): {description}")
+    lines += [
+        "",
+        "Call a tool with:",
+        OPEN,
+        '{"name": "<tool name>", "arguments": {<arguments>}}',
+        CLOSE,
+        f"Its result comes back inside {RESPONSE_OPEN}{RESPONSE_CLOSE}.",
+    ]
+    return "\n".join(lines)
+
+
+def with_tools_prompt(
+    messages: list[dict[str, Any]], tools: list[dict[str, Any]], *, brief: bool = False
+) -> list[dict]:
     """Chat messages with :func:`render_tools_prompt` appended to the system message (one is
     put first when there is none). The input list is not changed."""
-    prompt = render_tools_prompt(tools)
+    prompt = render_tools_prompt(tools, brief=brief)
     if not prompt:
         return list(messages)
     out = [dict(m) for m in messages]

@@ -134,6 +134,7 @@ class TaskRollouts:
     async def _setup(self) -> None:
         agent = AgentSettings(
             prompt_profile=self.config.prompt_profile,
+            tool_format=self.config.tool_format,
             max_turns=self.config.max_turns,
             context_limit=self.config.context_limit,
             max_new_tokens=self.params.max_new_tokens,

@@ -64,6 +64,8 @@ class AgentSettings:
     """How the iflow agent runs in training episodes."""
 
     prompt_profile: str = "compact"
+    tool_format: str = "text"
+    """``text`` or ``brief`` (see :class:`roll.config.TasksConfig`)."""
     max_turns: int = 8
     context_limit: int = 4096
     max_new_tokens: int = 256
@@ -120,12 +122,13 @@ class AgenticEpisodes:
             self.tokenizer,
             context_limit=self.agent.context_limit,
             max_new_tokens=self.agent.max_new_tokens,
+            tool_format=self.agent.tool_format,
         )
         return IflowAgent(
             model_obj=model,
             prompt_profile=self.agent.prompt_profile,
             max_turns=self.agent.max_turns,
-            tool_format="text",
+            tool_format=self.agent.tool_format,
             **self.agent.extra,
         )
 

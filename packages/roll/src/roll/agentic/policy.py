@@ -174,10 +174,13 @@ class PolicyModel:
         name: str = "policy",
         context_limit: int = 4096,
         max_new_tokens: int | None = None,
+        tool_format: str = "auto",
     ) -> None:
         self.queue = queue
         self.tokenizer = tokenizer
         self.name = name
+        self.tool_format: Any = tool_format
+        """How tools reach the prompt (:data:`iflow.models.local.ToolFormat`)."""
         self.context_limit = context_limit
         self.max_new_tokens = max_new_tokens or queue.params.max_new_tokens
         self.tokens: list[int] = []
@@ -194,12 +197,12 @@ class PolicyModel:
     def count_tokens(self, messages: list[Step], tools: list[dict[str, Any]]) -> int:
         from iflow.models.local import prompt_token_ids
 
-        return len(prompt_token_ids(self.tokenizer, messages, tools))
+        return len(prompt_token_ids(self.tokenizer, messages, tools, self.tool_format))
 
     def _render(self, messages: list[Step], tools: list[dict[str, Any]], *, gen: bool) -> str:
         from iflow.models.local import chat_messages
 
-        chat, tools_arg = chat_messages(self.tokenizer, messages, tools)
+        chat, tools_arg = chat_messages(self.tokenizer, messages, tools, self.tool_format)
         return str(
             self.tokenizer.apply_chat_template(
                 chat, tools=tools_arg, add_generation_prompt=gen, tokenize=False
@@ -237,10 +240,10 @@ class PolicyModel:
         if not self._seen:
             from iflow.models.local import prompt_token_ids
 
-            return prompt_token_ids(self.tokenizer, messages, tools), False
+            return prompt_token_ids(self.tokenizer, messages, tools, self.tool_format), False
         from iflow.models.local import prompt_token_ids
 
-        return prompt_token_ids(self.tokenizer, messages, tools), True
+        return prompt_token_ids(self.tokenizer, messages, tools, self.tool_format), True
 
     async def complete(
         self,

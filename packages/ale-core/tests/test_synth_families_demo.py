@@ -1,0 +1,73 @@
+"""The demo families text-count and text-transform: determinism, and each kind's one-line
+solution run with the host's coreutils passes the task's own tests (and doing nothing fails
+them)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ale.synth.expert import ExpertRun, Final, Observation
+from ale.synth.families.text_tools import COUNT_KINDS, OUTPUTS, SOURCES, TRANSFORM_KINDS
+from ale.synth.family import draft_for, get_family
+
+FAMILIES = {"text-count": COUNT_KINDS, "text-transform": TRANSFORM_KINDS}
+
+
+def _drafts(family: str, count: int = 60) -> list:
+    return [draft_for(family, seed, "easy") for seed in range(count)]
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_deterministic_and_covering(family: str) -> None:
+    drafts = _drafts(family)
+    again = _drafts(family)
+    assert [d.instruction for d in drafts] == [d.instruction for d in again]
+    assert [d.files for d in drafts] == [d.files for d in again]
+    assert {d.params["kind"] for d in drafts} == set(FAMILIES[family])
+    assert {d.params["source"] for d in drafts} <= set(SOURCES)
+    assert {d.params["output"] for d in drafts} <= set(OUTPUTS)
+    assert get_family(family).difficulties == ("easy",)
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_expert_is_the_solution_then_done(family: str) -> None:
+    draft = draft_for(family, 3, "easy")
+    run = ExpertRun(draft.expert())
+    action = run.next(None)
+    assert action.kind == "shell" and action.command == draft.solution.strip()
+    final = run.next(Observation("(no output)\nExit code: 0", 0))
+    assert isinstance(final, Final)
+
+
+def _run_tests(draft, root: Path) -> int:
+    tests = root / "test_outputs.py"
+    tests.write_text(draft.tests.replace("/app/", f"{root}/"))
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tests)],
+        capture_output=True,
+        cwd=root,
+    ).returncode
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_solution_passes_and_nothing_fails(family: str, tmp_path: Path) -> None:
+    seen: set[str] = set()
+    for seed in range(40):
+        draft = draft_for(family, seed, "easy")
+        kind = draft.params["kind"]
+        if kind in seen:
+            continue
+        seen.add(kind)
+        root = tmp_path / f"{seed}"
+        root.mkdir()
+        for path, text in draft.files.items():
+            (root / path.removeprefix("/app/")).write_text(text)
+        assert _run_tests(draft, root) != 0, f"{kind}: doing nothing passed"
+        env = {"PATH": "/usr/bin:/bin", "LC_ALL": "C"}
+        subprocess.run(["bash", "-c", draft.solution], cwd=root, env=env, check=True)
+        assert _run_tests(draft, root) == 0, f"{kind}: {draft.solution} failed its tests"
+    assert seen == set(FAMILIES[family])
