@@ -14,6 +14,6 @@ fi
 .venv/bin/pip install -q --group dev
 # torch pinned: this version resolves to a CPU build here; an unpinned torch pulls CUDA wheels.
 .venv/bin/pip install -q "torch==2.13.0"
-.venv/bin/pip install -q -e packages/ale-core -e packages/rock -e "packages/iflow-cli[local,sandbox]" -e "packages/roll[tensorboard]"
+.venv/bin/pip install -q -e packages/ale-core -e packages/rock -e "packages/iflow-cli[local,sandbox]" -e "packages/roll[tensorboard,ray]"
 touch .venv/.installed
 echo "[setup] .venv ready: $(.venv/bin/python --version), packages installed editable" >&2

@@ -3,8 +3,10 @@
 The sandboxes they hand out have the same verbs as in-process ones (`Sandbox`):
 exec, sessions, files and trees, snapshot, stop, delete; use them as context managers
 to delete on exit. Connection failures are retried (the request never reached the
-daemon); nothing else is. Errors from the daemon arrive as the exception class the
-daemon raised (`SandboxNotFound`, `PathEscape`, `PoolExhausted`, ...) with its message.
+daemon); nothing else is. A daemon that went away under a request raises `DaemonLost`
+(the request may or may not have been carried out), and a sandbox remembers it in
+``daemon_lost``. Errors from the daemon arrive as the exception class the daemon raised
+(`SandboxNotFound`, `PathEscape`, `PoolExhausted`, ...) with its message.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from rock.backends.base import (
 )
 from rock.errors import (
     DaemonError,
+    DaemonLost,
     DaemonUnreachable,
     EngineUnavailable,
     InvalidRequest,
@@ -147,6 +150,15 @@ def _unreachable(url: str, exc: Exception) -> DaemonUnreachable:
     )
 
 
+def _lost(url: str, exc: Exception) -> DaemonLost:
+    what = "did not answer in time" if isinstance(exc, httpx.TimeoutException) else "went away"
+    return DaemonLost(
+        f"the rock daemon at {url} {what} while a request was under way "
+        f"({type(exc).__name__}), so it may or may not have been carried out; check the "
+        "daemon and run it again."
+    )
+
+
 # --- sync ---------------------------------------------------------------------------------
 
 
@@ -190,6 +202,8 @@ class Client:
                     raise _unreachable(self.url, exc) from None
                 time.sleep(self.backoff * 2**attempt)
                 attempt += 1
+            except httpx.TransportError as exc:  # sent, and the connection broke
+                raise _lost(self.url, exc) from None
         _raise_for(response)
         return response
 
@@ -317,9 +331,23 @@ class RemoteSandbox(Sandbox):
         self.spec = info.spec
         self.info = info
         self._path = f"/v1/sandboxes/{info.id}"
+        self.daemon_lost: str | None = None
+        """Why the daemon could not be reached, or was shutting down, under a request of
+        this sandbox (the first time), or None: since then a command may have been lost and
+        sessions closed."""
+
+    def _request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        try:
+            return self.client.request(method, path, **kwargs)
+        except (DaemonUnreachable, ShuttingDown) as exc:
+            self.daemon_lost = self.daemon_lost or str(exc)
+            raise
+
+    def _model(self, model: type[M], method: str, path: str, **kwargs: Any) -> M:
+        return model.model_validate_json(self._request(method, path, **kwargs).content)
 
     def run(self, request: ExecRequest) -> ExecResult:
-        response = self.client.request(
+        response = self._request(
             "POST",
             f"{self._path}/exec",
             content=request.model_dump_json(),
@@ -329,42 +357,40 @@ class RemoteSandbox(Sandbox):
         return ExecResult.model_validate_json(response.content)
 
     def session(self, *, max_output_bytes: int = DEFAULT_MAX_OUTPUT) -> RemoteSession:
-        info = self.client._model(SessionInfo, "POST", f"{self._path}/sessions")
+        info = self._model(SessionInfo, "POST", f"{self._path}/sessions")
         return RemoteSession(self, info.id)
 
     def read_file(self, path: str) -> bytes:
-        return self.client.request("GET", f"{self._path}/file", params={"path": path}).content
+        return self._request("GET", f"{self._path}/file", params={"path": path}).content
 
     def write_file(self, path: str, data: bytes, mode: int = 0o644) -> None:
-        self.client.request(
+        self._request(
             "PUT", f"{self._path}/file", params={"path": path, "mode": mode}, content=data
         )
 
     def put_archive(self, directory: str, data: bytes) -> None:
-        self.client.request(
-            "PUT", f"{self._path}/archive", params={"path": directory}, content=data
-        )
+        self._request("PUT", f"{self._path}/archive", params={"path": directory}, content=data)
 
     def get_archive(self, path: str) -> bytes:
-        return self.client.request("GET", f"{self._path}/archive", params={"path": path}).content
+        return self._request("GET", f"{self._path}/archive", params={"path": path}).content
 
     def snapshot(self, tag: str) -> str:
         body = SnapshotRequest(tag=tag).model_dump()
-        return self.client._model(SnapshotInfo, "POST", f"{self._path}/snapshot", json=body).image
+        return self._model(SnapshotInfo, "POST", f"{self._path}/snapshot", json=body).image
 
     def status(self) -> dict[str, Any]:
-        self.info = self.client.info(self.id)
+        self.info = self._model(SandboxInfo, "GET", self._path)
         return {"state": self.info.state, "reason": self.info.state_reason}
 
     def logs(self, limit: int = 100) -> list[ExecLog]:
         return self.client.logs(self.id, limit)
 
     def stop(self) -> None:
-        self.info = self.client._model(SandboxInfo, "POST", f"{self._path}/stop")
+        self.info = self._model(SandboxInfo, "POST", f"{self._path}/stop")
 
     def delete(self) -> None:
         with contextlib.suppress(SandboxNotFound):
-            self.info = self.client.delete(self.id)
+            self.info = self._model(SandboxInfo, "DELETE", self._path)
 
 
 class RemoteSession:
@@ -378,7 +404,7 @@ class RemoteSession:
 
     def run(self, command: str, timeout: float | None = 60.0) -> SessionResult:
         body = SessionRunRequest(command=command, timeout=timeout).model_dump_json()
-        response = self.sandbox.client.request(
+        response = self.sandbox._request(
             "POST",
             f"{self._path}/run",
             content=body,
@@ -391,7 +417,7 @@ class RemoteSession:
         if not self.closed:
             self.closed = True
             with contextlib.suppress(SandboxNotFound, SandboxError):
-                self.sandbox.client.request("DELETE", self._path)
+                self.sandbox._request("DELETE", self._path)
 
     def __enter__(self) -> Self:
         return self
@@ -441,6 +467,8 @@ class AsyncClient:
                     raise _unreachable(self.url, exc) from None
                 await asyncio.sleep(self.backoff * 2**attempt)
                 attempt += 1
+            except httpx.TransportError as exc:  # sent, and the connection broke
+                raise _lost(self.url, exc) from None
         _raise_for(response)
         return response
 

@@ -56,3 +56,8 @@ class ShuttingDown(DaemonError):
 
 class DaemonUnreachable(RockError, ConnectionError):
     """No rock daemon answers at the URL."""
+
+
+class DaemonLost(DaemonUnreachable):
+    """The daemon went away while a request was under way: it may or may not have been
+    carried out."""

@@ -182,7 +182,11 @@ class TasksConfig(_Section):
     pool_size: int = Field(default=4, ge=1)
     """Warm sandboxes kept ready."""
     url: str | None = None
-    """A running rock daemon to use; default: a private one for the run."""
+    """A running rock daemon to use; default: the one whose address is in ``home``, else a
+    private one for the run."""
+    home: str | None = None
+    """The rock home of that daemon, where ``rock serve`` keeps its address and token
+    (``--home``); default: the token from ``$ROCK_TOKEN``, else ``$ROCK_HOME`` or ``~/.rock``."""
     prompt_profile: Literal["compact", "default"] = "compact"
     tool_format: Literal["text", "brief"] = "text"
     """How the policy sees the tools: ``<tool_call>`` markup with the tools' JSON schemas
@@ -192,6 +196,9 @@ class TasksConfig(_Section):
     context_limit: int = Field(default=4096, ge=64)
     max_attempts: int = Field(default=3, ge=1)
     """Attempts per episode when the infrastructure fails (sandbox, verifier, generation)."""
+    daemon_wait: float = Field(default=60.0, gt=0)
+    """Seconds an attempt waits for a rock daemon that went away (a restart) to take requests
+    again before it fails; episodes its absence broke run again (``infra/daemon_unavailable``)."""
     max_staleness: int = Field(default=0, ge=0)
     """How many policy versions old a group may be when it is trained on: 0 is synchronous
     (a step's episodes start after the previous update); above 0 the next steps' episodes
@@ -213,6 +220,33 @@ class RolloutConfig(_Section):
     ``tasks:`` each is replaced by a group of another task (at most 3 per group a step)."""
 
 
+class RayConfig(_Section):
+    """Ray for scale: environments and agentic episodes in Ray actors (needs ``roll[ray]``).
+
+    Without this section everything runs in the trainer's process. Every node of the cluster
+    needs roll installed (the same version), and with ``tasks:`` the dataset directory at the
+    same path and a rock daemon it can reach (``tasks.url`` on a cluster of several nodes).
+    """
+
+    address: str
+    """The cluster: ``auto`` (the one ``ray start`` made on this machine), ``HOST:PORT`` (its
+    head node's GCS port) or ``ray://HOST:PORT`` (Ray Client)."""
+    env_workers: int = Field(default=2, ge=1)
+    """With ``env:``: actors hosting the environments (a step's episodes spread over them);
+    generation stays batched in the trainer."""
+    rollout_workers: int = Field(default=2, ge=1)
+    """With ``tasks:``: actors running agentic episodes (sandbox, agent loop, verifier); their
+    generation requests go to one generation actor, batched across episodes."""
+    worker_cpus: float = Field(default=1.0, ge=0)
+    """CPUs Ray reserves for each env or rollout worker."""
+    generation_cpus: float = Field(default=1.0, ge=0)
+    """With ``tasks:``: CPUs Ray reserves for the generation actor."""
+    generation_gpus: float = Field(default=0.0, ge=0)
+    """With ``tasks:``: GPUs for the generation actor (above 0 it samples on CUDA)."""
+    start_timeout: float = Field(default=120.0, gt=0)
+    """Seconds to wait for the cluster to answer and the workers to start."""
+
+
 class TrainConfig(_Section):
     """``roll train``: RL on environment episodes."""
 
@@ -232,6 +266,17 @@ class TrainConfig(_Section):
     reference: bool | None = None
     """Keep a frozen copy of the initial policy for the KL term (default: when kl_coef > 0)."""
     resample: ResampleConfig | None = None
+    ray: RayConfig | None = None
+    """Run environments or agentic episodes in Ray actors (see :class:`RayConfig`)."""
+
+    @model_validator(mode="after")
+    def _check_ray(self) -> TrainConfig:
+        if self.ray is not None and self.tasks is not None and self.rollout.backend != "hf":
+            raise ValueError(
+                "with ray: and tasks: the policy samples in a Ray actor, which has only the hf "
+                "backend; set rollout.backend: hf or remove the ray: section"
+            )
+        return self
 
 
 class SFTConfig(_Section):

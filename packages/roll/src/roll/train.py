@@ -13,6 +13,10 @@ the policy, since the sharded one would need every process at every token).
 With ``resample`` set, groups start from expert trajectories at chunk anchors (chunk-level
 initialised resampling, :mod:`roll.resample`), and groups with no positive episode add an
 imitation term on the expert prefix.
+
+With ``ray`` set, the run connects to that Ray cluster: environments live in env worker
+actors (:mod:`roll.ray_engine`), agentic episodes run in rollout worker actors with one
+generation actor (:mod:`roll.agentic.ray_workers`); the results are the same.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import copy
 import hashlib
 import time
 from collections import Counter, defaultdict
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -30,9 +35,10 @@ from ale.trajectory import Trajectory
 from roll.algo.batch import Sample, assign_advantages, sample_from_trajectory, set_weights
 from roll.algo.losses import LossSpec
 from roll.config import TrainConfig
-from roll.envs.base import make_env
+from roll.envs.base import Env, make_env
 from roll.errors import ConfigError
 from roll.generation.base import GenerationBackend, SamplingParams
+from roll.ray_engine import EnvWorkers, RemoteEnvEngine, ray_session
 from roll.resample import ParallelAnchors, SequentialRollback, needs_imitation
 from roll.rollout import EpisodeRequest, RolloutEngine
 from roll.session import Session
@@ -103,6 +109,10 @@ class Experts:
 
 
 def make_backend(config: TrainConfig, session: Session) -> GenerationBackend:
+    if config.ray is not None and config.tasks is not None:  # Ray: a generation actor
+        from roll.agentic.ray_workers import RayPolicyBackend
+
+        return RayPolicyBackend.start(session.rollout_lm, session.tokenizer, config.ray)
     if config.rollout.backend == "vllm":
         from roll.generation.vllm import VLLMBackend
 
@@ -113,10 +123,18 @@ def make_backend(config: TrainConfig, session: Session) -> GenerationBackend:
 
 
 def episode_requests(
-    config: TrainConfig, step: int, experts: Experts | None
+    config: TrainConfig,
+    step: int,
+    experts: Experts | None,
+    make: Callable[[], Env] | None = None,
 ) -> list[EpisodeRequest]:
-    """The episodes of ``step``: ``groups_per_step`` groups of ``group_size``."""
+    """The episodes of ``step``: ``groups_per_step`` groups of ``group_size``; ``make``
+    gives each its environment (default: a new in-process one of ``env:``)."""
     env_cfg, rollout = config.env, config.rollout
+
+    def new_env() -> Env:
+        return make() if make is not None else make_env(env_cfg.name, **env_cfg.kwargs)
+
     requests: list[EpisodeRequest] = []
     for g in range(rollout.groups_per_step):
         if experts is None:
@@ -124,7 +142,7 @@ def episode_requests(
             for _ in range(rollout.group_size):
                 requests.append(
                     EpisodeRequest(
-                        env=make_env(env_cfg.name, **env_cfg.kwargs),
+                        env=new_env(),
                         seed=seed,
                         group_id=f"s{step}-g{g}",
                     )
@@ -136,7 +154,7 @@ def episode_requests(
             for _ in range(rollout.group_size):
                 requests.append(
                     EpisodeRequest(
-                        env=make_env(env_cfg.name, **env_cfg.kwargs),
+                        env=new_env(),
                         seed=experts.seeds[index],
                         group_id=f"s{step}-g{g}-e{index}-a{anchor}",
                         prefix=experts.trajectories[index],
@@ -174,12 +192,16 @@ def run_train(config: TrainConfig, *, resume: bool = False, log: Any = None) -> 
     """Train; the final model's directory."""
     spec = loss_spec(config)
     algo = config.algorithm
-    with Session(config, spec=spec, resume=resume, log=log) as session:
+    # with ray: the run is connected to the Ray cluster throughout (see roll.ray_engine)
+    with ray_session(config.ray), Session(config, spec=spec, resume=resume, log=log) as session:
         use_ref = config.reference if config.reference is not None else algo.kl_coef > 0
         # the initial policy, copied before start() resumes (or shards) it
         reference = copy.deepcopy(session.lm).eval().requires_grad_(False) if use_ref else None
         # asynchronous rollouts sample from their own copy of the policy while it trains
-        separate = config.tasks is not None and config.tasks.max_staleness > 0
+        # (with Ray the generation actor holds its own copy)
+        separate = (
+            config.tasks is not None and config.tasks.max_staleness > 0 and config.ray is None
+        )
         session.start(config.run.steps, rollout_copy=True, separate_rollout=separate)
         world = session.world
         experts = Experts(config) if config.resample is not None else None
@@ -190,11 +212,20 @@ def run_train(config: TrainConfig, *, resume: bool = False, log: Any = None) -> 
         norm_length = algo.norm_length or config.rollout.max_new_tokens
         rollouts_dir = session.run_dir / "rollouts"
         tasks = None
+        env_workers = None
+        if config.ray is not None and config.tasks is None:  # environments in Ray actors
+            env_workers = session.enter(EnvWorkers(config.ray, config.env))
         if config.tasks is not None:
             from roll.agentic.collector import TaskRollouts
 
+            rollouts: Any = TaskRollouts
+            extra: dict[str, Any] = {}
+            if config.ray is not None:  # episodes in Ray rollout workers
+                from roll.agentic.ray_workers import RayTaskRollouts
+
+                rollouts, extra = RayTaskRollouts, {"ray_config": config.ray}
             tasks = session.enter(
-                TaskRollouts(
+                rollouts(
                     config.tasks,
                     session.tokenizer,
                     seed=derive_seed(config.seed, "tasks", world.rank),
@@ -209,6 +240,7 @@ def run_train(config: TrainConfig, *, resume: bool = False, log: Any = None) -> 
                     groups_per_step=len(world.shard(list(range(config.rollout.groups_per_step)))),
                     max_staleness=config.tasks.max_staleness,
                     refill_uniform=config.rollout.drop_uniform_groups,
+                    **extra,
                 )
             )
         for step in range(session.start_step, config.run.steps):
@@ -222,10 +254,20 @@ def run_train(config: TrainConfig, *, resume: bool = False, log: Any = None) -> 
             if tasks is not None:
                 mine = tasks.take(session.updater.updates)
             else:
-                requests = episode_requests(config, step, experts)
-                engine = RolloutEngine(
-                    backend, session.tokenizer, params, max_seq_len=config.rollout.max_seq_len
-                )
+                if env_workers is None:
+                    requests = episode_requests(config, step, experts)
+                    engine = RolloutEngine(
+                        backend, session.tokenizer, params, max_seq_len=config.rollout.max_seq_len
+                    )
+                else:
+                    requests = episode_requests(config, step, experts, make=env_workers.make)
+                    engine = RemoteEnvEngine(
+                        env_workers,
+                        backend,
+                        session.tokenizer,
+                        params,
+                        max_seq_len=config.rollout.max_seq_len,
+                    )
                 mine = engine.run(world.shard(requests))
             trajectories = world.gather(mine)
             rollout_s = time.perf_counter() - began

@@ -15,6 +15,7 @@ import contextlib
 import inspect
 import shlex
 import tempfile
+import threading
 import time
 import traceback
 from collections.abc import Callable
@@ -24,18 +25,23 @@ from typing import Any, Protocol
 from ale.synth.runner import Outcome
 from ale.task import Task
 from ale.trajectory import Trajectory, VerifierResult, VerifierTest
-from rock.backends.base import Backend, pack_upload
+from rock.backends.base import Backend, PoolNotFound, pack_upload
 from rock.bench.results import FailureMode
 from rock.bench.verifier import toolchain
 from rock.bench.verify import AGENT_LOGS, TESTS_DIR, VERIFIER_LOGS, run_verifier, stage
 from rock.client import Client
-from rock.errors import RockError
+from rock.errors import DaemonUnreachable, RockError, ShuttingDown
 from rock.models import SandboxSpec
 
 SYNTH_IMAGE = "rock/bench-base:bookworm"
 """The base image generated tasks build on (their Dockerfiles say FROM it)."""
 
 AGENT_GRACE_SEC = 5.0
+
+DAEMON_LOST = "the rock daemon could not be reached during the episode"
+"""How the error of an episode begins when its sandbox's daemon went away under it (a
+command of the agent or of the verifier failed, or may have been lost): the outcome says
+nothing of the agent."""
 
 FILE_MTIME = 1767225600
 """2026-01-01 00:00 UTC: the modification time of every file a task's COPY places, so an
@@ -141,30 +147,97 @@ class SandboxSource(Protocol):
 
 
 class DaemonPool:
-    """Sandboxes from a warm pool of a rock daemon (made here if it does not exist)."""
+    """Sandboxes from a warm pool of a rock daemon (made here if it does not exist).
+
+    It outlasts a restart of the daemon: :meth:`acquire` waits up to ``reconnect_timeout``
+    seconds for a daemon that stopped answering, and declares the pool again if the daemon
+    came back without it; sandboxes that could not be released while it was away are
+    deleted once it answers again, and :meth:`close` deletes every sandbox still out of the
+    pool (one whose hand-over the restart cut off too), so a restart leaks none.
+    """
 
     label = "warm pool"
 
     def __init__(
-        self, client: Client, pool: str, *, size: int, spec: SandboxSpec | None = None
+        self,
+        client: Client,
+        pool: str,
+        *,
+        size: int,
+        spec: SandboxSpec | None = None,
+        reconnect_timeout: float = 60.0,
     ) -> None:
         self.client = client
         self.pool = pool
         self.spec = spec or sandbox_spec()
-        client.set_pool(pool, spec=self.spec, min_idle=size, max_total=max(2 * size, size + 2))
+        self.size = size
+        self.reconnect_timeout = reconnect_timeout
+        self._unreleased: list[Any] = []
+        self._lock = threading.Lock()
+        self._declare()
+
+    def _declare(self) -> None:
+        self.client.set_pool(
+            self.pool,
+            spec=self.spec,
+            min_idle=self.size,
+            max_total=max(2 * self.size, self.size + 2),
+        )
 
     def wait_ready(self, timeout: float = 300.0) -> None:
         self.client.wait_pool(self.pool, timeout=timeout)
 
     def acquire(self) -> Any:
-        return self.client.acquire(self.pool)
+        deadline = time.monotonic() + self.reconnect_timeout
+        declared = False
+        while True:
+            try:
+                sandbox = self.client.acquire(self.pool)
+                break
+            except PoolNotFound:  # the daemon came back without its state: declare it again
+                if declared:
+                    raise
+                self._declare()
+                declared = True
+            except (DaemonUnreachable, ShuttingDown):
+                self._await_daemon(deadline)
+        self._release_leftovers()
+        return sandbox
+
+    def _await_daemon(self, deadline: float) -> None:
+        """Return when the daemon answers again; raise once ``deadline`` has passed."""
+        while True:
+            time.sleep(0.5)
+            if time.monotonic() >= deadline:
+                raise DaemonUnreachable(
+                    f"no rock daemon took requests at {self.client.url} for "
+                    f"{self.reconnect_timeout:g} s; start it again (the same home and port)."
+                )
+            with contextlib.suppress(DaemonUnreachable):
+                self.client.health()
+                return
 
     def release(self, sandbox: Any) -> None:
-        with contextlib.suppress(Exception):
+        try:
             sandbox.delete()
+        except DaemonUnreachable:  # delete it once the daemon answers again
+            with self._lock:
+                self._unreleased.append(sandbox)
+        except Exception:
+            pass
+
+    def _release_leftovers(self) -> None:
+        with self._lock:
+            leftovers, self._unreleased = self._unreleased, []
+        for sandbox in leftovers:
+            self.release(sandbox)
 
     def close(self) -> None:
-        with contextlib.suppress(Exception):
+        """Delete the pool and every sandbox still out of it (none is in use any more)."""
+        with contextlib.suppress(Exception):  # a daemon that is gone keeps them: nothing to do
+            self._release_leftovers()
+            for info in self.client.list(pool=self.pool, state=["busy"]):
+                self.client.delete(info.id)
             self.client.delete_pool(self.pool)
 
 
@@ -214,12 +287,17 @@ class PoolRunner:
         except Exception as exc:
             return Outcome(error=f"no sandbox could be had: {exc}", seconds=0.0)
         try:
-            return await self._episode(task, agent, sandbox, logs_dir, started)
-        except Exception as exc:
-            return Outcome(
-                error=f"the episode failed: {type(exc).__name__}: {exc}",
-                seconds=round(time.monotonic() - started, 3),
-            )
+            try:
+                outcome = await self._episode(task, agent, sandbox, logs_dir, started)
+            except Exception as exc:
+                outcome = Outcome(
+                    error=f"the episode failed: {type(exc).__name__}: {exc}",
+                    seconds=round(time.monotonic() - started, 3),
+                )
+            lost = getattr(sandbox, "daemon_lost", None)  # before the release: it may fail too
+            if lost:  # the agent or the verifier saw the daemon fail, not the task
+                return Outcome(error=f"{DAEMON_LOST}: {lost}", seconds=outcome.seconds)
+            return outcome
         finally:
             await asyncio.shield(asyncio.to_thread(self.source.release, sandbox))
             self.episodes += 1

@@ -5,7 +5,9 @@ With ``tasks:`` in the config, a step draws ``rollout.groups_per_step`` tasks of
 of the iflow agent with the policy (:mod:`roll.agentic.episodes`), their generation requests
 batched by one :class:`~roll.agentic.policy.GenerationQueue`, and hands the scored
 trajectories to the trainer. Sandboxes come from a warm pool of a private ``rock serve``
-started for the run (or the daemon at ``tasks.url``), from the synthesis pool image.
+started for the run (or the daemon at ``tasks.url``), from the synthesis pool image. That
+daemon may restart under the run: the episodes it broke run again (``infra/daemon_unavailable``)
+once it answers, within ``tasks.daemon_wait`` seconds.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from ale.trajectory import Trajectory
 from roll.agentic.episodes import AgenticEpisodes, AgentSettings, EpisodeCounts
 from roll.agentic.policy import GenerationQueue
 from roll.config import TasksConfig
-from roll.errors import ConfigError
+from roll.errors import ConfigError, RollError, TrainingAborted
 from roll.generation.base import GenerationBackend, SamplingParams
 
 
@@ -101,28 +103,63 @@ class TaskRollouts:
     # -- life cycle ----------------------------------------------------------------------------
 
     def __enter__(self) -> TaskRollouts:
-        from rock.client import Client
         from rock.synth.image import ensure_pool_image
-        from rock.synth.runner import DaemonPool, PoolRunner
-        from rock.synth.wiring import private_daemon
+        from rock.synth.runner import PoolRunner
 
         ensure_pool_image()
-        if self.config.url:
-            client = self._stack.enter_context(Client(self.config.url))
-        else:
-            client = self._stack.enter_context(private_daemon())
-        source = DaemonPool(client, f"roll-{uuid.uuid4().hex[:6]}", size=self.config.pool_size)
-        self._stack.callback(source.close)
-        source.wait_ready()
-        self.runner = PoolRunner(source)
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(
-            target=self._loop.run_forever, name="roll-rollouts", daemon=True
-        )
-        self._thread.start()
-        self._call(self._setup())
-        self._stack.callback(self._stop)
+        try:
+            self.runner = PoolRunner(self._pool())
+            self._loop = asyncio.new_event_loop()
+            self._thread = threading.Thread(
+                target=self._loop.run_forever, name="roll-rollouts", daemon=True
+            )
+            self._thread.start()
+            try:
+                self._call(self._setup())
+            finally:
+                self._stack.callback(self._stop)  # after what _setup put on the stack
+        except BaseException:
+            self._stack.close()  # __exit__ is not called when __enter__ fails
+            raise
         return self
+
+    def _pool(self) -> Any:
+        """The run's warm pool, ready, on the daemon of ``tasks.url`` or ``tasks.home`` (else
+        on a private one); a daemon that cannot serve it is an error of one sentence."""
+        from rock.client import Client
+        from rock.errors import DaemonUnreachable, RockError, Unauthorized
+        from rock.synth.runner import DaemonPool
+        from rock.synth.wiring import private_daemon
+
+        home = Path(self.config.home).expanduser() if self.config.home else None
+        where = "the run's private rock daemon"
+        try:
+            if self.config.url or home is not None:
+                client = self._stack.enter_context(Client(self.config.url, home=home))
+                where = f"the rock daemon at {client.url}"
+            else:
+                client = self._stack.enter_context(private_daemon())
+            source = DaemonPool(
+                client,
+                f"roll-{uuid.uuid4().hex[:6]}",
+                size=self.config.pool_size,
+                reconnect_timeout=self.config.daemon_wait,
+            )
+            self._stack.callback(source.close)
+            source.wait_ready()
+        except DaemonUnreachable:
+            raise ConfigError(
+                f"{where} does not answer; start it with `rock serve`, fix tasks.url or "
+                "tasks.home, or leave both unset for a private daemon"
+            ) from None
+        except Unauthorized:
+            raise ConfigError(
+                f"{where} refused the token; set tasks.home to the rock home it runs with "
+                "(where its token is) or export ROCK_TOKEN"
+            ) from None
+        except RockError as exc:
+            raise RollError(f"{where} cannot keep the run's sandboxes: {exc}") from None
+        return source
 
     def __exit__(self, *exc: object) -> None:
         self._stack.close()
@@ -131,20 +168,22 @@ class TaskRollouts:
         assert self._loop is not None
         return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result()
 
-    async def _setup(self) -> None:
-        agent = AgentSettings(
+    def _agent_settings(self) -> AgentSettings:
+        return AgentSettings(
             prompt_profile=self.config.prompt_profile,
             tool_format=self.config.tool_format,
             max_turns=self.config.max_turns,
             context_limit=self.config.context_limit,
             max_new_tokens=self.params.max_new_tokens,
         )
+
+    async def _setup(self) -> None:
         self._queue = GenerationQueue(self.backend, self.params, seed=self.params.seed or 0)
         self._episodes = AgenticEpisodes(
             self.runner,
             self._queue,
             self.tokenizer,
-            agent=agent,
+            agent=self._agent_settings(),
             max_attempts=self.config.max_attempts,
         )
         self._episodes.counts = self.counts
@@ -176,7 +215,7 @@ class TaskRollouts:
         return self._rng.choice(self.tasks)
 
     def _launch(self) -> None:
-        assert self._episodes is not None and self._ready is not None
+        assert self._ready is not None
         task = self._next_task()
         index = self.launched
         self.launched += 1
@@ -185,17 +224,23 @@ class TaskRollouts:
 
         async def run() -> None:
             try:
-                group = await self._episodes.group(task, self.group_size, f"l{index}-{task.id}")
+                group = await self._run_group(task, f"l{index}-{task.id}")
             except asyncio.CancelledError:
                 raise
-            except Exception:  # a group that failed as a whole counts as abandoned episodes
+            except Exception as exc:  # a group that failed as a whole: abandoned episodes
                 group = []
                 self.counts.abandoned += self.group_size
+                self.counts.last_error = f"{type(exc).__name__}: {exc}"
             finally:
                 self._inflight -= 1
             await ready.put(group)
 
         asyncio.get_running_loop().create_task(run())
+
+    async def _run_group(self, task: Task, group_id: str) -> list[Trajectory]:
+        """One group's scored trajectories (the seam the Ray rollout workers replace)."""
+        assert self._episodes is not None
+        return await self._episodes.group(task, self.group_size, group_id)
 
     def take(self, version: int) -> list[Trajectory]:
         """The next step's scored trajectories: ``groups_per_step`` groups not more than
@@ -204,6 +249,7 @@ class TaskRollouts:
 
     async def _take(self, version: int) -> list[Trajectory]:
         assert self._ready is not None
+        abandoned = self.counts.abandoned
         while self._inflight + self._ready.qsize() < self.groups_per_step:
             self._launch()
         out: list[Trajectory] = []
@@ -233,7 +279,18 @@ class TaskRollouts:
         ahead = self.groups_per_step * self.max_staleness
         while self._inflight + self._ready.qsize() < ahead:
             self._launch()
+        if not out and self.counts.abandoned > abandoned:
+            raise TrainingAborted(self._nothing_ran(self.counts.abandoned - abandoned))
         return out
+
+    def _nothing_ran(self, abandoned: int) -> str:
+        reasons = ", ".join(f"{r} {n}" for r, n in self.counts.reasons.most_common())
+        last = f"; the last: {self.counts.last_error}" if self.counts.last_error else ""
+        return (
+            f"no episode of this step could be run: {abandoned} were abandoned after "
+            f"{self.config.max_attempts} attempts each for infrastructure reasons"
+            f"{f' ({reasons})' if reasons else ''}{last}"
+        )
 
     @contextlib.contextmanager
     def paused(self) -> Any:

@@ -9,9 +9,10 @@ verifier. How it ended decides what becomes of it:
   format error after garbage tool calls, turns or time used up, a loop): those are the
   policy's own results and it learns from them;
 - **infrastructure**: the sandbox failed or was lost, the verifier failed or hung, the
-  generation backend failed — nothing says how good the policy was, so the episode is
-  dropped and run again from the same initial state (a fresh sandbox of the same task),
-  up to ``max_attempts`` times; never scored as zero.
+  generation backend failed, the rock daemon went away (a restart) under the episode —
+  nothing says how good the policy was, so the episode is dropped and run again from the
+  same initial state (a fresh sandbox of the same task), up to ``max_attempts`` times;
+  never scored as zero.
 
 Every started episode is counted in :class:`EpisodeCounts`, so nothing is lost silently.
 """
@@ -46,6 +47,8 @@ class EpisodeCounts:
     abandoned: int = 0
     """Episodes whose every attempt failed for infrastructure reasons."""
     reasons: Counter[str] = field(default_factory=Counter)
+    last_error: str | None = None
+    """The last infrastructure failure, as its sentence."""
 
     def as_metrics(self, prefix: str = "episodes/") -> dict[str, float]:
         out = {
@@ -80,6 +83,8 @@ def classify(outcome: Outcome) -> str | None:
     if outcome.error is None and outcome.reward is not None:
         return None
     text = (outcome.error or "").lower()
+    if "rock daemon" in text:  # it went away (a restart) or was shutting down: not the agent's
+        return "daemon_unavailable"
     if "timeout" in text and "agent" in text and trajectory is not None:
         return None  # the agent's own time ran out: the policy's result
     if "sandbox" in text:
@@ -151,6 +156,7 @@ class AgenticEpisodes:
                 trajectory.episode_id = trajectory.episode_id or uuid.uuid4().hex
                 return trajectory
             self.counts.reasons[reason] += 1
+            self.counts.last_error = outcome.error or reason
             self.counts.retried += 1
         self.counts.retried -= 1
         self.counts.abandoned += 1

@@ -1,0 +1,147 @@
+"""A warm pool that outlasts its daemon: `rock serve` killed (SIGKILL) and started again on
+the same port, over the local backend (no engine needed)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from rock.backends.base import PoolNotFound
+from rock.client import Client
+from rock.errors import DaemonLost, DaemonUnreachable
+from rock.models import SandboxSpec
+from rock.synth.runner import DaemonPool
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class Serve:
+    """``rock serve --backend local`` in a subprocess, on one port, started and killed at will."""
+
+    def __init__(self, home: Path, port: int) -> None:
+        self.home = home
+        self.port = port
+        self.url = f"http://127.0.0.1:{port}"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self, home: Path | None = None) -> None:
+        self.home = home or self.home
+        self.home.mkdir(parents=True, exist_ok=True)
+        (self.home / "daemon.json").unlink(missing_ok=True)  # a killed daemon leaves it
+        argv = [sys.executable, "-m", "rock.cli", "serve", "--home", str(self.home)]
+        argv += ["--port", str(self.port), "--backend", "local", "--daemon-id", "pytest-restart"]
+        argv += ["--log-level", "warning", "--cleanup"]
+        with (self.home / "daemon.log").open("ab") as log:
+            self.proc = subprocess.Popen(argv, stdout=log, stderr=log)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            with contextlib.suppress(OSError, ValueError, KeyError):
+                if json.loads((self.home / "daemon.json").read_text())["pid"] == self.proc.pid:
+                    return
+            assert self.proc.poll() is None, (self.home / "daemon.log").read_text()
+            time.sleep(0.05)
+        raise AssertionError("rock serve did not start within 60 s")
+
+    def kill(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(10)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+
+
+@pytest.fixture
+def serve(tmp_path: Path) -> Iterator[Serve]:
+    daemon = Serve(tmp_path / "home", _free_port())
+    daemon.start()
+    yield daemon
+    daemon.stop()
+
+
+def _later(seconds: float, action: Callable[[], object]) -> threading.Thread:
+    def run() -> None:
+        time.sleep(seconds)
+        action()
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread
+
+
+def test_a_pool_outlasts_its_daemon_killed_and_started_again(serve: Serve) -> None:
+    client = Client(serve.url, home=serve.home, retries=1)
+    pool = DaemonPool(client, "restart", size=1, spec=SandboxSpec(), reconnect_timeout=30)
+    pool.wait_ready(timeout=30)
+    sandbox = pool.acquire()
+    assert sandbox.exec("echo up").stdout == b"up\n" and sandbox.daemon_lost is None
+
+    killer = _later(0.5, serve.kill)
+    with pytest.raises(DaemonLost, match="went away while a request was under way"):
+        sandbox.exec("sleep 5", timeout=30)  # in flight when the daemon dies
+    killer.join()
+    assert sandbox.daemon_lost is not None and "may or may not" in sandbox.daemon_lost
+    pool.release(sandbox)  # the daemon is away: deleted once it answers again
+
+    restarter = _later(1.0, serve.start)
+    again = pool.acquire()  # waits for it: the same token, the pool kept in its store
+    restarter.join()
+    assert again.exec("echo back").stdout == b"back\n" and again.daemon_lost is None
+    assert client.info(sandbox.id).state == "deleted"  # the one released while it was away
+    pool.release(again)
+    pool.close()
+    with pytest.raises(PoolNotFound):
+        client.pool("restart")
+    assert not client.list(state=["ready", "busy"])
+
+
+def test_a_pool_the_daemon_forgot_is_declared_again(serve: Serve, tmp_path: Path) -> None:
+    client = Client(serve.url, home=serve.home, retries=1)
+    pool = DaemonPool(client, "forgotten", size=1, spec=SandboxSpec(), reconnect_timeout=30)
+    pool.wait_ready(timeout=30)
+    serve.kill()
+    fresh = tmp_path / "fresh"  # started again without its state store, with the same token
+    fresh.mkdir()
+    shutil.copy(serve.home / "token", fresh / "token")
+    (fresh / "token").chmod(0o600)
+    serve.start(fresh)
+    with pool.acquire() as sandbox:
+        assert sandbox.exec("true").exit_code == 0
+    assert client.pool("forgotten").min_idle == 1
+    pool.close()
+
+
+def test_a_daemon_that_does_not_come_back_fails_acquire_in_one_sentence(serve: Serve) -> None:
+    client = Client(serve.url, home=serve.home, retries=0)
+    pool = DaemonPool(client, "gone", size=1, spec=SandboxSpec(), reconnect_timeout=1.5)
+    serve.kill()
+    began = time.monotonic()
+    with pytest.raises(DaemonUnreachable) as caught:
+        pool.acquire()
+    assert 1.5 <= time.monotonic() - began < 10
+    message = str(caught.value)
+    assert message == (
+        f"no rock daemon took requests at {serve.url} for 1.5 s; start it again "
+        "(the same home and port)."
+    )
+    pool.close()  # nothing to reach: returns quietly

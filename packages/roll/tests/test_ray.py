@@ -1,0 +1,302 @@
+"""Ray as the engine for scale: env workers and rollout workers as actors of a real local Ray
+cluster started here (``ray start --head``), equal to the single-process run where they
+should be."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("ray", reason="ray is not installed (pip install 'roll[ray]')")
+
+from safetensors.torch import load_file
+
+from ale.trajectory import Trajectory
+from iflow.models.tiny import build_tiny_model
+from roll.agentic.ray_workers import RayPolicyBackend
+from roll.config import EnvConfig, RayConfig, TrainConfig, load_config
+from roll.envs import make_env
+from roll.errors import ConfigError, RollError
+from roll.generation import HFBackend, SamplingParams
+from roll.metrics import read_metrics
+from roll.ray_engine import EnvWorkers, RemoteEnv, RemoteEnvEngine, ray_session
+from roll.resample import expert_actions, record_experts
+from roll.rollout import EpisodeRequest, RolloutEngine
+from roll.train import run_train
+
+REPO = Path(__file__).resolve().parents[3]
+TASKS = REPO / "datasets" / "synth-mini" / "tasks"
+RAY = Path(sys.executable).parent / "ray"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def ray_address() -> Iterator[str]:
+    """A local Ray cluster of 2 CPUs on free ports, in its own process group, stopped (and
+    its processes gone) at the end."""
+    temp = Path(tempfile.mkdtemp(prefix="roll-ray-", dir="/tmp"))  # short: unix sockets
+    port = _free_port()
+    command = [
+        str(RAY), "start", "--head", "--block", f"--port={port}", "--num-cpus=2",
+        "--num-gpus=0", "--include-dashboard=false", "--disable-usage-stats",
+        f"--temp-dir={temp}", f"--ray-client-server-port={_free_port()}",
+        f"--dashboard-port={_free_port()}", f"--dashboard-agent-listen-port={_free_port()}",
+        f"--metrics-export-port={_free_port()}", f"--runtime-env-agent-port={_free_port()}",
+    ]  # fmt: skip
+    log = (temp / "ray-start.log").open("wb")
+    # no token authentication, whatever ~/.ray holds: the test's driver connects by address
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled"}
+    proc = subprocess.Popen(command, stdout=log, stderr=log, env=env, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 1):
+                break
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"ray start failed: {(temp / 'ray-start.log').read_text()}")
+            time.sleep(0.2)
+        yield f"127.0.0.1:{port}"
+    finally:
+        proc.send_signal(signal.SIGTERM)  # --block: ray stops what it started
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(60)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        log.close()
+        shutil.rmtree(temp, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_tiny_model(tmp_path_factory.mktemp("tiny"), hidden_size=32, layers=1, heads=2)
+
+
+def _essence(trajectory: Trajectory) -> tuple[Any, ...]:
+    """What a rollout is, without its ids and clocks."""
+    steps = [
+        (s.role, s.content, s.token_ids, s.prompt_token_ids, s.logprobs, s.reward, s.extra)
+        for s in trajectory.steps
+    ]
+    return (
+        trajectory.task_id,
+        trajectory.group_id,
+        trajectory.reward,
+        trajectory.failure_mode,
+        trajectory.agent.extra,
+        trajectory.extra,
+        steps,
+    )
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0], ids=["greedy", "sampled"])
+def test_env_rollouts_in_ray_actors_equal_the_in_process_ones(
+    ray_address: str, tiny: Path, temperature: float
+) -> None:
+    backend = HFBackend.from_path(tiny, device="cpu")
+    params = SamplingParams(max_new_tokens=6, temperature=temperature, seed=11)
+    env = EnvConfig(name="guess", kwargs={"n": 8, "max_turns": 3})
+    seeds = [(seed, f"g{seed}") for seed in (1, 2, 3) for _ in range(2)]
+    # and an episode started from an expert's first action (replayed through the proxy)
+    expert = next(
+        t for t in record_experts(env.name, range(20), **env.kwargs) if len(expert_actions(t)) > 1
+    )
+
+    def requests_of(make: Callable[[], Any]) -> list[EpisodeRequest]:
+        seed = int(expert.extra["roll"]["env_seed"])
+        return [EpisodeRequest(env=make(), seed=s, group_id=g) for s, g in seeds] + [
+            EpisodeRequest(env=make(), seed=seed, group_id="x", prefix=expert, anchor=1)
+        ]
+
+    local = RolloutEngine(backend, backend.tokenizer, params, max_seq_len=256).run(
+        requests_of(lambda: make_env(env.name, **env.kwargs))
+    )
+    config = RayConfig(address=ray_address, env_workers=2, worker_cpus=0.5)
+    with ray_session(config), EnvWorkers(config, env) as workers:
+        requests = requests_of(workers.make)
+        hosts = {id(r.env.host) for r in requests if isinstance(r.env, RemoteEnv)}
+        engine = RemoteEnvEngine(workers, backend, backend.tokenizer, params, max_seq_len=256)
+        remote = engine.run(requests)
+
+    assert len(hosts) == 2  # the episodes were spread over both actors
+    assert sum(len(t.steps) for t in local) > 3 * len(local)  # several turns each
+    assert any(s.extra.get("roll") == {"prefix": True} for s in remote[-1].steps)
+    assert [_essence(t) for t in remote] == [_essence(t) for t in local]
+
+
+def test_an_environment_s_error_in_an_env_worker_is_its_own(ray_address: str) -> None:
+    config = RayConfig(address=ray_address, env_workers=1, worker_cpus=0.5)
+    with ray_session(config):
+        with pytest.raises(ConfigError, match="unknown environment 'gues'; did you mean 'guess'"):
+            EnvWorkers(config, EnvConfig(name="gues")).__enter__()
+        with EnvWorkers(config, EnvConfig(name="guess")) as workers:
+            env = workers.make()
+            with pytest.raises(RollError, match="no episode running; reset it first"):
+                env.step("5")
+            env.reset(3)
+            assert env.step("5").info["guess"] == 5
+
+
+def _train_config(tmp_path: Path, tiny: Path, name: str, *overrides: str) -> TrainConfig:
+    return load_config(
+        TrainConfig,
+        None,
+        [
+            "seed=3",
+            f"run_dir={tmp_path / name}",
+            f"model.path={tiny}",
+            "env.name=letter",
+            "env.kwargs.rounds=2",
+            "rollout.groups_per_step=2",
+            "rollout.group_size=3",
+            "rollout.max_new_tokens=6",
+            "optim.lr=1e-3",
+            "run.steps=2",
+            "run.progress=false",
+            "run.tensorboard=false",
+            *overrides,
+        ],
+    )
+
+
+def test_roll_train_on_env_with_ray_equals_the_single_process_run(
+    ray_address: str, tiny: Path, tmp_path: Path
+) -> None:
+    ray_keys = [f"ray.address={ray_address}", "ray.env_workers=2", "ray.worker_cpus=0.5"]
+    with_ray = run_train(_train_config(tmp_path, tiny, "ray", *ray_keys), log=lambda _m: None)
+    alone = run_train(_train_config(tmp_path, tiny, "alone"), log=lambda _m: None)
+
+    weights = load_file(str(with_ray / "model.safetensors"))
+    start = load_file(str(tiny / "model.safetensors"))
+    assert any(not (weights[k] == start[k]).all() for k in weights)  # it trained
+    same = load_file(str(alone / "model.safetensors"))
+    assert all(bool((weights[k] == same[k]).all()) for k in weights)
+    records = [_learning(r) for r in read_metrics(tmp_path / "ray")]
+    assert [r["step"] for r in records] == [1, 2]
+    assert records == [_learning(r) for r in read_metrics(tmp_path / "alone")]
+
+
+def _learning(record: dict[str, Any]) -> dict[str, Any]:
+    """A metrics record without the clocks."""
+    return {k: v for k, v in record.items() if k != "time" and not k.startswith(("time/", "perf/"))}
+
+
+def test_the_generation_actor_batches_requests_with_the_trainer_s_weights(
+    ray_address: str, tiny: Path
+) -> None:
+    import ray
+
+    local = HFBackend.from_path(tiny, device="cpu")
+    tokenizer = local.tokenizer
+    params = SamplingParams(max_new_tokens=5, temperature=0.0)
+    prompts = [tokenizer.encode(f"count to {n}", add_special_tokens=False) for n in range(6)]
+    config = RayConfig(address=ray_address, generation_cpus=0.5)
+    with ray_session(config):
+        policy = RayPolicyBackend.start(local.model, tokenizer, config)
+        try:
+            policy.sync_weights(local.model, 7)  # the actor's own weights were random
+            policy.open(params, seed=0)
+            together = ray.get([policy.actor.generate.remote(p, None) for p in prompts])
+            stats = policy.stats()
+        finally:
+            policy.close()
+    expected = local.generate(prompts, params)
+    assert [g.token_ids for g in together] == [g.token_ids for g in expected]
+    for got, want in zip(together, expected, strict=True):
+        assert got.logprobs == pytest.approx(want.logprobs, abs=1e-4)
+    assert policy.policy_version == 7
+    assert stats["generation/mean_batch"] > 1  # concurrent requests shared batches
+
+
+@pytest.mark.docker
+@pytest.mark.parametrize("staleness", [0, 1], ids=["sync", "async"])
+def test_roll_train_on_tasks_with_ray_runs_episodes_in_rollout_workers(
+    ray_address: str, tiny: Path, tmp_path: Path, staleness: int
+) -> None:
+    dataset = tmp_path / "data" / "tasks"
+    for source in sorted(TASKS.iterdir())[:2]:
+        shutil.copytree(source, dataset / source.name)
+    config = load_config(
+        TrainConfig,
+        None,
+        [
+            f"run_dir={tmp_path / 'run'}",
+            f"model.path={tiny}",
+            f"tasks.dataset={tmp_path / 'data'}",
+            "tasks.pool_size=3",
+            "tasks.max_turns=2",
+            "rollout.groups_per_step=2",
+            "rollout.group_size=2",
+            "rollout.max_new_tokens=16",
+            "run.steps=2",
+            f"tasks.max_staleness={staleness}",
+            "run.progress=false",
+            "run.tensorboard=false",
+            f"ray.address={ray_address}",
+            "ray.rollout_workers=2",
+            "ray.worker_cpus=0.5",
+            "ray.generation_cpus=0.5",
+        ],
+    )
+    out = run_train(config, log=lambda _m: None)
+    assert (out / "model.safetensors").is_file()
+    records = read_metrics(tmp_path / "run")
+    assert [r["step"] for r in records] == [1, 2]
+    last = records[-1]
+    assert last["ray/rollout_workers"] == 2
+    assert last["generation/batches"] > 0
+    # every episode the workers started is accounted for, summed over the workers
+    assert last["episodes/scored"] >= 2 * 2 * len(records)
+    finished = (
+        last["episodes/scored"] + last["episodes/infra_retried"] + last["episodes/infra_abandoned"]
+    )
+    if staleness == 0:  # nothing in flight between steps
+        assert last["episodes/started"] == finished
+    else:  # counted when their group comes back: what runs during the update is not yet
+        assert last["episodes/started"] == finished >= 2 * 2 * len(records)
+    lines = (tmp_path / "run" / "rollouts" / "step-000002.jsonl").read_text().splitlines()
+    assert len(lines) == 4
+    versions = {
+        s.policy_version
+        for line in lines
+        for s in Trajectory.model_validate_json(line).steps
+        if s.policy_version is not None
+    }
+    # synchronous: step 2's episodes were sampled after the first update; asynchronous: by
+    # a policy at most max_staleness versions older
+    assert versions == {1} if staleness == 0 else versions <= {0, 1}
+
+
+def test_a_bad_ray_setting_is_one_clear_sentence(
+    tiny: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    nobody = f"127.0.0.1:{_free_port()}"
+    began = time.monotonic()
+    with pytest.raises(ConfigError, match=r"no Ray cluster answers at .*ray start --head"):
+        run_train(_train_config(tmp_path, tiny, "bad", f"ray.address={nobody}"))
+    assert time.monotonic() - began < 15
+    with pytest.raises(ConfigError, match=r"not auto, HOST:PORT or ray://HOST:PORT"):
+        run_train(_train_config(tmp_path, tiny, "bad", "ray.address=nowhere"))
+    with pytest.raises(ConfigError, match=r"rollout\.backend: hf"):
+        _train_config(
+            tmp_path, tiny, "bad", "ray.address=auto", "tasks.dataset=x", "rollout.backend=vllm"
+        )
+    monkeypatch.setitem(sys.modules, "ray", None)  # as if ray were not installed
+    with pytest.raises(ConfigError, match=r"install it with pip install 'roll\[ray\]'"):
+        run_train(_train_config(tmp_path, tiny, "bad", "ray.address=auto"))
