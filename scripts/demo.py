@@ -1,245 +1,215 @@
-"""`make demo`: run what exists end to end and say plainly what was done.
+"""`make demo`: the ecosystem end to end — a tiny model learns terminal tasks.
 
-1. Ask the Docker engine and the base image how they are (as `rock doctor` does).
-2. Load the example tasks in datasets/examples (one Terminal-Bench 1.0, one 2.0)
-   and write both in the 2.0 form.
-3. For each task, build its image, then run two agents in a locked-down
-   container (no network, memory/CPU/pids limits): the oracle (the task's own
-   solution) and a no-op agent; after each, copy the tests in and run the
-   verifier. Each run is recorded as a trajectory in the shared schema.
-4. Write the trajectories as JSONL and ATIF, read them back, and print the
-   interaction chunks of a sample policy trajectory.
+1. The Docker engine and base image are there (make's set-up did it); the task and pool
+   images are built on first use and reused.
+2. A rock daemon starts (loopback, token, home in demo-out/rock-home) and serves every
+   sandbox of the run from its warm pools.
+3. `rock synth run` makes the held-out tasks (datasets/demo-heldout.yaml), then the
+   training tasks with expert trajectories (datasets/demo-train.yaml), decontaminated
+   against the held-out ones.
+4. `roll sft` builds a tiny model and tokenizer from nothing and imitates the experts.
+5. `roll train` improves it by RL with IPA: the iflow agent with the policy as its model,
+   in sandboxes, rewarded by the tasks' verifiers.
+6. `rock bench run` evaluates the untrained, SFT and SFT+RL models with the iflow agent
+   on the held-out tasks; a table of held-out success and the training curves (PNG).
 
-This is a preview built from the foundation's parts; the real episode runner
-(`rock` TaskEnv) and `rock bench` replace the container steps in later issues.
+Everything lands in demo-out/. Each stage says what it does and how long it took; a stage
+whose output is already there (from an earlier run with the same inputs) is reused, so
+`make demo` after a finished one takes a minute. `--fresh` starts over. With a GPU, roll
+trains on it (model.device: auto).
 """
 
 from __future__ import annotations
 
 import argparse
-import io
 import json
+import os
+import shutil
+import signal
+import subprocess
 import sys
-import tarfile
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 
-import docker
-
-from ale.atif import write_atif
-from ale.chunking import chunk_spans, token_view
-from ale.jsonl import read_jsonl, write_jsonl
-from ale.samples import sample_trajectory
-from ale.task import Task, load_task, load_tasks, write_task_tb2
-from ale.trajectory import (
-    AgentInfo,
-    Role,
-    Step,
-    Timings,
-    ToolCall,
-    ToolResult,
-    Trajectory,
-    VerifierResult,
-)
-from rock.engine import probe
-from rock.images.base import inspect_base
-
 ROOT = Path(__file__).resolve().parents[1]
-LIMITS = {
-    "network_mode": "none",
-    "mem_limit": "512m",
-    "nano_cpus": 1_000_000_000,
-    "pids_limit": 256,
+OUT = ROOT / "demo-out"
+BIN = Path(sys.executable).parent
+EXAMPLES = ROOT / "packages" / "roll" / "examples"
+MODELS = {
+    "untrained": OUT / "model",
+    "SFT": OUT / "sft" / "model",
+    "SFT + RL (IPA)": OUT / "rl" / "model",
 }
+STAGES = 6
+_started = time.monotonic()
 
 
 def say(text: str) -> None:
     print(text, flush=True)
 
 
-def tar_of(files: dict[str, Path]) -> bytes:
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w") as tar:
-        for name, path in files.items():
-            tar.add(path, arcname=name)
-    return buf.getvalue()
+def stage(number: int, title: str) -> float:
+    minutes = (time.monotonic() - _started) / 60
+    say(f"\n=== [{number}/{STAGES}] {title}  (at {minutes:.1f} min)")
+    return time.monotonic()
 
 
-def exec_in(
-    container: docker.models.containers.Container, command: str, timeout: float
-) -> tuple[int, str]:
-    result = container.exec_run(
-        ["timeout", "-k", "5", str(int(timeout)), "bash", "-lc", command], workdir="/app"
-    )
-    return result.exit_code, result.output.decode(errors="replace")
+def done(since: float, what: str) -> None:
+    say(f"--- {what} ({time.monotonic() - since:.0f} s)")
 
 
-def build_image(client: docker.DockerClient, task: Task) -> str:
-    env = task.environment
-    if env.dockerfile is None or env.build_context is None:
-        raise SystemExit(
-            f"demo: task {task.id} has no Dockerfile; the demo only builds Dockerfile tasks."
-        )
-    tag = f"ale-demo/{task.id}-{task.source_format}:latest"
-    client.images.build(
-        path=str(env.build_context),
-        dockerfile=str(env.dockerfile),
-        tag=tag,
-        rm=True,
-        network_mode="none",
-    )
-    return tag
+def run(*args: str | Path, env: dict[str, str] | None = None) -> None:
+    """Run a command with its output streaming to ours; stop the demo if it fails."""
+    command = [str(a) for a in args]
+    say("$ " + " ".join(c if " " not in c else repr(c) for c in command))
+    result = subprocess.run(command, cwd=ROOT, env={**os.environ, **(env or {})})
+    if result.returncode != 0:
+        raise SystemExit(f"demo: `{command[0]} {command[1]}` failed (exit {result.returncode}).")
 
 
-def run_agent(client: docker.DockerClient, task: Task, image: str, agent: str) -> Trajectory:
-    started = datetime.now(UTC)
-    t0 = time.monotonic()
-    container = client.containers.run(image, ["sleep", "infinity"], detach=True, **LIMITS)
-    steps = [Step(role=Role.USER, content=task.instruction, timestamp=started)]
-    try:
-        if agent == "oracle":
-            assert task.solution is not None
-            container.put_archive("/", tar_of({"oracle/solve.sh": task.solution}))
-            call = ToolCall(
-                id="call_1",
-                name="run_shell_command",
-                arguments={"command": "bash /oracle/solve.sh"},
-            )
-            steps.append(
-                Step(
-                    role=Role.ASSISTANT,
-                    content="Running the reference solution.",
-                    tool_calls=[call],
-                )
-            )
-            code, out = exec_in(container, "bash /oracle/solve.sh", task.agent_timeout_sec)
-            steps.append(
-                Step(
-                    role=Role.TOOL,
-                    tool_results=[ToolResult(call_id="call_1", content=out, is_error=code != 0)],
-                )
-            )
-        agent_sec = time.monotonic() - t0
-        t1 = time.monotonic()
-        assert task.tests_dir is not None
-        files = {
-            f"tests/{p.relative_to(task.tests_dir)}": p
-            for p in task.tests_dir.rglob("*")
-            if p.is_file()
+class Daemon:
+    """`rock serve` for the demo's sandboxes, stopped (and its sandboxes deleted) at exit."""
+
+    def __init__(self, home: Path) -> None:
+        self.home = home
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def __enter__(self) -> Daemon:
+        self.home.mkdir(parents=True, exist_ok=True)
+        (self.home / "daemon.json").unlink(missing_ok=True)
+        log = (self.home / "daemon.log").open("ab")
+        self.proc = subprocess.Popen(
+            [BIN / "rock", "serve", "--home", self.home, "--port", "0", "--daemon-id", "demo",
+             "--cleanup", "--log-level", "warning"],
+            stdout=log, stderr=log, start_new_session=True,
+        )  # fmt: skip
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                info = json.loads((self.home / "daemon.json").read_text())
+                if info.get("pid") == self.proc.pid:
+                    self.url = str(info["url"])
+                    return self
+            except (OSError, ValueError):
+                pass
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise SystemExit(f"demo: the rock daemon did not start; see {log.name}")
+            time.sleep(0.2)
+
+    def __exit__(self, *exc: object) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+
+
+def synthesize(home: Path) -> None:
+    datasets = OUT / "datasets"
+    for name in ("heldout", "train"):
+        config = ROOT / "datasets" / f"demo-{name}.yaml"
+        target = datasets / name
+        if (target / "manifest.json").is_file():
+            say(f"{target.relative_to(ROOT)}: there from an earlier run (same config and seed)")
+            continue
+        run(BIN / "rock", "synth", "run", config, "--output", target, "--home", home)
+
+
+def sft() -> None:
+    if (MODELS["SFT"] / "config.json").is_file():
+        say("demo-out/sft/model: there from an earlier run")
+        return
+    shutil.rmtree(OUT / "sft", ignore_errors=True)
+    run(BIN / "roll", "sft", EXAMPLES / "sft-demo.yaml")
+
+
+def rl(home: Path) -> None:
+    if (MODELS["SFT + RL (IPA)"] / "config.json").is_file():
+        say("demo-out/rl/model: there from an earlier run")
+        return
+    shutil.rmtree(OUT / "rl", ignore_errors=True)
+    run(BIN / "roll", "train", EXAMPLES / "train-demo-ipa.yaml", f"tasks.home={home}")
+
+
+def evaluate() -> dict[str, dict[str, float]]:
+    results: dict[str, dict[str, float]] = {}
+    for label, model in MODELS.items():
+        out = OUT / "bench" / model.relative_to(OUT).parts[0]
+        summary = out / "results.json"
+        if not summary.is_file():
+            shutil.rmtree(out, ignore_errors=True)
+            say(f"-- {label}: {model.relative_to(ROOT)}")
+            run(
+                BIN / "rock", "bench", "run", "--dataset", OUT / "datasets" / "heldout" / "tasks",
+                "--agent", "iflow", "--n-concurrent", "4", "--output", out,
+                "--agent-kwarg", "provider=local", "--agent-kwarg", f"model_path={model}",
+                "--agent-kwarg", "prompt_profile=compact", "--agent-kwarg", "tool_format=brief",
+                "--agent-kwarg", "temperature=0", "--agent-kwarg", "max_turns=3",
+                "--agent-kwarg", "context_limit=1024", "--agent-kwarg", "max_output_tokens=64",
+            )  # fmt: skip
+        data = json.loads(summary.read_text())
+        results[label] = {
+            "accuracy": float(data.get("accuracy") or 0.0),
+            "resolved": float(data.get("n_resolved") or 0),
+            "trials": float((data.get("n_resolved") or 0) + (data.get("n_unresolved") or 0)),
         }
-        if task.source_format == "tb1":
-            files["tests/run-tests.sh"] = task.test_script
-            script = "bash /tests/run-tests.sh"
-        else:
-            script = "mkdir -p /logs/verifier && bash /tests/test.sh"
-        container.put_archive("/", tar_of(files))
-        code, out = exec_in(container, script, task.test_timeout_sec)
-        if task.source_format == "tb1":
-            reward = 1.0 if code == 0 else 0.0
-        else:
-            _, text = exec_in(container, "cat /logs/verifier/reward.txt", 10)
-            reward = float(text.strip() or 0)
-        verify_sec = time.monotonic() - t1
-    finally:
-        container.remove(force=True)
-    return Trajectory(
-        task_id=task.id,
-        agent=AgentInfo(name=agent, version="demo"),
-        steps=steps,
-        reward=reward,
-        verifier=VerifierResult(reward=reward, passed=reward == 1.0, exit_code=code, stdout=out),
-        timings=Timings(
-            started_at=started,
-            finished_at=datetime.now(UTC),
-            agent_sec=agent_sec,
-            verify_sec=verify_sec,
-        ),
-    )
+    return results
+
+
+def table(results: dict[str, dict[str, float]]) -> str:
+    lines = ["| model | held-out success |", "|---|---|"]
+    for label, r in results.items():
+        lines.append(f"| {label} | {r['accuracy']:.0%} ({r['resolved']:.0f}/{r['trials']:.0f}) |")
+    return "\n".join(lines)
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description="Run the ALE demo.")
-    parser.add_argument(
-        "--out", default=str(ROOT / "demo-out"), help="where to write the demo's outputs"
-    )
-    parser.add_argument("--json", action="store_true", help="print a JSON summary at the end")
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--fresh", action="store_true", help="delete demo-out/ and start over")
     args = parser.parse_args()
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    if args.fresh:
+        shutil.rmtree(OUT, ignore_errors=True)
+    OUT.mkdir(exist_ok=True)
 
-    say("== 1. Docker engine and base image")
-    engine, client = probe()
-    if client is None:
-        say(f"demo: {engine.error}")
-        return 1
-    base = inspect_base(client)
-    say(
-        f"engine Docker {engine.server_version} at {engine.host}; base image {base.tag}: {'present' if base.exists else 'MISSING'}"
-    )
-    if not base.exists:
-        say("demo: the base image is missing; run 'rock image build-base' (make demo does).")
-        return 1
+    t = stage(1, "Docker engine and base image")
+    run(BIN / "rock", "doctor")
+    done(t, "ready")
 
-    say("\n== 2. Example tasks (datasets/examples)")
-    tasks = load_tasks(ROOT / "datasets" / "examples")
-    converted: list[Task] = []
-    for task in tasks:
-        dest = write_task_tb2(task, out / "tasks-2.0" / task.id, overwrite=True)
-        if task.source_format == "tb1":
-            converted.append(load_task(dest))
-        say(
-            f"{task.id}: Terminal-Bench {'1.0' if task.source_format == 'tb1' else '2.0'} task, "
-            f"agent timeout {task.agent_timeout_sec:.0f} s; written in the 2.0 form to {dest.relative_to(ROOT) if dest.is_relative_to(ROOT) else dest}"
-        )
+    home = OUT / "rock-home"
+    t = stage(2, "rock daemon (loopback, token)")
+    with Daemon(home) as daemon:
+        say(f"rock serve at {daemon.url}, home {home.relative_to(ROOT)}")
+        done(t, "daemon up")
 
-    say(
-        "\n== 3. Oracle and no-op agents in locked-down containers (no network, 512 MiB, 1 CPU, 256 pids)"
-    )
-    trajectories: list[Trajectory] = []
-    results: dict[str, dict[str, float]] = {}
-    for task in tasks + converted:
-        label = f"{task.id} ({'1.0' if task.source_format == 'tb1' else '2.0'} form)"
-        image = build_image(client, task)
-        for agent in ("oracle", "nop"):
-            traj = run_agent(client, task, image, agent)
-            trajectories.append(traj)
-            results.setdefault(label, {})[agent] = traj.reward or 0.0
-            say(
-                f"{label:<22} {agent:<6} reward {traj.reward:.0f}  (verifier exit {traj.verifier.exit_code}, "
-                f"{traj.timings.verify_sec:.1f} s)"
-            )
+        t = stage(3, "synthesize held-out tasks, then training tasks with expert trajectories")
+        synthesize(home)
+        done(t, "tasks ready")
 
-    say("\n== 4. Trajectories: JSONL, ATIF, chunks")
-    jsonl = out / "trajectories.jsonl"
-    write_jsonl(jsonl, trajectories)
-    back = list(read_jsonl(jsonl))
-    assert back == trajectories
-    for traj in back:
-        write_atif(traj, out / "atif" / f"{traj.trajectory_id}.json")
-    say(
-        f"wrote {len(back)} trajectories to {jsonl} (read back equal) and ATIF files to {out / 'atif'}"
-    )
-    sample = sample_trajectory(0, steps=12)
-    view = token_view(sample)
-    spans = chunk_spans(view.policy_mask)
-    say(
-        f"a sample policy trajectory of {len(sample.steps)} steps is {len(view.token_ids)} tokens, "
-        f"{sum(view.policy_mask)} generated by the policy in {len(spans)} interaction chunks: {spans}"
-    )
+        t = stage(4, "tiny model from nothing, then SFT on the expert trajectories")
+        sft()
+        done(t, "SFT done")
 
-    ok = all(r["oracle"] == 1.0 and r["nop"] == 0.0 for r in results.values())
-    say(
-        "\n== Done: "
-        + (
-            "every oracle passed and every no-op failed, as a verified task must."
-            if ok
-            else "SOMETHING IS WRONG: an oracle failed or a no-op passed."
-        )
-    )
-    if args.json:
-        print(json.dumps({"ok": ok, "results": results, "chunks": len(spans)}))
-    return 0 if ok else 1
+        t = stage(5, "RL with IPA: the iflow agent on the training tasks, in sandboxes")
+        rl(home)
+        done(t, "RL done")
+
+    t = stage(6, "evaluate untrained / SFT / SFT+RL with rock bench on the held-out tasks")
+    results = evaluate()
+    run(BIN / "roll", "plot", OUT / "sft", OUT / "rl", "-o", OUT / "curves.png",
+        "--label", "SFT", "--label", "RL (IPA)")  # fmt: skip
+    done(t, "evaluated")
+
+    text = table(results)
+    (OUT / "results.md").write_text(text + "\n")
+    (OUT / "results.json").write_text(json.dumps(results, indent=2) + "\n")
+    minutes = (time.monotonic() - _started) / 60
+    say(f"\nHeld-out success ({len(list((OUT / 'datasets/heldout/tasks').iterdir()))} tasks,"
+        f" greedy, iflow agent, rock bench):")  # fmt: skip
+    say(text)
+    say(f"\nCurves: {(OUT / 'curves.png').relative_to(ROOT)}; bench runs: demo-out/bench/*; "
+        f"all in {minutes:.1f} min")  # fmt: skip
+    return 0
 
 
 if __name__ == "__main__":

@@ -225,3 +225,26 @@ def test_brief_rendering_is_what_the_brief_policy_sees(tmp_path: Path, tiny: Pat
     compact = load_config(SFTConfig, _sft_config(tmp_path, tiny, []), ["tools=iflow-compact"])
     (longer,), _ = sft_samples([recorded], tokenizer, compact)
     assert len(longer.input_ids) > len(sample.input_ids)
+
+
+def test_tiny_model_tokenizer_learns_the_corpus(tmp_path: Path) -> None:
+    from iflow.models.parsing import render_tools_prompt
+    from roll.config import ModelConfig
+    from roll.session import ensure_model
+
+    write_jsonl(tmp_path / "data.jsonl", [_trajectory() for _ in range(3)])
+    plain = ensure_model(ModelConfig(path=str(tmp_path / "plain"), tiny={"vocab_size": 600}))
+    tuned = ensure_model(
+        ModelConfig(
+            path=str(tmp_path / "tuned"),
+            tiny={"vocab_size": 600, "corpus": [str(tmp_path / "data.jsonl")]},
+        )
+    )
+    brief = render_tools_prompt(iflow_tool_schemas(compact=True), brief=True)
+    a = AutoTokenizer.from_pretrained(plain)
+    b = AutoTokenizer.from_pretrained(tuned)
+    assert len(b(brief).input_ids) < 0.8 * len(a(brief).input_ids)
+    with pytest.raises(ConfigError, match="no file or directory"):
+        ensure_model(
+            ModelConfig(path=str(tmp_path / "bad"), tiny={"corpus": [str(tmp_path / "nope")]})
+        )

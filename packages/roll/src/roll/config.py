@@ -33,6 +33,10 @@ class TinyModel(_Section):
     heads: int = Field(default=4, ge=1)
     seed: int = 0
     """Seed of the random weights."""
+    corpus: list[str] = Field(default_factory=list)
+    """Datasets (directories with ``trajectories.jsonl``, or JSONL files of trajectories)
+    whose texts, with the iflow agent's prompts, train the tokenizer too: what the model
+    will mostly read and write takes fewer tokens."""
 
 
 class ModelConfig(_Section):

@@ -65,8 +65,37 @@ def ensure_model(model: ModelConfig) -> Path:
         hidden_size=tiny.hidden_size,
         layers=tiny.layers,
         heads=tiny.heads,
+        corpus=corpus_texts(tiny.corpus) if tiny.corpus else (),
     )
     return path
+
+
+def corpus_texts(paths: list[str]) -> list[str]:
+    """Texts for a tiny model's tokenizer: every step of the trajectories found at ``paths``
+    (contents, call arguments, results) and the iflow agent's prompts in both profiles and
+    tool formats."""
+    import json
+
+    from iflow.models.parsing import render_tools_prompt
+    from iflow.prompts import system_prompt
+    from roll.sft import iflow_tool_schemas, load_trajectories
+
+    prompts: list[str] = []
+    for compact in (True, False):
+        profile = "compact" if compact else "default"
+        prompts.append(system_prompt(workspace="sandbox", cwd="/app", mode="yolo", profile=profile))
+        for brief in (True, False):
+            prompts.append(render_tools_prompt(iflow_tool_schemas(compact=compact), brief=brief))
+    texts: list[str] = []
+    trajectories = load_trajectories(paths)
+    for trajectory in trajectories:
+        for step in trajectory.steps[1:]:  # the system prompt is counted below
+            texts.append(step.content)
+            texts += [json.dumps(c.arguments, ensure_ascii=False) for c in step.tool_calls]
+            texts += [str(r.content) for r in step.tool_results]
+    # every episode reads a prompt: weigh them as often as the trajectories hold one
+    texts += prompts * max(1, len(trajectories))
+    return [t for t in texts if t]
 
 
 def seed_everything(seed: int) -> None:
@@ -241,6 +270,7 @@ class Session:
                 self.run_dir,
                 step,
                 model=self.lm,
+                tokenizer=self.tokenizer,
                 optimizer=self.updater.optimizer,
                 scheduler=self.updater.scheduler,
                 extra_state={**state, "updater": self.updater.state()},

@@ -23,8 +23,8 @@ import textwrap
 from ale.synth.expert import shell
 from ale.synth.family import ExpertProgram, Family, TaskDraft, register
 
-SOURCES = ["data.txt", "input.txt", "names.txt", "items.txt", "words.txt", "list.txt"]
-OUTPUTS = ["answer.txt", "result.txt", "output.txt", "out.txt"]
+SOURCES = ["data.txt", "input.txt", "notes.txt"]
+OUTPUTS = ["answer.txt", "result.txt"]
 _WORDS = [
     "apple",
     "banana",
