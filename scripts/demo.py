@@ -8,15 +8,16 @@
    training tasks with expert trajectories (datasets/demo-train.yaml), decontaminated
    against the held-out ones.
 4. `roll sft` builds a tiny model and tokenizer from nothing and imitates the experts.
-5. `roll train` improves it by RL with IPA: the iflow agent with the policy as its model,
-   in sandboxes, rewarded by the tasks' verifiers.
+5. `roll train` improves it by RL with IPA on the training tasks: the iflow agent with
+   the policy as its model, in sandboxes, rewarded by the tasks' verifiers.
 6. `rock bench run` evaluates the untrained, SFT and SFT+RL models with the iflow agent
    on the held-out tasks; a table of held-out success and the training curves (PNG).
 
-Everything lands in demo-out/. Each stage says what it does and how long it took; a stage
+Everything lands in demo-out/ (``--out``). Each stage says what it does and how long it took; a stage
 whose output is already there (from an earlier run with the same inputs) is reused, so
-`make demo` after a finished one takes a minute. `--fresh` starts over. With a GPU, roll
-trains on it (model.device: auto).
+`make demo` after a finished one takes two minutes. `--fresh` starts over; `--quick` runs
+every stage for real on a few tasks and steps (its test). With a GPU, roll trains on it
+(model.device: auto).
 """
 
 from __future__ import annotations
@@ -31,17 +32,28 @@ import sys
 import time
 from pathlib import Path
 
+import yaml
+
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "demo-out"
 BIN = Path(sys.executable).parent
 EXAMPLES = ROOT / "packages" / "roll" / "examples"
-MODELS = {
-    "untrained": OUT / "model",
-    "SFT": OUT / "sft" / "model",
-    "SFT + RL (IPA)": OUT / "rl" / "model",
-}
 STAGES = 6
+QUICK = {
+    "targets": {"heldout": 4, "train": 8},
+    "sft": ["run.steps=30"],
+    "rl": ["run.steps=2", "rollout.groups_per_step=2", "rollout.group_size=2"],
+}
+"""``--quick`` (the test of this script): a few tasks and steps, every stage for real."""
 _started = time.monotonic()
+
+
+def models() -> dict[str, Path]:
+    return {
+        "untrained": OUT / "model",
+        "SFT": OUT / "sft" / "model",
+        "SFT + RL (IPA)": OUT / "rl" / "model",
+    }
 
 
 def say(text: str) -> None:
@@ -105,41 +117,53 @@ class Daemon:
                 self.proc.kill()
 
 
-def synthesize(home: Path) -> None:
+def synthesize(home: Path, quick: bool) -> None:
+    """The held-out tasks first; the training tasks decontaminated against them."""
     datasets = OUT / "datasets"
     for name in ("heldout", "train"):
-        config = ROOT / "datasets" / f"demo-{name}.yaml"
         target = datasets / name
         if (target / "manifest.json").is_file():
-            say(f"{target.relative_to(ROOT)}: there from an earlier run (same config and seed)")
+            say(f"{target}: there from an earlier run (same config and seed)")
             continue
-        run(BIN / "rock", "synth", "run", config, "--output", target, "--home", home)
+        config = yaml.safe_load((ROOT / "datasets" / f"demo-{name}.yaml").read_text())
+        if name == "train":
+            config["decontamination"]["sets"] = [str(datasets / "heldout")]
+        if quick:
+            config["target"] = QUICK["targets"][name]
+        path = OUT / f"demo-{name}.yaml"
+        path.write_text(yaml.safe_dump(config, sort_keys=False))
+        run(BIN / "rock", "synth", "run", path, "--output", target, "--home", home)
 
 
-def sft() -> None:
-    if (MODELS["SFT"] / "config.json").is_file():
-        say("demo-out/sft/model: there from an earlier run")
+def sft(quick: bool) -> None:
+    if (models()["SFT"] / "config.json").is_file():
+        say(f"{models()['SFT']}: there from an earlier run")
         return
     shutil.rmtree(OUT / "sft", ignore_errors=True)
-    run(BIN / "roll", "sft", EXAMPLES / "sft-demo.yaml")
+    train = OUT / "datasets" / "train"
+    run(BIN / "roll", "sft", EXAMPLES / "sft-demo.yaml", f"run_dir={OUT / 'sft'}",
+        f"model.path={OUT / 'model'}", f"model.tiny.corpus=[{train}]", f"data=[{train}]",
+        *(QUICK["sft"] if quick else []))  # fmt: skip
 
 
-def rl(home: Path) -> None:
-    if (MODELS["SFT + RL (IPA)"] / "config.json").is_file():
-        say("demo-out/rl/model: there from an earlier run")
+def rl(home: Path, quick: bool) -> None:
+    if (models()["SFT + RL (IPA)"] / "config.json").is_file():
+        say(f"{models()['SFT + RL (IPA)']}: there from an earlier run")
         return
     shutil.rmtree(OUT / "rl", ignore_errors=True)
-    run(BIN / "roll", "train", EXAMPLES / "train-demo-ipa.yaml", f"tasks.home={home}")
+    run(BIN / "roll", "train", EXAMPLES / "train-demo-ipa.yaml", f"run_dir={OUT / 'rl'}",
+        f"model.path={models()['SFT']}", f"tasks.dataset={OUT / 'datasets' / 'train'}",
+        f"tasks.home={home}", *(QUICK["rl"] if quick else []))  # fmt: skip
 
 
 def evaluate() -> dict[str, dict[str, float]]:
     results: dict[str, dict[str, float]] = {}
-    for label, model in MODELS.items():
+    for label, model in models().items():
         out = OUT / "bench" / model.relative_to(OUT).parts[0]
         summary = out / "results.json"
         if not summary.is_file():
             shutil.rmtree(out, ignore_errors=True)
-            say(f"-- {label}: {model.relative_to(ROOT)}")
+            say(f"-- {label}: {model}")
             run(
                 BIN / "rock", "bench", "run", "--dataset", OUT / "datasets" / "heldout" / "tasks",
                 "--agent", "iflow", "--n-concurrent", "4", "--output", out,
@@ -165,12 +189,17 @@ def table(results: dict[str, dict[str, float]]) -> str:
 
 
 def main() -> int:
+    global OUT
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--fresh", action="store_true", help="delete demo-out/ and start over")
+    parser.add_argument("--fresh", action="store_true", help="delete the output and start over")
+    parser.add_argument("--out", type=Path, default=ROOT / "demo-out", help="where it all goes")
+    parser.add_argument("--quick", action="store_true", help="a few tasks and steps (tests)")
+    parser.add_argument("--json", action="store_true", help="end with the results as JSON")
     args = parser.parse_args()
+    OUT = args.out.resolve()
     if args.fresh:
         shutil.rmtree(OUT, ignore_errors=True)
-    OUT.mkdir(exist_ok=True)
+    OUT.mkdir(parents=True, exist_ok=True)
 
     t = stage(1, "Docker engine and base image")
     run(BIN / "rock", "doctor")
@@ -179,19 +208,19 @@ def main() -> int:
     home = OUT / "rock-home"
     t = stage(2, "rock daemon (loopback, token)")
     with Daemon(home) as daemon:
-        say(f"rock serve at {daemon.url}, home {home.relative_to(ROOT)}")
+        say(f"rock serve at {daemon.url}, home {home}")
         done(t, "daemon up")
 
         t = stage(3, "synthesize held-out tasks, then training tasks with expert trajectories")
-        synthesize(home)
+        synthesize(home, args.quick)
         done(t, "tasks ready")
 
         t = stage(4, "tiny model from nothing, then SFT on the expert trajectories")
-        sft()
+        sft(args.quick)
         done(t, "SFT done")
 
         t = stage(5, "RL with IPA: the iflow agent on the training tasks, in sandboxes")
-        rl(home)
+        rl(home, args.quick)
         done(t, "RL done")
 
     t = stage(6, "evaluate untrained / SFT / SFT+RL with rock bench on the held-out tasks")
@@ -207,8 +236,9 @@ def main() -> int:
     say(f"\nHeld-out success ({len(list((OUT / 'datasets/heldout/tasks').iterdir()))} tasks,"
         f" greedy, iflow agent, rock bench):")  # fmt: skip
     say(text)
-    say(f"\nCurves: {(OUT / 'curves.png').relative_to(ROOT)}; bench runs: demo-out/bench/*; "
-        f"all in {minutes:.1f} min")  # fmt: skip
+    say(f"\nCurves: {OUT / 'curves.png'}; bench runs: {OUT / 'bench'}; all in {minutes:.1f} min")
+    if args.json:
+        print(json.dumps({"results": results, "minutes": minutes}), flush=True)
     return 0
 
 

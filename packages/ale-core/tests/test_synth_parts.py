@@ -164,3 +164,19 @@ def test_typo_and_observation_format() -> None:
     assert text == "stdout:\na\nstderr:\nb\nExit code: 2"
     obs = Observation(format_shell("", "", 0), 0)
     assert obs.output == "" and obs.ok
+
+
+def test_held_out_sets_are_task_dirs_or_datasets_and_never_empty(tmp_path: Path) -> None:
+    import shutil
+
+    from ale.synth.filters import held_out_instructions
+
+    fixtures = Path(__file__).parent / "fixtures" / "tasks"
+    dataset = tmp_path / "dataset"
+    shutil.copytree(fixtures, dataset / "tasks")
+    (dataset / "manifest.json").write_text("{}")
+    direct = held_out_instructions([fixtures])
+    assert direct and held_out_instructions([dataset]) == direct
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(FileNotFoundError, match="holds no tasks"):
+        held_out_instructions([tmp_path / "empty"])

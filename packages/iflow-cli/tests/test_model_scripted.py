@@ -176,7 +176,11 @@ def test_make_model_ignores_general_options_a_script_does_not_use() -> None:
         ("anthropic", {}, "unknown model provider 'anthropic'; use one of openai, local, scripted"),
         ("openai", {"model": "m", "colour": "red"}, "the openai provider does not take colour"),
         ("local", {"model_path": "/nonexistent/model"}, "there is no model directory at"),
-        ("openai", {"model": "m", "tool_format": "xml"}, 'tool_format must be "native" or "text"'),
+        (
+            "openai",
+            {"model": "m", "tool_format": "xml"},
+            'tool_format must be "native", "text" or "brief"',
+        ),
     ],
 )
 def test_make_model_errors_name_the_setting(provider: str, kw: dict, fragment: str) -> None:

@@ -84,8 +84,9 @@ class Contamination:
 
 
 def held_out_instructions(paths: Iterable[Path]) -> list[tuple[str, str]]:
-    """``(set/task, instruction)`` of every task under each directory (a task set or one
-    task). A directory that does not exist is an error naming it."""
+    """``(set/task, instruction)`` of every task under each directory (a task set, a
+    dataset with a ``tasks/`` directory, or one task). A directory that does not exist or
+    holds no task is an error naming it."""
     from ale.task import iter_tasks, load_task
     from ale.task.loader import detect_format
 
@@ -97,6 +98,13 @@ def held_out_instructions(paths: Iterable[Path]) -> list[tuple[str, str]]:
                 f"the held-out set {path} is not a directory; fix decontamination.sets "
                 "or the --held-out path."
             )
+        if not detect_format(path) and (path / "tasks").is_dir():
+            path = path / "tasks"  # a dataset written by `rock synth run`
         tasks = [load_task(path)] if detect_format(path) else list(iter_tasks(path))
+        if not tasks:
+            raise FileNotFoundError(
+                f"the held-out set {path} holds no tasks; point decontamination.sets or "
+                "--held-out at a directory of tasks (or a dataset with a tasks/ directory)."
+            )
         out += [(f"{path.name}/{t.id}", t.instruction) for t in tasks]
     return out
