@@ -34,6 +34,9 @@ from pathlib import Path
 
 import yaml
 
+from rock.errors import RockError
+from rock.synth.wiring import wait_for_daemon
+
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "demo-out"
 BIN = Path(sys.executable).parent
@@ -95,18 +98,11 @@ class Daemon:
              "--cleanup", "--log-level", "warning"],
             stdout=log, stderr=log, start_new_session=True,
         )  # fmt: skip
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                info = json.loads((self.home / "daemon.json").read_text())
-                if info.get("pid") == self.proc.pid:
-                    self.url = str(info["url"])
-                    return self
-            except (OSError, ValueError):
-                pass
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                raise SystemExit(f"demo: the rock daemon did not start; see {log.name}")
-            time.sleep(0.2)
+        try:
+            self.url = str(wait_for_daemon(self.home, self.proc)["url"])
+        except RockError as exc:
+            raise SystemExit(f"demo: {exc}") from None
+        return self
 
     def __exit__(self, *exc: object) -> None:
         if self.proc is not None and self.proc.poll() is None:

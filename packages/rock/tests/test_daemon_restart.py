@@ -3,8 +3,6 @@ the same port, over the local backend (no engine needed)."""
 
 from __future__ import annotations
 
-import contextlib
-import json
 import shutil
 import signal
 import socket
@@ -22,6 +20,7 @@ from rock.client import Client
 from rock.errors import DaemonLost, DaemonUnreachable
 from rock.models import SandboxSpec
 from rock.synth.runner import DaemonPool
+from rock.synth.wiring import wait_for_daemon
 
 
 def _free_port() -> int:
@@ -48,14 +47,7 @@ class Serve:
         argv += ["--log-level", "warning", "--cleanup"]
         with (self.home / "daemon.log").open("ab") as log:
             self.proc = subprocess.Popen(argv, stdout=log, stderr=log)
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            with contextlib.suppress(OSError, ValueError, KeyError):
-                if json.loads((self.home / "daemon.json").read_text())["pid"] == self.proc.pid:
-                    return
-            assert self.proc.poll() is None, (self.home / "daemon.log").read_text()
-            time.sleep(0.05)
-        raise AssertionError("rock serve did not start within 60 s")
+        wait_for_daemon(self.home, self.proc)
 
     def kill(self) -> None:
         assert self.proc is not None

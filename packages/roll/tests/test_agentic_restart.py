@@ -26,6 +26,7 @@ from transformers import AutoTokenizer
 from iflow.models.tiny import build_tiny_model
 from rock.backends.base import LABEL_DAEMON
 from rock.synth.image import ensure_pool_image
+from rock.synth.wiring import wait_for_daemon
 from roll.agentic.collector import TaskRollouts
 from roll.config import TasksConfig
 from roll.errors import ConfigError, TrainingAborted
@@ -99,15 +100,8 @@ class Serve:
         argv += ["--log-level", "warning"]
         with (self.home / "daemon.log").open("ab") as log:
             self.proc = subprocess.Popen(argv, stdout=log, stderr=log)
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            with contextlib.suppress(OSError, ValueError, KeyError):
-                if json.loads((self.home / "daemon.json").read_text())["pid"] == self.proc.pid:
-                    self.starts += 1
-                    return
-            assert self.proc.poll() is None, (self.home / "daemon.log").read_text()
-            time.sleep(0.05)
-        raise AssertionError("rock serve did not start within 60 s")
+        wait_for_daemon(self.home, self.proc)
+        self.starts += 1
 
     def kill(self) -> None:
         assert self.proc is not None

@@ -90,6 +90,23 @@ _SERVE = (
 )
 
 
+def wait_for_daemon(
+    home: Path, proc: subprocess.Popen[Any], *, timeout: float = 60.0
+) -> dict[str, Any]:
+    """The address record (``<home>/daemon.json``) of the ``rock serve`` started as ``proc``,
+    once it has written it; a :class:`RockError` naming its log when the process exits or
+    ``timeout`` passes first. Remove a stale daemon.json before starting the process."""
+    deadline = time.monotonic() + timeout
+    while True:
+        with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+            info = json.loads((home / "daemon.json").read_text())
+            if info["pid"] == proc.pid:
+                return dict(info)
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise RockError(f"the rock daemon did not start; see {home / 'daemon.log'}")
+        time.sleep(0.05)
+
+
 @contextlib.contextmanager
 def private_daemon(
     *, start_timeout: float = 60.0, daemon_id: str | None = None
@@ -107,17 +124,7 @@ def private_daemon(
         start_new_session=True,
     )
     try:
-        deadline = time.monotonic() + start_timeout
-        while True:
-            try:
-                info = json.loads((home / "daemon.json").read_text())
-                if info["pid"] == proc.pid:
-                    break
-            except (OSError, ValueError, KeyError):
-                pass
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RockError(f"the private rock daemon did not start; see {home / 'daemon.log'}")
-            time.sleep(0.1)
+        info = wait_for_daemon(home, proc, timeout=start_timeout)
         token = (home / "token").read_text().strip()
         with Client(info["url"], token) as client:
             yield client
