@@ -47,3 +47,21 @@ def test_demo_runs_end_to_end_quick(tmp_path: Path) -> None:
         capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert again.returncode == 0 and again.stdout.count("there from an earlier run") == 4
+
+
+def test_demo_file_names_are_not_words_of_the_agents_prompt() -> None:
+    """A file name's word must be nowhere else in the agent's prompt, or a tiny model cannot
+    tell from the prompt which name the request asked for: ``result.txt`` was an output name
+    while the compact prompt says "Its result comes back..."."""
+    import re
+
+    from ale.synth.families.text_tools import OUTPUTS, SOURCES
+    from iflow.models.parsing import render_tools_prompt
+    from iflow.prompts import system_prompt
+    from roll.sft import iflow_tool_schemas
+
+    prompt = system_prompt(workspace="sandbox", cwd="/app", mode="yolo", profile="compact")
+    prompt += render_tools_prompt(iflow_tool_schemas(compact=True), brief=True)
+    words = set(re.findall(r"[a-z]+", prompt.lower()))
+    stems = {name.split(".")[0] for name in [*SOURCES, *OUTPUTS]}
+    assert not stems & words, f"{sorted(stems & words)} are words of the agent's prompt"

@@ -24,7 +24,10 @@ from ale.synth.expert import shell
 from ale.synth.family import ExpertProgram, Family, TaskDraft, register
 
 SOURCES = ["data.txt", "input.txt", "notes.txt"]
-OUTPUTS = ["answer.txt", "result.txt"]
+# Names whose words the agent's prompt does not otherwise use: the compact system prompt
+# says "Its result comes back...", so with result.txt as an output name the word was in every
+# prompt whichever name the request asked for (a confound for a model learning to copy it).
+OUTPUTS = ["answer.txt", "output.txt"]
 _WORDS = [
     "apple",
     "banana",
