@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import shutil
 import statistics
 import subprocess
@@ -73,6 +74,29 @@ def evaluate(model: Path, heldout: Path, out: Path) -> float:
             "--agent-kwarg", "temperature=0", "--agent-kwarg", "max_turns=3",
             "--agent-kwarg", "context_limit=1024", "--agent-kwarg", "max_output_tokens=64")  # fmt: skip
     return float(json.loads(summary.read_text()).get("accuracy") or 0.0)
+
+
+def first_actions(bench: Path, heldout: Path) -> dict[str, int]:
+    """Why held-out tasks fail: each trial's first shell command against the task's solution
+    (``TOOL [<] SOURCE > OUTPUT``): how many have the right tool, source and output name."""
+    pattern = re.compile(r"^(.*?)\s*<?\s*(\S+)\s*>\s*(\S+)$")
+    counts = {"tasks": 0, "tool": 0, "source": 0, "output": 0}
+    for path in sorted(bench.glob("*/*/agent/trajectory.jsonl")):
+        trajectory = json.loads(path.read_text().splitlines()[0])
+        solution = heldout / "tasks" / trajectory["task_id"] / "solution" / "solve.sh"
+        expected = pattern.match(" ".join(solution.read_text().splitlines()[-1].split()))
+        commands = [
+            call["arguments"].get("command", "")
+            for step in trajectory["steps"]
+            for call in step.get("tool_calls") or []
+            if call["name"] == "run_shell_command"
+        ]
+        got = pattern.match(" ".join(commands[0].split())) if commands else None
+        counts["tasks"] += 1
+        if expected and got:
+            for key, index in (("tool", 1), ("source", 2), ("output", 3)):
+                counts[key] += got.group(index) == expected.group(index)
+    return counts
 
 
 def metrics(run_dir: Path) -> list[dict[str, float]]:
@@ -131,6 +155,7 @@ def main() -> int:
     datasets = synthesize(out)
     train, heldout = datasets / "train", datasets / "heldout"
     success: dict[str, list[float]] = {arm: [] for arm in ARMS}
+    actions: dict[str, list[dict[str, int]]] = {arm: [] for arm in ARMS}
     stable: dict[str, list[dict[str, float]]] = {arm: [] for arm in ("grpo", "ipa")}
     curves: dict[str, list[list[dict[str, float]]]] = {"grpo": [], "ipa": []}
     for seed in range(args.seeds):
@@ -142,6 +167,7 @@ def main() -> int:
                 f"model.path={base / 'model'}", f"model.tiny.seed={seed}",
                 f"model.tiny.corpus=[{train}]", f"data=[{train}]", "run.progress=false")  # fmt: skip
         success["sft"].append(evaluate(sft / "model", heldout, base / "bench-sft"))
+        actions["sft"].append(first_actions(base / "bench-sft", heldout))
         for arm in ("grpo", "ipa"):
             run_dir = base / arm
             if not (run_dir / "model" / "config.json").is_file():
@@ -151,6 +177,7 @@ def main() -> int:
                     f"algorithm.name={arm}", f"run.steps={args.rl_steps}",
                     "run.progress=false")  # fmt: skip
             success[arm].append(evaluate(run_dir / "model", heldout, base / f"bench-{arm}"))
+            actions[arm].append(first_actions(base / f"bench-{arm}", heldout))
             rows = metrics(run_dir)
             stable[arm].append(stability(rows))
             curves[arm].append(rows)
@@ -179,9 +206,16 @@ def main() -> int:
           f"(goal: +10); GRPO: {100 * (statistics.mean(success['grpo']) - sft_mean):+.1f}")  # fmt: skip
     print(f"Gradient-norm spikes, IPA vs GRPO (baseline): {ipa_spikes:.1f} vs {grpo_spikes:.1f} "
           f"({ratio}); plot: {out / 'learning_ipa.png'}")  # fmt: skip
+    print("\nFirst shell command on the held-out tasks (summed over seeds): right tool / source / "
+          "output name")  # fmt: skip
+    for arm in ARMS:
+        total = {k: sum(a[k] for a in actions[arm]) for k in ("tasks", "tool", "source", "output")}
+        print(f"  {arm.upper():5} " + " / ".join(
+            f"{k} {total[k]}/{total['tasks']}" for k in ("tool", "source", "output")))  # fmt: skip
     print(f"({(time.monotonic() - started) / 60:.1f} min)")
     (out / "learning_ipa.json").write_text(
-        json.dumps({"success": success, "stability": stable}, indent=2) + "\n"
+        json.dumps({"success": success, "stability": stable, "first_actions": actions}, indent=2)
+        + "\n"
     )
     return 0
 
