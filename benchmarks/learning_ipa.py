@@ -206,6 +206,10 @@ def main() -> int:
           f"(goal: +10); GRPO: {100 * (statistics.mean(success['grpo']) - sft_mean):+.1f}")  # fmt: skip
     print(f"Gradient-norm spikes, IPA vs GRPO (baseline): {ipa_spikes:.1f} vs {grpo_spikes:.1f} "
           f"({ratio}); plot: {out / 'learning_ipa.png'}")  # fmt: skip
+    grpo_max = statistics.mean(s["max_grad_norm"] for s in stable["grpo"])
+    ipa_max = statistics.mean(s["max_grad_norm"] for s in stable["ipa"])
+    print(f"Largest gradient norm of a run (mean over seeds), IPA vs GRPO (baseline): "
+          f"{ipa_max:.2f} vs {grpo_max:.2f} ({ipa_max / grpo_max:.2f}x)" if grpo_max else "")  # fmt: skip
     print("\nFirst shell command on the held-out tasks (summed over seeds): right tool / source / "
           "output name")  # fmt: skip
     for arm in ARMS:
