@@ -14,8 +14,9 @@ out; synthesized into bench-out/learning/ unless there already), for each seed:
 
 Printed: held-out success per arm (mean and per seed), RL's gain over SFT alone in points
 (the goal: at least +10), and training stability — gradient-norm spikes (update steps whose
-norm is above 3x the run's median) and the spread of the per-step training success — with
-IPA's spikes as a ratio against GRPO's (the baseline). A plot of the mean training success
+norm is above 3x the run's median), the largest gradient norm and the spread of the per-step
+training success — IPA's against GRPO's (the baseline) — and, to say why held-out tasks fail,
+each arm's first shell command against the task's solution (right tool, source, output). A plot of the mean training success
 and gradient norm per step goes to bench-out/learning/learning_ipa.png.
 
 Long: about 15 minutes per seed on 2 CPU cores. `--seeds 1 --rl-steps 4` for a quick look.
