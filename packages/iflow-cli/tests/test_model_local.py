@@ -62,7 +62,10 @@ def test_build_is_deterministic_for_a_seed(tiny: Path, tmp_path: Path) -> None:
 def test_template_renders_tools_calls_and_results(greedy: LocalModel) -> None:
     text = greedy.tokenizer.decode(prompt_token_ids(greedy.tokenizer, HISTORY, TOOLS))
     assert text.startswith("<|im_start|>system\nYou are a coding agent.\n\n# Tools")
-    assert render_tools_prompt(TOOLS) + "<|im_end|>" in text
+    # a template without tool support gets the brief form by default, the schemas on request
+    assert render_tools_prompt(TOOLS, brief=True) + "<|im_end|>" in text
+    full = greedy.tokenizer.decode(prompt_token_ids(greedy.tokenizer, HISTORY, TOOLS, "text"))
+    assert render_tools_prompt(TOOLS) + "<|im_end|>" in full
     assert (
         "<|im_start|>assistant\nListing.\n<tool_call>\n"
         '{"name": "run_shell_command", "arguments": {"command": "ls"}}\n</tool_call><|im_end|>'
@@ -159,6 +162,15 @@ def test_missing_or_wrong_directories_are_config_errors(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"has no config\.json"):
         LocalModel(tmp_path)
     (tmp_path / "config.json").write_text("{not json")
+    with pytest.raises(ConfigError, match=r"no weights \(\*\.safetensors"):
+        LocalModel(tmp_path)
+    (tmp_path / "model.safetensors").write_bytes(b"not weights")
+    with pytest.raises(ConfigError, match=r"has no tokenizer \(tokenizer\.json"):
+        LocalModel(tmp_path)
+    (tmp_path / "tokenizer_config.json").write_text('{"model_max_length": 512}')
+    with pytest.raises(ConfigError, match="has no chat template; add one as chat_template.jinja"):
+        LocalModel(tmp_path)
+    (tmp_path / "chat_template.jinja").write_text("{{ messages }}")
     with pytest.raises(ConfigError, match="could not load a model from"):
         LocalModel(tmp_path)
 

@@ -146,14 +146,23 @@ def test_progress_draws_on_a_terminal_only() -> None:
     assert "51/100" in resumed.getvalue() and "grad_norm 2" in resumed.getvalue()
 
     quiet = io.StringIO()
-    for progress in (
-        TrainProgress(10, enabled=False, console=Console(file=quiet, force_terminal=True)),
-        TrainProgress(10, console=Console(file=quiet, force_terminal=False)),
-    ):
-        with progress:
-            assert not progress.active
-            progress.update(1, {"train/loss": 1.0})
+    with TrainProgress(10, enabled=False, console=Console(file=quiet, force_terminal=True)) as p:
+        assert not p.active
+        p.update(1, {"train/loss": 1.0})
     assert quiet.getvalue() == ""
+
+
+def test_progress_prints_a_line_a_step_when_redirected() -> None:
+    log = io.StringIO()
+    with TrainProgress(10, console=Console(file=log, force_terminal=False)) as progress:
+        assert not progress.active  # no bar, no escape codes
+        progress.update(0, {})  # the start: nothing done yet
+        progress.update(1, {"train/loss": 1.0})
+        progress.update(2, {"train/loss": 0.5, "rollout/reward_mean": 0.25})
+    lines = log.getvalue().splitlines()
+    assert len(lines) == 2 and "\x1b" not in log.getvalue()
+    assert lines[0].startswith("step 1/10") and lines[0].endswith("loss 1")
+    assert lines[1].startswith("step 2/10") and "reward 0.25  loss 0.5" in lines[1]
 
 
 def _write_run(run: Path, steps: int, keys: tuple[str, ...]) -> Path:

@@ -5,7 +5,8 @@ A run directory holds its checkpoints like this::
     RUN_DIR/checkpoints/
         latest                 # "step-00000300": the newest complete checkpoint
         step-00000300/
-            model/             # save_pretrained() output, for models that have it ...
+            model/             # save_pretrained() output, for models that have it (a LoRA
+                               # run's: adapter_model.safetensors + adapter_config.json) ...
             model.safetensors  # ... or the state dict of a plain nn.Module
             optimizer.pt
             scheduler.pt       # when a scheduler was given
@@ -68,6 +69,9 @@ MANIFEST = "manifest.json"
 STATE = "state.json"
 MODEL_DIR = "model"
 MODEL_FILE = "model.safetensors"
+ADAPTER_WEIGHTS = "adapter_model.safetensors"
+"""A LoRA run's checkpoint holds only the adapters, in peft's format (``model/``)."""
+ADAPTER_CONFIG = "adapter_config.json"
 OPTIMIZER = "optimizer.pt"
 SCHEDULER = "scheduler.pt"
 RNG = "rng.pt"
@@ -490,7 +494,10 @@ def load_checkpoint(
     module = _unwrap(model)
     param = next(iter(module.parameters()), None)
     device = param.device if param is not None else torch.device("cpu")
-    _load_weights(module, path, set_model_state)
+    if (path / MODEL_DIR / ADAPTER_WEIGHTS).is_file():
+        _load_adapters(module, path / MODEL_DIR)
+    else:
+        _load_weights(module, path, set_model_state)
     if set_optimizer_state is not None:
         opt_state = _torch_load(path / OPTIMIZER, torch.device("cpu"), what="optimizer")
         _apply(set_optimizer_state, opt_state, path / OPTIMIZER, "optimizer")
@@ -539,6 +546,30 @@ def _apply(load: Callable[[Any], Any], state: Any, file: Path, what: str) -> Non
             f"the {what} state in {file} does not fit this {what} ({exc}); build the {what} "
             "the same way as the run that saved it."
         ) from exc
+
+
+def _load_adapters(module: Any, directory: Path) -> None:
+    """Put the LoRA adapters saved in ``directory`` (peft's format) into the peft ``module``."""
+    from safetensors.torch import load_file
+
+    try:
+        from peft import set_peft_model_state_dict
+    except ImportError as exc:
+        raise CheckpointError(
+            f"{directory.parent} holds LoRA adapters; install peft to load them"
+        ) from exc
+    if not hasattr(module, "peft_config"):
+        raise CheckpointError(
+            f"{directory.parent} holds LoRA adapters but the model has none; resume with the "
+            "model.lora settings the run saved with."
+        )
+    result = set_peft_model_state_dict(module, load_file(directory / ADAPTER_WEIGHTS, device="cpu"))
+    unexpected = list(getattr(result, "unexpected_keys", None) or [])
+    if unexpected:
+        raise CheckpointError(
+            f"the adapters in {directory} do not fit this model (unexpected {_some(unexpected)}); "
+            "resume with the model.lora settings the run saved with."
+        )
 
 
 def _weight_files(path: Path) -> list[Path]:

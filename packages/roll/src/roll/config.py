@@ -39,6 +39,21 @@ class TinyModel(_Section):
     will mostly read and write takes fewer tokens."""
 
 
+_LLAMA_LINEAR = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+class LoraConfig(_Section):
+    """LoRA adapters (through peft): only the adapters train; checkpoints hold only them."""
+
+    r: int = Field(default=16, ge=1)
+    """Rank of each adapter."""
+    alpha: float = Field(default=32.0, gt=0)
+    """Scale numerator: the adapter's output is multiplied by ``alpha / r``."""
+    dropout: float = Field(default=0.0, ge=0, lt=1)
+    target_modules: list[str] = Field(default_factory=lambda: list(_LLAMA_LINEAR))
+    """Names of the linear layers to adapt (a module matches when its name ends with one)."""
+
+
 class ModelConfig(_Section):
     """The policy."""
 
@@ -51,6 +66,9 @@ class ModelConfig(_Section):
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
     """``auto``: bfloat16 on a GPU that supports it, float32 otherwise."""
     gradient_checkpointing: bool = False
+    lora: LoraConfig | None = None
+    """Train LoRA adapters instead of every weight (``{}`` for the defaults); the run's final
+    ``model/`` is the base with the adapters merged in, ready to serve."""
 
 
 class OptimConfig(_Section):

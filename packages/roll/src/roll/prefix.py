@@ -159,7 +159,7 @@ def shared_hidden(lm: Any, col: SharedCollated) -> torch.Tensor:
         position_ids=prefix_pos,
         use_cache=True,
     )
-    cache = prefix_out.past_key_values
+    cache = prefix_out.cache  # transformers 5's name (past_key_values is deprecated)
     expanded = DynamicCache()
     for layer_index, layer in enumerate(cache.layers):
         expanded.update(
@@ -175,7 +175,7 @@ def shared_hidden(lm: Any, col: SharedCollated) -> torch.Tensor:
         input_ids=col.suffix_ids,
         attention_mask=mask,
         position_ids=suffix_pos,
-        past_key_values=expanded,
+        cache=expanded,
         use_cache=True,
     )
     rows, cols = col.plain.rows, col.plain.cols

@@ -27,6 +27,8 @@ from typing import Any
 import torch
 import yaml
 
+from iflow.errors import ConfigError as IflowConfigError
+from iflow.models.directory import check_model_directory, context_window
 from roll.algo.losses import LossSpec
 from roll.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from roll.config import ModelConfig, SFTConfig, TrainConfig
@@ -40,6 +42,7 @@ from roll.distributed import (
     load_full_optimizer_state,
 )
 from roll.errors import ConfigError
+from roll.lora import apply_lora, is_lora, merged_copy
 from roll.metrics import MetricsLogger, TrainProgress
 from roll.models import load_policy, resolve_device, resolve_dtype
 from roll.update import Updater
@@ -68,6 +71,20 @@ def ensure_model(model: ModelConfig) -> Path:
         corpus=corpus_texts(tiny.corpus) if tiny.corpus else (),
     )
     return path
+
+
+def check_model(config: TrainConfig | SFTConfig) -> int | None:
+    """Check the model directory is complete (with a chat template where trajectories or an
+    agent's prompts are rendered); the model's context window, when its config names one."""
+    chat = isinstance(config, SFTConfig) or config.tasks is not None
+    return context_window(_checked(config.model.path, chat))
+
+
+def _checked(path: str, chat: bool) -> Path:
+    try:
+        return check_model_directory(path, need_template=chat)
+    except IflowConfigError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def corpus_texts(paths: list[str]) -> list[str]:
@@ -140,7 +157,11 @@ class Session:
         if self.world.is_main:
             ensure_model(config.model)
         self.world.barrier()
+        self.context_window = check_model(config)
+        """The model's context window (``max_position_embeddings``), when its config has one."""
         self.lm, self.tokenizer = load_policy(config.model.path, device=device, dtype="float32")
+        if config.model.lora is not None:
+            self.lm = apply_lora(self.lm, config.model.lora, base_path=config.model.path)
         self.rollout_lm: Any = self.lm
         """The module generation samples from: the policy itself, or a full copy of it when
         the policy is sharded (see :meth:`start`)."""
@@ -281,14 +302,16 @@ class Session:
         self.world.barrier()
 
     def finish(self) -> Path:
-        """Save the trained policy as ``RUN_DIR/model`` and return that path."""
+        """Save the trained policy as ``RUN_DIR/model`` and return that path (a LoRA policy
+        with its adapters merged in: a plain model to serve)."""
         out = self.run_dir / "model"
         state = full_model_state(self.lm, self.world) if self.sharded else None
         if self.world.is_main:
             from iflow.models.local import quiet_progress
 
+            lm = merged_copy(self.lm) if is_lora(self.lm) else self.lm
             with quiet_progress():
-                self.lm.save_pretrained(out, safe_serialization=True, state_dict=state)
+                lm.save_pretrained(out, safe_serialization=True, state_dict=state)
                 self.tokenizer.save_pretrained(out)
         self.world.barrier()
         return out

@@ -22,6 +22,7 @@ from typing import Any
 
 from ale.jsonl import read_jsonl
 from ale.trajectory import Role, Step, Trajectory
+from iflow.models.local import template_features
 from roll.algo.batch import Sample, _masked_step, set_sft_weights
 from roll.algo.losses import LossSpec
 from roll.config import SFTConfig
@@ -145,12 +146,21 @@ def tokenize_trajectory(
 
 
 def sft_samples(
-    trajectories: list[Trajectory], tokenizer: Any, config: SFTConfig
+    trajectories: list[Trajectory],
+    tokenizer: Any,
+    config: SFTConfig,
+    *,
+    context_window: int | None = None,
 ) -> tuple[list[Sample], dict[str, int]]:
-    """Tokenised samples and counts of what was left out and why."""
+    """Tokenised samples and counts of what was left out and why; sequences are cut at
+    ``max_seq_len`` or the model's ``context_window``, whichever is shorter."""
+    limit = min(config.max_seq_len, context_window or config.max_seq_len)
     compact = config.tools in ("iflow-compact", "iflow-brief")
     tools = [] if config.tools == "none" else iflow_tool_schemas(compact=compact)
-    tool_format = "brief" if config.tools == "iflow-brief" else "auto"
+    # iflow/iflow-compact: the JSON schemas, natively when the template takes tools (as
+    # tasks.tool_format: text renders them for a template without tool support)
+    native = template_features(tokenizer)[0]
+    tool_format = "brief" if config.tools == "iflow-brief" else ("auto" if native else "text")
     counts = {"trajectories": len(trajectories), "unsuccessful": 0, "too_long": 0, "cut": 0}
     samples: list[Sample] = []
     for trajectory in trajectories:
@@ -160,7 +170,7 @@ def sft_samples(
         if compact:
             trajectory = as_compact(trajectory)
         tokenized = tokenize_trajectory(
-            trajectory, tokenizer, tools, max_seq_len=config.max_seq_len, tool_format=tool_format
+            trajectory, tokenizer, tools, max_seq_len=limit, tool_format=tool_format
         )
         if tokenized is None or not any(tokenized.sample.expert_mask):
             counts["too_long"] += 1
@@ -183,12 +193,21 @@ def run_sft(config: SFTConfig, *, resume: bool = False, log: Any = None) -> Path
 
     with Session(config, spec=LossSpec(), resume=resume, log=log) as session:
         trajectories = load_trajectories(config.data)
-        samples, counts = sft_samples(trajectories, session.tokenizer, config)
+        window = session.context_window
+        samples, counts = sft_samples(
+            trajectories, session.tokenizer, config, context_window=window
+        )
         if not samples:
+            if window is not None and window < config.max_seq_len:
+                longest = f"the model's context window ({window} tokens)"
+                advice = "use a model with a longer context, or shorter trajectories"
+            else:
+                longest = f"max_seq_len={config.max_seq_len}"
+                advice = "check data or raise max_seq_len"
             raise ConfigError(
                 f"none of the {counts['trajectories']} trajectories can be trained on "
                 f"({counts['unsuccessful']} unsuccessful, {counts['too_long']} too long for "
-                f"max_seq_len={config.max_seq_len}); check data or raise max_seq_len"
+                f"{longest}); {advice}"
             )
         session.say(
             f"sft: {len(samples)} trajectories ({counts['unsuccessful']} unsuccessful and "

@@ -9,7 +9,10 @@ Tools reach the template in one of two ways. With ``tool_format="auto"`` (the de
 choice follows what the template uses; ``"native"`` and ``"text"`` force one:
 
 - a template that uses ``tools`` (Qwen-style) gets the schemas as ``tools``; otherwise
-  :func:`iflow.models.parsing.render_tools_prompt` is appended to the system message;
+  :func:`iflow.models.parsing.render_tools_prompt` is appended to the system message, in
+  the brief form (one line a tool) for ``"auto"`` and ``"brief"``: a model whose template
+  knows no tools (SmolLM2, most small models) was not trained on JSON schemas either, and
+  the brief form costs a fifth of the tokens;
 - a template that uses ``tool_calls`` gets assistant calls (arguments as objects) and ``tool``
   messages as they are; otherwise they are rewritten as ``<tool_call>`` / ``<tool_response>``
   text (:func:`iflow.models.parsing.text_tool_messages`).
@@ -35,6 +38,7 @@ from typing import Any, Literal
 from ale.trajectory import Step, Usage
 from iflow.errors import ConfigError, ContextTooLong, ModelError
 from iflow.models.base import DeltaCallback, ModelResponse, to_openai_messages
+from iflow.models.directory import check_model_directory
 from iflow.models.parsing import parse_tool_calls, text_tool_messages, with_tools_prompt
 
 _DEFAULT_CONTEXT = 32768
@@ -280,7 +284,7 @@ def chat_messages(
         chat = text_tool_messages(chat)
     if uses_tools:
         return chat, (tools or None)
-    return with_tools_prompt(chat, tools, brief=tool_format == "brief"), None
+    return with_tools_prompt(chat, tools, brief=tool_format in ("brief", "auto")), None
 
 
 def prompt_token_ids(
@@ -319,16 +323,7 @@ def prompt_token_ids(
 
 
 def _load(directory: Path, *, device: str, dtype: str) -> tuple[Any, Any]:
-    if not directory.is_dir():
-        raise ConfigError(
-            f"there is no model directory at {directory}; set the model path to a directory "
-            "written by save_pretrained (config.json, tokenizer files and weights)."
-        )
-    if not (directory / "config.json").is_file():
-        raise ConfigError(
-            f"{directory} is not a model directory (it has no config.json); set the model path "
-            "to a directory written by save_pretrained."
-        )
+    check_model_directory(directory)
     try:
         from transformers import AutoModelForCausalLM, AutoTokenizer
     except ImportError as exc:

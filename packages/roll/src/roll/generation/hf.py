@@ -226,7 +226,7 @@ class HFBackend:
                 input_ids=feed[:, None],
                 attention_mask=mask,
                 position_ids=next_pos[:, None],
-                past_key_values=out.past_key_values,
+                cache=out.cache,  # transformers 5's name (past_key_values is deprecated)
                 use_cache=True,
             )
             next_pos = next_pos + 1
