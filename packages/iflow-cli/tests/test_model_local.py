@@ -168,7 +168,7 @@ def test_missing_or_wrong_directories_are_config_errors(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"has no tokenizer \(tokenizer\.json"):
         LocalModel(tmp_path)
     (tmp_path / "tokenizer_config.json").write_text('{"model_max_length": 512}')
-    with pytest.raises(ConfigError, match="has no chat template; add one as chat_template.jinja"):
+    with pytest.raises(ConfigError, match=r"has no chat template; add one as chat_template\.jinja"):
         LocalModel(tmp_path)
     (tmp_path / "chat_template.jinja").write_text("{{ messages }}")
     with pytest.raises(ConfigError, match="could not load a model from"):
