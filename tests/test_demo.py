@@ -1,6 +1,8 @@
 """`make demo`'s script end to end, quick: every stage for real (a rock daemon, synthesis
-of held-out and training tasks, a tiny model, SFT, IPA on tasks in Docker sandboxes, rock
-bench of three models, the table and the curves) on a few tasks and steps."""
+of held-out and training tasks, a tiny model (``--tiny``; the real model's import and
+loading are tested in roll's test_model_import), SFT, IPA on tasks in Docker sandboxes,
+rock bench of three models greedy and sampled, the table and the curves) on a few tasks and
+steps."""
 
 from __future__ import annotations
 
@@ -21,7 +23,7 @@ def test_demo_runs_end_to_end_quick(tmp_path: Path) -> None:
     out = tmp_path / "demo"
     done = subprocess.run(
         [sys.executable, str(ROOT / "scripts" / "demo.py"), "--out", str(out), "--quick",
-         "--json"],
+         "--tiny", "--json"],
         capture_output=True, text=True, timeout=1200,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
@@ -35,18 +37,25 @@ def test_demo_runs_end_to_end_quick(tmp_path: Path) -> None:
     assert len(heldout) == 4 and len(train) == 8
     assert not {t.instruction for t in heldout} & {t.instruction for t in train}
     for r in results.values():
-        assert r["trials"] == 4 and 0 <= r["accuracy"] <= 1
-    assert results["untrained"]["accuracy"] == 0.0  # random weights solve nothing
+        for mode in ("greedy", "sampled"):
+            assert r[mode]["trials"] == 4 and 0 <= r[mode]["accuracy"] <= 1
+    assert results["untrained"]["greedy"]["accuracy"] == 0.0  # random weights solve nothing
     rows = [json.loads(x) for x in (out / "rl" / "metrics.jsonl").read_text().splitlines()]
     assert len(rows) == 2 and rows[-1]["episodes/scored"] >= 4
     assert (out / "curves.png").stat().st_size > 10_000
     assert "| SFT |" in (out / "results.md").read_text()
     # a second run reuses every finished stage
     again = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "demo.py"), "--out", str(out), "--quick"],
+        [sys.executable, str(ROOT / "scripts" / "demo.py"), "--out", str(out), "--quick",
+         "--tiny"],
         capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert again.returncode == 0 and again.stdout.count("there from an earlier run") == 4
+    real = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "demo.py"), "--out", str(out), "--quick"],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert real.returncode == 1 and "holds a run with the tiny model; add --fresh" in real.stderr
 
 
 def test_demo_file_names_are_not_words_of_the_agents_prompt() -> None:

