@@ -257,9 +257,9 @@ class TrainProgress:
 
     Drawn when ``enabled`` and the console is a terminal; when the output is redirected (a
     log file, a pipe), one plain line a step instead (``step 3/10  41 s  reward 0.25 ...``);
-    with ``enabled`` false, nothing. ``initial_step`` is where a resumed run starts, so the ETA counts only the steps
-    this process runs (a first :meth:`update` that jumps ahead is taken as that start too).
-    ``console`` defaults to one on stderr.
+    with ``enabled`` false, nothing. ``initial_step`` is where a resumed run starts, so the
+    ETA counts only the steps this process runs (a first :meth:`update` that jumps ahead is
+    taken as that start too). ``console`` defaults to one on stderr.
     """
 
     def __init__(

@@ -51,7 +51,6 @@ class Imported:
 
     path: Path
     created: bool
-    source: str
 
 
 def import_model(
@@ -70,7 +69,7 @@ def import_model(
                     f"{target} already holds another model ({recorded.get('source')}); "
                     "give this one another --name, or delete that directory."
                 )
-            return Imported(target, False, str(source))
+            return Imported(target, False)
         if target.exists():
             raise ConfigError(
                 f"{target} exists but was not written by `roll model import`; give another "
@@ -89,7 +88,7 @@ def import_model(
             os.replace(scratch, target)
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
-    return Imported(target, True, str(source))
+    return Imported(target, True)
 
 
 # -- finding the GGUF file -----------------------------------------------------------------------

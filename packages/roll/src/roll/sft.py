@@ -22,7 +22,6 @@ from typing import Any
 
 from ale.jsonl import read_jsonl
 from ale.trajectory import Role, Step, Trajectory
-from iflow.models.local import template_features
 from roll.algo.batch import Sample, _masked_step, set_sft_weights
 from roll.algo.losses import LossSpec
 from roll.config import SFTConfig
@@ -157,10 +156,9 @@ def sft_samples(
     limit = min(config.max_seq_len, context_window or config.max_seq_len)
     compact = config.tools in ("iflow-compact", "iflow-brief")
     tools = [] if config.tools == "none" else iflow_tool_schemas(compact=compact)
-    # iflow/iflow-compact: the JSON schemas, natively when the template takes tools (as
-    # tasks.tool_format: text renders them for a template without tool support)
-    native = template_features(tokenizer)[0]
-    tool_format = "brief" if config.tools == "iflow-brief" else ("auto" if native else "text")
+    # each as its consumer renders the tools: the iflow agent's local model by default (auto),
+    # agentic RL with tasks.tool_format text or brief
+    tool_format = {"iflow-compact": "text", "iflow-brief": "brief"}.get(config.tools, "auto")
     counts = {"trajectories": len(trajectories), "unsuccessful": 0, "too_long": 0, "cut": 0}
     samples: list[Sample] = []
     for trajectory in trajectories:

@@ -55,9 +55,7 @@ def check_model_directory(path: str | Path, *, need_template: bool = True) -> Pa
 
 def has_chat_template(directory: Path) -> bool:
     """A chat template is saved in ``directory`` (either place transformers writes one)."""
-    if (directory / "chat_template.jinja").is_file() or (
-        directory / "chat_template.json"
-    ).is_file():
+    if any((directory / name).is_file() for name in ("chat_template.jinja", "chat_template.json")):
         return True
     config = directory / "tokenizer_config.json"
     if not config.is_file():
