@@ -283,3 +283,30 @@ def test_sequential_rollback_starts_at_the_last_chunk(tmp_path: Path, tiny: Path
         assert rollout["extra"]["roll"]["anchor"] == turns - 1  # only the last chunk is left
     records = read_metrics(tmp_path / "run")
     assert all("resample/anchor_mean" in r for r in records)
+
+
+def test_an_episode_without_tokens_counts_in_its_group_and_trains_nothing(
+    tmp_path: Path, tiny: Path
+) -> None:
+    """An agentic episode can end before the policy speaks (its time ran out in the generation
+    queue): its reward belongs to its group, but it has no token for the update."""
+    from roll.algo.batch import Sample
+    from roll.session import Session
+    from roll.train import _update, loss_spec
+
+    config = load_config(TrainConfig, _config(tmp_path, tiny), [f"run_dir={tmp_path / 'r'}"])
+
+    def sample(ids: list[int], reward: float) -> Sample:
+        n = len(ids)
+        return Sample(
+            input_ids=ids, rl_mask=[i > 1 for i in range(n)], chunk_ids=[0 if i > 1 else -1 for i in range(n)],
+            expert_mask=[False] * n, reward=reward, group="g",
+        )  # fmt: skip
+
+    with Session(config, spec=loss_spec(config), log=lambda _m: None) as session:
+        session.start(1)
+        samples = [sample([5, 6, 7, 8], 1.0), sample([5, 6, 9, 9], 0.0), sample([], 0.0)]
+        metrics = _update(session, config, samples, None, set(), 8)
+        assert metrics["train/tokenless_samples"] == 1.0 and metrics["train/tokens"] > 0
+        only = _update(session, config, [sample([], 0.0)], None, set(), 8)
+        assert only == {"train/skipped_empty": 1.0, "train/tokenless_samples": 1.0}

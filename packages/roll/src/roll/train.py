@@ -335,6 +335,12 @@ def _update(
         gamma=algo.gamma or 1.0,
         baseline=algo.baseline or "none",
     )
+    # An episode that ended before the policy spoke (its time ran out while queued for
+    # generation) counts in its group's rewards above, but has no token to train on.
+    tokenless = sum(1 for s in samples if not len(s))
+    samples = [s for s in samples if len(s)]
+    if not samples:
+        return {"train/skipped_empty": 1.0, "train/tokenless_samples": float(tokenless)}
     coef = config.resample.imitation_coef if config.resample is not None else 0.0
     updater = session.updater
     count = config.updates_per_batch
@@ -367,4 +373,5 @@ def _update(
         result = updater.step(world.shard(part))
         for key, value in result.metrics.items():
             metrics[key] = metrics.get(key, 0.0) + value / count
+    metrics["train/tokenless_samples"] = float(tokenless)
     return metrics
