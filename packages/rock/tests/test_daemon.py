@@ -80,6 +80,14 @@ def test_malformed_json_and_wrong_types_name_the_field(daemon: Running, client: 
     assert wrong.status_code == 422
     assert wrong.json()["error"]["fields"] == ["body.spec.memory_mb"]
     assert "body.spec.memory_mb" in wrong.json()["error"]["message"]
+    huge = httpx.post(  # found by the fuzz test: 1e308 cores overflowed the nano-CPU count
+        f"{daemon.url}/v1/sandboxes", json={"spec": {"cpus": 1.13e308}}, headers=headers
+    )
+    assert huge.status_code == 422 and huge.json()["error"]["fields"] == ["body.spec.cpus"]
+    forever = httpx.post(
+        f"{daemon.url}/v1/sandboxes", json={"spec": {"ttl_sec": 1e308}}, headers=headers
+    )
+    assert forever.status_code == 422 and forever.json()["error"]["fields"] == ["body.spec.ttl_sec"]
     with pytest.raises(InvalidRequest, match=r"body\.min_idle") as info:
         client.request("PUT", "/v1/pools/p", json={"min_idle": 5, "max_total": 2})
     assert info.value.fields == ["body.min_idle"]

@@ -20,16 +20,21 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", ser_json_bytes="base64", val_json_bytes="base64")
 
 
+MAX_SECONDS = 30 * 86400
+"""The longest timeout or lifetime a request may ask for (a larger float overflows the
+timers it feeds: thread joins, datetimes); ``None`` means no limit where one is optional."""
+
+
 class SandboxSpec(_Model):
     """How to start a sandbox. Defaults are locked down: no network, bounded resources."""
 
     image: str = Field(default=BASE_IMAGE, min_length=1, max_length=512)
     """Image to start (docker) or directory to copy as the root (local; None = empty)."""
-    memory_mb: int = Field(default=1024, gt=0)
-    """Memory limit in MiB (swap included: no extra swap)."""
-    cpus: float = Field(default=1.0, gt=0)
-    """CPU limit in cores."""
-    pids_limit: int = Field(default=512, gt=0)
+    memory_mb: int = Field(default=1024, gt=0, le=2**24)
+    """Memory limit in MiB (swap included: no extra swap); at most 16 TiB."""
+    cpus: float = Field(default=1.0, gt=0, le=1024)
+    """CPU limit in cores (at most 1024: the engine takes it in nano-CPUs, a 64-bit integer)."""
+    pids_limit: int = Field(default=512, gt=0, le=4194304)
     """Most processes and threads alive at once."""
     network: Literal["none", "bridge"] = "none"
     """'none' (the default) cuts the sandbox off; 'bridge' opens it."""
@@ -39,9 +44,9 @@ class SandboxSpec(_Model):
     """Environment variables of every command."""
     labels: dict[str, str] = Field(default_factory=dict)
     """Extra labels (docker) recorded with the sandbox."""
-    ttl_sec: float | None = Field(default=None, gt=0)
+    ttl_sec: float | None = Field(default=None, gt=0, le=MAX_SECONDS)
     """Delete the sandbox this long after creation."""
-    idle_timeout_sec: float | None = Field(default=None, gt=0)
+    idle_timeout_sec: float | None = Field(default=None, gt=0, le=MAX_SECONDS)
     """Delete the sandbox after this long without a command."""
 
 
@@ -50,7 +55,7 @@ class ExecRequest(_Model):
 
     command: str | list[str]
     """A shell string (run by bash -c) or an argv list."""
-    timeout: float | None = Field(default=60.0, gt=0)
+    timeout: float | None = Field(default=60.0, gt=0, le=MAX_SECONDS)
     """Seconds before the command and every process it started are killed; None = no limit."""
     cwd: str | None = None
     env: dict[str, str] = Field(default_factory=dict)
@@ -183,7 +188,7 @@ class SessionInfo(_Model):
 
 class SessionRunRequest(_Model):
     command: str
-    timeout: float | None = Field(default=60.0, gt=0)
+    timeout: float | None = Field(default=60.0, gt=0, le=MAX_SECONDS)
 
 
 class SnapshotRequest(_Model):
