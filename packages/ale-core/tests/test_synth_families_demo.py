@@ -1,6 +1,6 @@
-"""The demo families text-count and text-transform: determinism, and each kind's one-line
-solution run with the host's coreutils passes the task's own tests (and doing nothing fails
-them)."""
+"""The demo families text-count, text-transform and text-find: determinism, and each kind's
+one-line solution run with the host's coreutils passes the task's own tests (and doing nothing
+fails them); text-find's requests never name the file, and its expert looks first."""
 
 from __future__ import annotations
 
@@ -11,10 +11,20 @@ from pathlib import Path
 import pytest
 
 from ale.synth.expert import ExpertRun, Final, Observation
-from ale.synth.families.text_tools import COUNT_KINDS, OUTPUTS, SOURCES, TRANSFORM_KINDS
+from ale.synth.families.text_tools import (
+    COUNT_KINDS,
+    HIDDEN_SOURCES,
+    OUTPUTS,
+    SOURCES,
+    TRANSFORM_KINDS,
+)
 from ale.synth.family import draft_for, get_family
 
-FAMILIES = {"text-count": COUNT_KINDS, "text-transform": TRANSFORM_KINDS}
+FAMILIES = {
+    "text-count": COUNT_KINDS,
+    "text-transform": TRANSFORM_KINDS,
+    "text-find": {**COUNT_KINDS, **TRANSFORM_KINDS},
+}
 
 
 def _drafts(family: str, count: int = 60) -> list:
@@ -28,7 +38,8 @@ def test_deterministic_and_covering(family: str) -> None:
     assert [d.instruction for d in drafts] == [d.instruction for d in again]
     assert [d.files for d in drafts] == [d.files for d in again]
     assert {d.params["kind"] for d in drafts} == set(FAMILIES[family])
-    assert {d.params["source"] for d in drafts} <= set(SOURCES)
+    sources = HIDDEN_SOURCES if family == "text-find" else SOURCES
+    assert {d.params["source"] for d in drafts} <= set(sources)
     assert {d.params["output"] for d in drafts} <= set(OUTPUTS)
     assert get_family(family).difficulties == ("easy",)
 
@@ -38,6 +49,9 @@ def test_expert_is_the_solution_then_done(family: str) -> None:
     draft = draft_for(family, 3, "easy")
     run = ExpertRun(draft.expert())
     action = run.next(None)
+    if family == "text-find":  # it looks first: the request does not name the file
+        assert action.kind == "shell" and action.command == "ls"
+        action = run.next(Observation(f"{draft.params['source']}\nExit code: 0", 0))
     assert action.kind == "shell" and action.command == draft.solution.strip()
     final = run.next(Observation("(no output)\nExit code: 0", 0))
     assert isinstance(final, Final)
@@ -71,3 +85,10 @@ def test_solution_passes_and_nothing_fails(family: str, tmp_path: Path) -> None:
         subprocess.run(["bash", "-c", draft.solution], cwd=root, env=env, check=True)
         assert _run_tests(draft, root) == 0, f"{kind}: {draft.solution} failed its tests"
     assert seen == set(FAMILIES[family])
+
+
+def test_text_find_never_names_the_file() -> None:
+    for seed in range(60):
+        draft = draft_for("text-find", seed, "easy")
+        assert draft.params["source"] not in draft.instruction
+        assert "/app" in draft.instruction and draft.params["output"] in draft.instruction

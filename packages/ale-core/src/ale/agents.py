@@ -43,6 +43,11 @@ class AgentNotFound(LookupError):
     """No installed package registers an agent of that name."""
 
 
+class AgentConfigError(ValueError):
+    """An agent's arguments (``--model``, ``--agent-kwarg``) are missing or wrong; the message
+    is one sentence saying which and what to give instead."""
+
+
 def available_agents() -> list[str]:
     """Names registered in the ``ale.agents`` entry-point group."""
     return sorted({ep.name for ep in entry_points(group=GROUP)})

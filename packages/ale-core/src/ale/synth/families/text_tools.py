@@ -1,4 +1,4 @@
-"""text-count and text-transform: one standard text tool applied to one small file.
+"""text-count, text-transform and text-find: one standard text tool applied to one small file.
 
 These are the families of the end-to-end demo (``make demo``), made for models small enough
 to train on a laptop: every task of a kind is solved by the same one-line command, only the
@@ -11,6 +11,11 @@ same kinds with other data, names and phrasings.
 - ``text-count``: the number of lines, words or characters of the file.
 - ``text-transform``: sort, sort without duplicates, first line, last line, reverse the
   order of the lines, upper-case.
+- ``text-find``: any kind of the two above, but the request does not name the file ("the
+  file in /app"): the agent must look (``ls``) before it acts, two commands over two turns,
+  the second using a name it read in the first one's output (from a longer list of names, so
+  guessing rarely works). A pretrained model copies names from a request easily; reading one
+  from an observation is what SFT teaches only part of the way, and what RL can sharpen.
 
 The tests compare the output file with the expected text (counts: the first number in it).
 """
@@ -28,6 +33,21 @@ SOURCES = ["data.txt", "input.txt", "notes.txt"]
 # says "Its result comes back...", so with result.txt as an output name the word was in every
 # prompt whichever name the request asked for (a confound for a model learning to copy it).
 OUTPUTS = ["answer.txt", "output.txt"]
+HIDDEN_SOURCES = [
+    "data.txt",
+    "input.txt",
+    "notes.txt",
+    "list.txt",
+    "words.txt",
+    "items.txt",
+    "lines.txt",
+    "records.txt",
+    "names.txt",
+    "entries.txt",
+]
+"""``text-find``: the file's name, never said in the request."""
+HIDDEN_PHRASES = ["the file in /app", "the only file in /app", "the one file in /app"]
+"""``text-find``: how its requests refer to the file."""
 _WORDS = [
     "apple",
     "banana",
@@ -178,17 +198,24 @@ def _expected(kind: str, text: str) -> str:
 
 
 def _draft(
-    rng: random.Random, kinds: dict[str, tuple[str, list[str]]], counting: bool
+    rng: random.Random,
+    kinds: dict[str, tuple[str, list[str]]],
+    counting: bool,
+    *,
+    hidden: bool = False,
 ) -> TaskDraft:
     kind = rng.choice(sorted(kinds))
     command, phrasings = kinds[kind]
-    src, out = rng.choice(SOURCES), rng.choice(OUTPUTS)
+    src, out = rng.choice(HIDDEN_SOURCES if hidden else SOURCES), rng.choice(OUTPUTS)
     text = "\n".join(_lines(rng, kind)) + "\n"
     expected = _expected(kind, text)
     solution = command.format(src=src, out=out)
-    instruction = rng.choice(phrasings).format(src=src, out=out)
+    said = rng.choice(HIDDEN_PHRASES) if hidden else src
+    instruction = rng.choice(phrasings).format(src=said, out=out)
 
     def expert() -> ExpertProgram:
+        if hidden:
+            yield shell("ls")
         ran = yield shell(solution)
         return "Done." if ran.ok else "The command failed."
 
@@ -217,16 +244,16 @@ def _draft(
         )
         + check
     )
-    wrong = rng.choice([s for s in SOURCES if s != src])
+    wrong = rng.choice([s for s in (HIDDEN_SOURCES if hidden else SOURCES) if s != src])
     return TaskDraft(
         instruction=instruction,
         files={f"/app/{src}": text},
         tests=tests,
         solution=solution + "\n",
         expert=expert,
-        params={"kind": kind, "source": src, "output": out},
+        params={"kind": kind, "source": src, "output": out, "hidden": hidden},
         mistakes=[shell(command.format(src=wrong, out=out))],
-        tags=["coreutils", kind],
+        tags=["coreutils", kind, *(["inspect-first"] if hidden else [])],
         agent_timeout_sec=120.0,
         test_timeout_sec=60.0,
     )
@@ -254,3 +281,19 @@ class TextTransform(Family):
 
     def generate(self, rng: random.Random, difficulty: str) -> TaskDraft:
         return _draft(rng, TRANSFORM_KINDS, counting=False)
+
+
+@register
+class TextFind(Family):
+    name = "text-find"
+    category = "text-processing"
+    description = (
+        "Count or transform the one file in /app, whose name the request does not say: look "
+        "first, then act (demo family, two turns)."
+    )
+    difficulties = ("easy",)
+
+    def generate(self, rng: random.Random, difficulty: str) -> TaskDraft:
+        if rng.random() < len(COUNT_KINDS) / (len(COUNT_KINDS) + len(TRANSFORM_KINDS)):
+            return _draft(rng, COUNT_KINDS, counting=True, hidden=True)
+        return _draft(rng, TRANSFORM_KINDS, counting=False, hidden=True)
