@@ -137,3 +137,26 @@ def test_a_daemon_that_does_not_come_back_fails_acquire_in_one_sentence(serve: S
         "(the same home and port)."
     )
     pool.close()  # nothing to reach: returns quietly
+
+
+def test_a_full_pool_makes_acquire_wait_for_a_release(serve: Serve) -> None:
+    """More episodes than sandboxes slow down rather than fail: acquire waits for one to come
+    back, and gives up (PoolExhausted, one sentence) only after ``full_timeout``."""
+    from rock.errors import PoolExhausted
+
+    client = Client(serve.url, home=serve.home, retries=1)
+    pool = DaemonPool(client, "full", size=1, spec=SandboxSpec(), full_timeout=30)
+    pool.wait_ready(timeout=30)
+    held = [pool.acquire() for _ in range(3)]  # size 1: at most 3 (max_total), all out now
+    releaser = _later(1.0, lambda: pool.release(held.pop()))
+    began = time.monotonic()
+    third = pool.acquire()
+    releaser.join()
+    assert time.monotonic() - began >= 0.9  # it waited for the release
+    assert third.exec("echo ok").stdout == b"ok\n"
+    pool.full_timeout = 0.5
+    with pytest.raises(PoolExhausted, match="maximum of 3"):
+        pool.acquire()
+    for sandbox in [*held, third]:
+        pool.release(sandbox)
+    pool.close()

@@ -30,7 +30,7 @@ from rock.bench.results import FailureMode
 from rock.bench.verifier import toolchain
 from rock.bench.verify import AGENT_LOGS, TESTS_DIR, VERIFIER_LOGS, run_verifier, stage
 from rock.client import Client
-from rock.errors import DaemonUnreachable, RockError, ShuttingDown
+from rock.errors import DaemonUnreachable, PoolExhausted, RockError, ShuttingDown
 from rock.models import SandboxSpec
 
 SYNTH_IMAGE = "rock/bench-base:bookworm"
@@ -149,6 +149,9 @@ class SandboxSource(Protocol):
 class DaemonPool:
     """Sandboxes from a warm pool of a rock daemon (made here if it does not exist).
 
+    A pool at its maximum is back-pressure, not a failure: :meth:`acquire` waits (up to
+    ``full_timeout`` seconds) for an episode to give its sandbox back, so more episodes in
+    flight than sandboxes slow down rather than fail and run again.
     It outlasts a restart of the daemon: :meth:`acquire` waits up to ``reconnect_timeout``
     seconds for a daemon that stopped answering, and declares the pool again if the daemon
     came back without it; sandboxes that could not be released while it was away are
@@ -166,9 +169,11 @@ class DaemonPool:
         size: int,
         spec: SandboxSpec | None = None,
         reconnect_timeout: float = 60.0,
+        full_timeout: float = 600.0,
     ) -> None:
         self.client = client
         self.pool = pool
+        self.full_timeout = full_timeout
         self.spec = spec or sandbox_spec()
         self.size = size
         self.reconnect_timeout = reconnect_timeout
@@ -189,11 +194,16 @@ class DaemonPool:
 
     def acquire(self) -> Any:
         deadline = time.monotonic() + self.reconnect_timeout
+        full_until = time.monotonic() + self.full_timeout
         declared = False
         while True:
             try:
                 sandbox = self.client.acquire(self.pool)
                 break
+            except PoolExhausted:  # every sandbox is out: one comes back when an episode ends
+                if time.monotonic() >= full_until:
+                    raise
+                time.sleep(0.25)
             except PoolNotFound:  # the daemon came back without its state: declare it again
                 if declared:
                     raise
