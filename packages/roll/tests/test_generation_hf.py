@@ -254,3 +254,44 @@ def test_a_closed_backend_refuses_work(model_dir: Path, prompts: list[list[int]]
     closing.close()
     with pytest.raises(GenerationError, match="closed"):
         closing.generate(prompts, SamplingParams())
+
+
+def test_a_shared_prefix_is_computed_once_and_changes_nothing(backend: HFBackend) -> None:
+    """Prompts that begin alike (an agent's system prompt) share one forward pass of that
+    prefix: the same samples and log-probs as a plain forward, the prefix kept for the next
+    call and computed again after a weight sync."""
+    tok = backend.tokenizer
+    system = tok.encode("you are an agent; run one command at a time and say done. " * 3)
+    assert len(system) >= 16
+    shared_prompts = [system + tok.encode(text) for text in TEXTS]
+    params = SamplingParams(max_new_tokens=6, temperature=1.0, seed=11)
+    shapes, hook = count_calls(backend.model)
+    try:
+        gens = backend.generate(shared_prompts, params)
+        again = backend.generate(shared_prompts, params)
+        backend.sync_weights(backend.model, backend.policy_version + 1)
+        backend.generate(shared_prompts, params)
+    finally:
+        hook.remove()
+    prefix_passes = [s for s in shapes if s[0] == 1 and s[1] >= len(system)]
+    assert len(prefix_passes) == 2  # the first call, and the first after the sync
+    assert [g.token_ids for g in again] == [g.token_ids for g in gens]
+    for prompt, gen in zip(shared_prompts, gens, strict=True):
+        expected = reference_logprobs(backend.model, prompt, gen.token_ids, 1.0, 1.0)
+        assert gen.logprobs == pytest.approx(expected, abs=1e-5)
+
+
+def test_a_lone_prompt_uses_the_kept_prefix(backend: HFBackend) -> None:
+    tok = backend.tokenizer
+    system = tok.encode("you are an agent; run one command at a time and say done. " * 3)
+    backend.generate([system + tok.encode(t) for t in TEXTS[:2]], SamplingParams(max_new_tokens=2))
+    lone = system + tok.encode("cat notes.txt")
+    shapes, hook = count_calls(backend.model)
+    try:
+        (gen,) = backend.generate([lone], SamplingParams(max_new_tokens=4, temperature=0.0))
+    finally:
+        hook.remove()
+    assert shapes[0] == (1, len(lone) - len(system))  # only its own tokens went forward
+    assert gen.logprobs == pytest.approx(
+        reference_logprobs(backend.model, lone, gen.token_ids, 0.0, 1.0), abs=1e-5
+    )

@@ -8,7 +8,11 @@ prompt + completion recomputes the same numbers, which is what the trainer's π_
 
 Prompts are left-padded into sub-batches bounded by ``max_batch_size`` rows and
 ``max_batch_tokens`` (rows x (longest prompt + ``max_new_tokens``), the KV cache's length), the
-longest first so rows of a sub-batch have similar lengths. One ``torch.Generator`` on the
+longest first so rows of a sub-batch have similar lengths. The prompts of a sub-batch that
+begin with the same tokens (an agent's system prompt and tool descriptions: most of a first
+turn's prompt) have that prefix's keys and values computed once, at batch size one, and
+shared by every row (the last prefix is kept for the next call, per policy version); on a CPU
+the prompt's forward pass is most of a turn's cost. One ``torch.Generator`` on the
 model's device, seeded from ``SamplingParams.seed``, draws every sample of a call, so the same
 seed, prompts and weights give the same samples, and the global random state is never touched.
 
@@ -17,6 +21,7 @@ torch and transformers are imported inside functions: importing this module is c
 
 from __future__ import annotations
 
+import copy
 import inspect
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -26,6 +31,10 @@ from roll.generation.base import Generation, SamplingParams
 
 if TYPE_CHECKING:
     import torch
+
+
+SHARED_PREFIX_MIN = 16
+"""Fewest tokens common to a sub-batch's prompts worth a forward pass of their own."""
 
 
 class HFBackend:
@@ -66,6 +75,8 @@ class HFBackend:
         self.pad_token_id = _pad_id(model, tokenizer, self.eos_token_ids)
         self._vocab_size = int(model.get_input_embeddings().num_embeddings)
         self._keep_last_logits = "logits_to_keep" in inspect.signature(model.forward).parameters
+        self._prefix: tuple[tuple[int, tuple[int, ...]], Any] | None = None
+        """The last shared prefix's (policy version, ids) and its cache."""
 
     @classmethod
     def from_path(
@@ -162,6 +173,7 @@ class HFBackend:
                     f"({_first_line(exc)}); give both the same architecture and checkpoint."
                 ) from exc
         self.policy_version = version
+        self._prefix = None  # computed with the old weights
 
     def close(self) -> None:
         """Drop the model reference (the module itself lives on if the trainer holds it)."""
@@ -186,22 +198,30 @@ class HFBackend:
         model = self.model
         device = generator.device
         rows = len(prompts)
-        width = max(len(p) for p in prompts)
+        extra = {"logits_to_keep": 1} if self._keep_last_logits else {}
+        shared = self._shared_length(prompts)
+        cache = self._prefix_cache(prompts[0][:shared], rows, device) if shared else None
+        suffixes = [p[shared:] for p in prompts]
+        width = max(len(p) for p in suffixes)
         input_ids = torch.full((rows, width), self.pad_token_id, dtype=torch.long)
         mask = torch.zeros((rows, width), dtype=torch.long)
-        for r, prompt in enumerate(prompts):
-            input_ids[r, width - len(prompt) :] = torch.tensor(prompt, dtype=torch.long)
-            mask[r, width - len(prompt) :] = 1
+        for r, suffix in enumerate(suffixes):
+            input_ids[r, width - len(suffix) :] = torch.tensor(suffix, dtype=torch.long)
+            mask[r, width - len(suffix) :] = 1
         input_ids, mask = input_ids.to(device), mask.to(device)
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        positions = (mask.cumsum(-1) - 1).clamp(min=0) + shared
+        if shared:  # the rows' pads sit between the shared prefix and their own tokens
+            mask = torch.cat(
+                [torch.ones((rows, shared), dtype=mask.dtype, device=device), mask], -1
+            )
         stops = torch.tensor(stop_ids, dtype=torch.long, device=device)
 
-        extra = {"logits_to_keep": 1} if self._keep_last_logits else {}
         out = model(
             input_ids=input_ids,
             attention_mask=mask,
             position_ids=positions,
             use_cache=True,
+            **({"cache": cache} if cache is not None else {}),
             **extra,
         )
         next_pos = positions[:, -1] + 1
@@ -242,6 +262,30 @@ class HFBackend:
             )
             for r in range(rows)
         ]
+
+    def _shared_length(self, prompts: list[list[int]]) -> int:
+        """How many leading tokens to compute once for all ``prompts``: the kept prefix when
+        every prompt extends it, else what two or more prompts have in common."""
+        if self._prefix is not None and self._prefix[0][0] == self.policy_version:
+            kept = self._prefix[0][1]
+            if all(len(p) > len(kept) and tuple(p[: len(kept)]) == kept for p in prompts):
+                return len(kept)
+        return _shared_prefix(prompts) if len(prompts) > 1 else 0
+
+    def _prefix_cache(self, prefix: list[int], rows: int, device: Any) -> Any:
+        """The keys and values of ``prefix`` for ``rows`` rows (computed once a version)."""
+        import torch
+
+        key = (self.policy_version, tuple(prefix))
+        if self._prefix is None or self._prefix[0] != key:
+            self._prefix = None
+            ids = torch.tensor([prefix], dtype=torch.long, device=device)
+            extra = {"logits_to_keep": 1} if self._keep_last_logits else {}
+            out = self.model(input_ids=ids, use_cache=True, **extra)
+            self._prefix = (key, out.cache)
+        cache = copy.deepcopy(self._prefix[1])  # the rows' tokens are appended to it
+        cache.batch_repeat_interleave(rows)
+        return cache
 
     def _sub_batches(self, prompts: list[list[int]], max_new_tokens: int) -> list[list[int]]:
         """Prompt indices grouped longest first, each group within the batch bounds."""
@@ -356,6 +400,16 @@ def _resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
             f"unknown dtype {dtype!r}; use 'auto', 'float32', 'bfloat16' or 'float16'."
         )
     return resolved
+
+
+def _shared_prefix(prompts: list[list[int]]) -> int:
+    """How many leading tokens every prompt shares (each keeping one of its own), or 0 when
+    fewer than :data:`SHARED_PREFIX_MIN`."""
+    first, shortest = prompts[0], min(len(p) for p in prompts)
+    n = 0
+    while n < shortest - 1 and all(p[n] == first[n] for p in prompts):
+        n += 1
+    return n if n >= SHARED_PREFIX_MIN else 0
 
 
 def _first_line(exc: BaseException) -> str:
