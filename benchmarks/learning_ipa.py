@@ -10,14 +10,14 @@ out; synthesized into bench-out/learning/ unless there already), for each seed:
    config, seed and budget (packages/roll/examples/train-demo-ipa.yaml), differing only in
    the algorithm: `grpo` (token-level ratio and clipping, group-normalised advantages) and
    `ipa` (chunk-level returns and importance ratios);
-3. `rock bench run` with the iflow agent (greedy) on the held-out tasks for the SFT model
+3. `rock bench run --agent roll-policy` (the iflow agent, one batched model; greedy) on the held-out tasks for the SFT model
    and both RL models.
 
 Printed: held-out success per arm (mean and per seed), RL's gain over SFT alone in points
 (the goal: at least +10), and training stability — gradient-norm spikes (update steps whose
 norm is above 3x the run's median), the largest gradient norm and the spread of the per-step
 training success — IPA's against GRPO's (the baseline) — and, to say why held-out tasks fail,
-each arm's first shell command against the task's solution (right tool, source, output). A plot of the mean training success
+each arm's first acting shell command against the task's solution (right tool, source, output). A plot of the mean training success
 and gradient norm per step goes to bench-out/learning/learning_ipa.png.
 
 Long: about 35 minutes per seed on 2 CPU cores with the real model (15 with `--tiny`).
@@ -79,18 +79,19 @@ def evaluate(model: Path, heldout: Path, out: Path) -> float:
     summary = out / "results.json"
     if not summary.is_file():
         shutil.rmtree(out, ignore_errors=True)
-        run(BIN / "rock", "bench", "run", "--dataset", heldout / "tasks", "--agent", "iflow",
-            "--n-concurrent", "4", "--output", out,
-            "--agent-kwarg", "provider=local", "--agent-kwarg", f"model_path={model}",
+        run(BIN / "rock", "bench", "run", "--dataset", heldout / "tasks", "--agent", "roll-policy",
+            "--n-concurrent", "32", "--output", out, "--agent-kwarg", f"model_path={model}",
             "--agent-kwarg", "prompt_profile=compact", "--agent-kwarg", "tool_format=brief",
             "--agent-kwarg", "temperature=0", "--agent-kwarg", "max_turns=3",
-            "--agent-kwarg", "context_limit=1024", "--agent-kwarg", "max_output_tokens=64")  # fmt: skip
+            "--agent-kwarg", "context_limit=1024", "--agent-kwarg", "max_output_tokens=48",
+            "--agent-kwarg", "dtype=float32")  # fmt: skip
     return float(json.loads(summary.read_text()).get("accuracy") or 0.0)
 
 
 def first_actions(bench: Path, heldout: Path) -> dict[str, int]:
-    """Why held-out tasks fail: each trial's first shell command against the task's solution
-    (``TOOL [<] SOURCE > OUTPUT``): how many have the right tool, source and output name."""
+    """Why held-out tasks fail: each trial's first acting shell command (one that writes a
+    file; text-find's ``ls`` before it is not one) against the task's solution (``TOOL [<]
+    SOURCE > OUTPUT``): how many have the right tool, source and output name."""
     pattern = re.compile(r"^(.*?)\s*<?\s*(\S+)\s*>\s*(\S+)$")
     counts = {"tasks": 0, "tool": 0, "source": 0, "output": 0}
     for path in sorted(bench.glob("*/*/agent/trajectory.jsonl")):
@@ -101,7 +102,7 @@ def first_actions(bench: Path, heldout: Path) -> dict[str, int]:
             call["arguments"].get("command", "")
             for step in trajectory["steps"]
             for call in step.get("tool_calls") or []
-            if call["name"] == "run_shell_command"
+            if call["name"] == "run_shell_command" and ">" in call["arguments"].get("command", "")
         ]
         got = pattern.match(" ".join(commands[0].split())) if commands else None
         counts["tasks"] += 1
@@ -199,7 +200,7 @@ def main() -> int:
 
     plot(curves, out / "learning_ipa.png")
     tasks = len(list((heldout / "tasks").iterdir()))
-    print(f"\nHeld-out success ({tasks} tasks, greedy, rock bench + iflow), {args.seeds} seed(s), "
+    print(f"\nHeld-out success ({tasks} tasks, greedy, rock bench + iflow as roll-policy), {args.seeds} seed(s), "
           f"{args.rl_steps} RL steps:")  # fmt: skip
     print("| arm | mean | per seed | gain over SFT (points) | grad-norm spikes | success sd |")
     print("|---|---|---|---|---|---|")
@@ -225,7 +226,7 @@ def main() -> int:
     ipa_max = statistics.mean(s["max_grad_norm"] for s in stable["ipa"])
     print(f"Largest gradient norm of a run (mean over seeds), IPA vs GRPO (baseline): "
           f"{ipa_max:.2f} vs {grpo_max:.2f} ({ipa_max / grpo_max:.2f}x)" if grpo_max else "")  # fmt: skip
-    print("\nFirst shell command on the held-out tasks (summed over seeds): right tool / source / "
+    print("\nFirst acting shell command on the held-out tasks (summed over seeds): right tool / source / "
           "output name")  # fmt: skip
     for arm in ARMS:
         total = {k: sum(a[k] for a in actions[arm]) for k in ("tasks", "tool", "source", "output")}

