@@ -29,7 +29,7 @@ from ale.trajectory import Trajectory
 from iflow.bench import IflowAgent
 from iflow.errors import ConfigError as IflowConfigError
 from roll.agentic.policy import GenerationQueue, PolicyModel
-from roll.errors import RollError
+from roll.errors import RollError, first_line
 from roll.generation.base import SamplingParams
 from roll.generation.hf import HFBackend
 
@@ -136,7 +136,7 @@ class PolicyAgent:
             )
         except (TypeError, ValueError) as exc:
             raise AgentConfigError(
-                f"the roll-policy agent's sampling arguments are invalid ({_first_line(exc)}); "
+                f"the roll-policy agent's sampling arguments are invalid ({first_line(exc)}); "
                 "give temperature >= 0, 0 < top_p <= 1 and max_output_tokens >= 1."
             ) from None
         if self.key.max_batch < 1:
@@ -171,11 +171,6 @@ class PolicyAgent:
         )
         agent = IflowAgent(model_obj=policy, tool_format=self.tool_format, **self.settings)
         return await agent.run(instruction, sandbox, logs_dir=logs_dir, timeout_sec=timeout_sec)
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
 
 
 __all__ = ["PolicyAgent", "ServedModel", "served"]

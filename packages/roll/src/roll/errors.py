@@ -21,3 +21,10 @@ class GenerationError(RollError):
 
 class TrainingAborted(RollError):
     """Training stopped on purpose (too many non-finite steps, a signal)."""
+
+
+def first_line(exc: BaseException, limit: int = 300) -> str:
+    """The first line of an exception's message (its type's name when it has none), for the
+    one sentence roll says about a failure it wraps."""
+    text = str(exc).strip().splitlines()
+    return text[0][:limit] if text else type(exc).__name__

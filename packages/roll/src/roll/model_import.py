@@ -33,7 +33,7 @@ from importlib import metadata
 from pathlib import Path
 
 from iflow.models.directory import check_model_directory
-from roll.errors import ConfigError
+from roll.errors import ConfigError, first_line
 
 GGUF_MAGIC = b"GGUF"
 _MARKER = "roll-import.json"
@@ -213,7 +213,7 @@ def _convert(gguf: Path, out: Path) -> None:
     except (ValueError, KeyError, OSError, RuntimeError, TypeError, AttributeError) as exc:
         raise ConfigError(
             f"transformers could not read a causal language model from {gguf.name} "
-            f"({_first_line(exc)}); give a GGUF file of a supported architecture."
+            f"({first_line(exc, 200)}); give a GGUF file of a supported architecture."
         ) from None
     config = loaded.config
     if hasattr(config, "quantization_config"):
@@ -231,11 +231,6 @@ def _convert(gguf: Path, out: Path) -> None:
     with quiet_progress():
         plain.save_pretrained(out, safe_serialization=True)
         tokenizer.save_pretrained(out)
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0][:200] if text else type(exc).__name__
 
 
 __all__ = ["Imported", "import_model", "model_cache"]

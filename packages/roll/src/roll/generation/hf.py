@@ -26,7 +26,7 @@ import inspect
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from roll.errors import ConfigError, GenerationError
+from roll.errors import ConfigError, GenerationError, first_line
 from roll.generation.base import Generation, SamplingParams
 
 if TYPE_CHECKING:
@@ -114,7 +114,7 @@ class HFBackend:
                 model = AutoModelForCausalLM.from_pretrained(directory, dtype=torch_dtype)
         except (OSError, ValueError, KeyError, RuntimeError) as exc:
             raise ConfigError(
-                f"could not load a causal LM from {directory} ({_first_line(exc)}); check that "
+                f"could not load a causal LM from {directory} ({first_line(exc)}); check that "
                 "it holds a complete save_pretrained output."
             ) from exc
         return cls(
@@ -170,7 +170,7 @@ class HFBackend:
             except (RuntimeError, KeyError) as exc:
                 raise GenerationError(
                     "the trainer's weights do not fit the generation model "
-                    f"({_first_line(exc)}); give both the same architecture and checkpoint."
+                    f"({first_line(exc)}); give both the same architecture and checkpoint."
                 ) from exc
         self.policy_version = version
         self._prefix = None  # computed with the old weights
@@ -410,11 +410,6 @@ def _shared_prefix(prompts: list[list[int]]) -> int:
     while n < shortest - 1 and all(p[n] == first[n] for p in prompts):
         n += 1
     return n if n >= SHARED_PREFIX_MIN else 0
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0][:300] if text else type(exc).__name__
 
 
 __all__ = ["HFBackend"]
