@@ -5,7 +5,7 @@ The same model, tasks, agent settings (compact profile, brief tools, 3 turns, 64
 turn) and sampling (temperature 1, one attempt a task) in both runs, measured in the same
 process one after the other; the baseline at ``--n-concurrent 4`` (what `make demo` used
 before: more concurrent trials, each decoding alone, only share 2 cores more thinly), the
-batched agent at 16. Printed: each run's wall time and success, and the speed-up.
+batched agent at 32 (as the demo runs it). Printed: each run's wall time and success, and the speed-up.
 
 Defaults: the demo's SFT model and held-out tasks (demo-out/, from `make demo`); any
 save_pretrained directory with --model and any task directory with --dataset.
@@ -59,7 +59,7 @@ def main() -> None:
     parser.add_argument(
         "--dataset", type=Path, default=REPO / "demo-out" / "datasets" / "heldout" / "tasks"
     )
-    parser.add_argument("--tasks", type=int, default=16, help="the first N tasks (0: all)")
+    parser.add_argument("--tasks", type=int, default=0, help="the first N tasks (0: all)")
     args = parser.parse_args()
     for path, what in ((args.model, "config.json"), (args.dataset, None)):
         if not (path / what if what else path).exists():
@@ -72,10 +72,10 @@ def main() -> None:
         root = Path(tmp)
         model = f"model_path={args.model}"
         base = bench("iflow", ["provider=local", model], 4, args, root / "iflow")
-        ours = bench("roll-policy", [model, "dtype=float32"], 16, args, root / "policy")
+        ours = bench("roll-policy", [model, "dtype=float32"], 32, args, root / "policy")
     for name, (wall, resolved, trials) in (
         ("baseline: --agent iflow, provider=local (a model per trial), 4 concurrent", base),
-        ("--agent roll-policy (one batched model), 16 concurrent", ours),
+        ("--agent roll-policy (one batched model), 32 concurrent", ours),
     ):
         print(f"{name}: {wall:.1f} s, {resolved}/{trials} resolved")
     print(f"speed-up of roll-policy over the per-trial model: {base[0] / ours[0]:.2f}x")
