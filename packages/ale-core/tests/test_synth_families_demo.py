@@ -92,3 +92,14 @@ def test_text_find_never_names_the_file() -> None:
         draft = draft_for("text-find", seed, "easy")
         assert draft.params["source"] not in draft.instruction
         assert "/app" in draft.instruction and draft.params["output"] in draft.instruction
+
+
+def test_no_shortcut_is_rewarded() -> None:
+    """Guessing a name the other families use never finds text-find's file, and `sort -u`
+    never passes a plain sort task (each has a repeated line)."""
+    assert not set(HIDDEN_SOURCES) & set(SOURCES)
+    sorts = [d for d in _drafts("text-transform", 120) if d.params["kind"] == "sort"]
+    assert sorts
+    for draft in sorts:
+        lines = next(iter(draft.files.values())).splitlines()
+        assert len(set(lines)) < len(lines)

@@ -34,9 +34,6 @@ SOURCES = ["data.txt", "input.txt", "notes.txt"]
 # prompt whichever name the request asked for (a confound for a model learning to copy it).
 OUTPUTS = ["answer.txt", "output.txt"]
 HIDDEN_SOURCES = [
-    "data.txt",
-    "input.txt",
-    "notes.txt",
     "list.txt",
     "words.txt",
     "items.txt",
@@ -44,8 +41,12 @@ HIDDEN_SOURCES = [
     "records.txt",
     "names.txt",
     "entries.txt",
+    "colors.txt",
+    "places.txt",
+    "fruits.txt",
 ]
-"""``text-find``: the file's name, never said in the request."""
+"""``text-find``: the file's name, never said in the request, and none of :data:`SOURCES`
+(a policy that guesses a name the other families use must not be rewarded now and then)."""
 HIDDEN_PHRASES = ["the file in /app", "the only file in /app", "the one file in /app"]
 """``text-find``: how its requests refer to the file."""
 _WORDS = [
@@ -167,7 +168,7 @@ TRANSFORM_KINDS: dict[str, tuple[str, list[str]]] = {
 def _lines(rng: random.Random, kind: str) -> list[str]:
     count = rng.randint(4, 9)
     lines = [" ".join(rng.sample(_WORDS, k=rng.randint(1, 3))) for _ in range(count)]
-    if kind == "unique":  # make sure there is something to drop
+    if kind in ("unique", "sort"):  # something to drop: `sort -u` must not pass a sort task
         for _ in range(rng.randint(1, 3)):
             lines.insert(rng.randrange(len(lines) + 1), rng.choice(lines))
     if kind == "sort":
