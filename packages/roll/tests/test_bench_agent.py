@@ -32,7 +32,8 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
     ("kwargs", "said"),
     [
         ({}, "needs a model directory"),
-        ({"model_path": "/nonexistent"}, "is not a model directory"),
+        ({"model_path": "/"}, "is not a model directory"),
+        ({"model_path": "/nonexistent"}, "there is no model directory"),
         ({"temperature": -1}, "sampling arguments are invalid"),
         ({"top_p": 0}, "sampling arguments are invalid"),
         ({"max_output_tokens": "many"}, "sampling arguments are invalid"),

@@ -7,8 +7,8 @@ of a run shares one copy of the model behind one
 :class:`~roll.agentic.policy.GenerationQueue` (one per model, sampling setting and event
 loop), so the turns of concurrent trials are decoded in batches; and each episode is rendered
 and sampled by :class:`~roll.agentic.policy.PolicyModel`, as in training (same prompt tokens,
-same sampler). On a CPU that makes held-out evaluation several times faster at
-``--n-concurrent 16`` (``benchmarks/bench_policy_agent.py``).
+same sampler). On the 2-core CPU of the README that made held-out evaluation 1.78x as fast
+as a model per trial (``benchmarks/bench_policy_agent.py``, 32 trials in flight).
 
 Arguments (``--agent-kwarg key=value``): ``model_path`` (required; or ``--model``), sampling
 ``temperature`` (default 0: greedy), ``top_p``, ``max_output_tokens``, ``context_limit``,
@@ -28,6 +28,7 @@ from ale.agents import AgentConfigError
 from ale.trajectory import Trajectory
 from iflow.bench import IflowAgent
 from iflow.errors import ConfigError as IflowConfigError
+from iflow.models.directory import check_model_directory
 from roll.agentic.policy import GenerationQueue, PolicyModel
 from roll.errors import RollError, first_line
 from roll.generation.base import SamplingParams
@@ -113,11 +114,10 @@ class PolicyAgent:
                 "the roll-policy agent needs a model directory: add --agent-kwarg "
                 "model_path=DIR (a save_pretrained directory, e.g. a roll run's model/)."
             )
-        if not (Path(path) / "config.json").is_file():
-            raise AgentConfigError(
-                f"{path} is not a model directory (it has no config.json); give "
-                "model_path=DIR of a save_pretrained directory."
-            )
+        try:
+            check_model_directory(path)
+        except IflowConfigError as exc:
+            raise AgentConfigError(str(exc)) from None
         try:
             self.key = ServedModel(
                 path=str(Path(path).resolve()),
