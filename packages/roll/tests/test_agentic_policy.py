@@ -149,6 +149,54 @@ async def test_backend_failure_reaches_every_waiting_episode(tiny: Path) -> None
             await queue.generate([1, 2, 3])
 
 
+async def _until(condition: Any, what: str) -> None:
+    for _ in range(2000):
+        if condition():
+            return
+        await asyncio.sleep(0.005)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+async def test_a_request_joins_a_running_batch_and_leaves_it_when_done(tiny: Path) -> None:
+    """With the HF backend (continuous batching) a request that arrives while another
+    decodes starts at the next decode step and returns as soon as its own row is done."""
+    from roll.generation.hf import HFBackend
+
+    backend = HFBackend.from_path(tiny, device="cpu")
+    params = SamplingParams(max_new_tokens=40, temperature=0.0)
+    async with GenerationQueue(backend, params) as queue:
+        long = asyncio.create_task(queue.generate([5, 6, 7, 8], 40))
+        await _until(lambda: queue.stats.batches >= 3, "the first request to decode")
+        short = await queue.generate([9, 10, 11], 2)
+        assert not long.done(), "the short request waited for the long one"
+        first = await long
+    assert len(short.token_ids) == 2 and short.finish_reason == "length"
+    assert len(first.token_ids) == 40, "precondition: the long row ran its whole budget"
+    (alone,) = backend.generate([[9, 10, 11]], params.model_copy(update={"max_new_tokens": 2}))
+    assert short.token_ids == alone.token_ids
+    assert queue.stats.requests == 2 and queue.stats.batches < 42  # steps were shared
+    assert queue.stats.mean_batch > 1
+
+
+async def test_a_pause_waits_for_running_rows_and_holds_new_ones(tiny: Path) -> None:
+    """A weight update never lands inside a generation: the pause begins when the running
+    rows are done, and requests made meanwhile start after it."""
+    from roll.generation.hf import HFBackend
+
+    backend = HFBackend.from_path(tiny, device="cpu")
+    params = SamplingParams(max_new_tokens=20, temperature=0.0)
+    async with GenerationQueue(backend, params) as queue:
+        running = asyncio.create_task(queue.generate([5, 6, 7, 8], 20))
+        await _until(lambda: queue.stats.batches >= 2, "the first request to decode")
+        async with queue.paused():
+            assert running.done() and len(running.result().token_ids) == 20
+            later = asyncio.create_task(queue.generate([9, 10, 11], 3))
+            await asyncio.sleep(0.2)
+            assert not later.done(), "a request started during a pause"
+            backend.sync_weights(backend.model, backend.policy_version + 1)
+        assert len((await later).token_ids) == 3
+
+
 def test_a_task_dataset_that_is_not_one_is_one_sentence(tmp_path: Path) -> None:
     from roll.agentic.collector import load_tasks
     from roll.errors import ConfigError

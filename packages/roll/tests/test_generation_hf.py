@@ -295,3 +295,115 @@ def test_a_lone_prompt_uses_the_kept_prefix(backend: HFBackend) -> None:
     assert gen.logprobs == pytest.approx(
         reference_logprobs(backend.model, lone, gen.token_ids, 0.0, 1.0), abs=1e-5
     )
+
+
+def count_masks(model: Any) -> tuple[list[tuple[int, int]], Any]:
+    """Record the (rows, attention-mask width) of every forward call."""
+    shapes: list[tuple[int, int]] = []
+
+    def hook(module: Any, args: Any, kwargs: dict[str, Any]) -> None:
+        shapes.append(tuple(kwargs["attention_mask"].shape))
+
+    return shapes, model.register_forward_pre_hook(hook, with_kwargs=True)
+
+
+def drain(session: Any, finished: dict[int, Any], order: list[int]) -> None:
+    while session.rows:
+        for key, gen in session.step():
+            finished[key] = gen
+            order.append(key)
+
+
+def test_rows_join_a_running_session_and_sample_what_a_forward_pass_gives(
+    backend: HFBackend, prompts: list[list[int]]
+) -> None:
+    """Continuous batching: rows admitted while others decode (left-padded caches of other
+    lengths stacked) sample with exactly the log-probs of a plain forward pass, each with its
+    own budget; the late short one finishes first and leaves the batch."""
+    session = backend.open_session(SamplingParams(temperature=1.0, seed=4))
+    early = session.admit(prompts[:2], [12, 12])
+    finished: dict[int, Any] = {}
+    order: list[int] = []
+    shapes, hook = count_masks(backend.model)
+    try:
+        for _ in range(3):
+            for key, gen in session.step():
+                finished[key] = gen
+        late = session.admit(prompts[2:], [2, 12])
+        assert session.rows == 4 - len(finished)
+        drain(session, finished, order)
+    finally:
+        hook.remove()
+    budgets = dict(zip(early + late, [12, 12, 2, 12], strict=True))
+    prompt_of = dict(zip(early + late, prompts, strict=True))
+    for key, gen in finished.items():
+        assert len(gen.token_ids) == budgets[key] or gen.finish_reason == "stop"
+        expected = reference_logprobs(backend.model, prompt_of[key], gen.token_ids, 1.0, 1.0)
+        assert gen.logprobs == pytest.approx(expected, abs=1e-5)
+    assert order.index(late[0]) < min(order.index(k) for k in early if k in order)
+    decode_rows = [rows for rows, _ in shapes[1:]]  # after the late rows' prefill
+    assert decode_rows[-1] < max(decode_rows), "finished rows kept decoding"
+
+
+def test_a_session_row_greedy_equals_generating_it_alone(
+    backend: HFBackend, prompts: list[list[int]]
+) -> None:
+    params = SamplingParams(max_new_tokens=6, temperature=0.0)
+    session = backend.open_session(params)
+    keys = session.admit([prompts[1]], [6])
+    session.step()
+    keys += session.admit([prompts[0], prompts[3]], [6, 6])
+    finished: dict[int, Any] = {}
+    drain(session, finished, [])
+    for key, prompt in zip(keys, [prompts[1], prompts[0], prompts[3]], strict=True):
+        (alone,) = backend.generate([prompt], params)
+        assert finished[key].token_ids == alone.token_ids
+        assert finished[key].logprobs == pytest.approx(alone.logprobs, abs=1e-5)
+
+
+def test_cache_columns_no_row_needs_are_trimmed(backend: HFBackend) -> None:
+    """A long prompt's row leaves: the short row after it attends over its own length, not
+    the long one's."""
+    tok = backend.tokenizer
+    long_prompt = tok.encode("cat README.md | head -n 20 && ls -la src " * 4)
+    short_prompt = tok.encode("x")
+    session = backend.open_session(SamplingParams(temperature=0.0))
+    session.admit([long_prompt, short_prompt], [1, 5])
+    shapes, hook = count_masks(backend.model)
+    try:
+        drain(session, {}, [])
+    finally:
+        hook.remove()
+    assert shapes, "the short row decoded alone"
+    assert all(rows == 1 for rows, _ in shapes)
+    assert max(width for _, width in shapes) < len(long_prompt)
+
+
+def test_a_sliding_window_cache_takes_rows_only_when_empty(
+    backend: HFBackend, prompts: list[list[int]]
+) -> None:
+    from transformers import MistralConfig, MistralForCausalLM
+
+    config = MistralConfig(
+        vocab_size=backend._vocab_size, hidden_size=32, intermediate_size=64,
+        num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=2, sliding_window=8,
+    )  # fmt: skip
+    sliding = HFBackend(MistralForCausalLM(config), backend.tokenizer)
+    session = sliding.open_session(SamplingParams(temperature=0.0))
+    assert session.fits([5], [4])
+    session.admit([prompts[0]], [4])
+    assert not session.fits([5], [4])
+    with pytest.raises(GenerationError, match="empty session"):
+        session.admit([prompts[1]], [4])
+    drain(session, {}, [])
+    assert session.fits([5], [4])
+
+
+def test_session_fits_the_batch_bounds(backend: HFBackend, prompts: list[list[int]]) -> None:
+    small = HFBackend(backend.model, backend.tokenizer, max_batch_size=2, max_batch_tokens=80)
+    session = small.open_session(SamplingParams(temperature=0.0))
+    assert session.fits([10, 10], [20, 20])  # 2 x (10 + 20) <= 80
+    assert not session.fits([10, 10, 10], [1, 1, 1])  # three rows
+    assert not session.fits([30, 10], [20, 20])  # 2 x (30 + 20) > 80
+    session.admit([prompts[0]], [20])
+    assert not session.fits([10, 10], [1, 1])

@@ -3,9 +3,12 @@
 :class:`GenerationQueue` collects the generation requests of every running episode (each
 an asyncio task) and serves them in batches through one
 :class:`~roll.generation.base.GenerationBackend`: a request waits at most ``wait_ms`` for
-others to join, then the batch runs in a worker thread while new requests queue up for the
-next one. So episodes advance independently (one may be running a shell command while
-another waits for tokens), and the backend still sees batches.
+others to join, then the batch runs in a worker thread. With a backend whose rows can join a
+running batch (:class:`~roll.generation.base.ContinuousBackend`: the HF backend) a request
+that arrives while others decode joins them at the next decode step, and each finishes as
+soon as its own row does; with any other backend new requests queue up for the next batch.
+So episodes advance independently (one may be running a shell command while another waits
+for tokens), and the backend still sees batches.
 
 :class:`PolicyModel` is one episode's :class:`iflow.models.base.Model`. It keeps the
 episode's token sequence itself: the first prompt is the chat template's rendering (as
@@ -29,7 +32,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ale.trajectory import Role, Step, Usage
-from roll.generation.base import Generation, GenerationBackend, SamplingParams
+from roll.generation.base import (
+    ContinuousBackend,
+    DecodeSession,
+    Generation,
+    GenerationBackend,
+    SamplingParams,
+)
 
 _MARK = "\u2063roll-end-of-turn\u2063"
 
@@ -46,21 +55,28 @@ class QueueStats:
     """What the queue did (for metrics)."""
 
     batches: int = 0
+    """Backend calls: whole batches, or decode steps of a continuous session."""
+    rows: int = 0
+    """Rows over all those calls."""
     requests: int = 0
     tokens: int = 0
     busy_seconds: float = 0.0
     batch_sizes: list[int] = field(default_factory=list)
+    """Rows of each whole batch (a continuous session's steps are counted in ``rows``)."""
 
     @property
     def mean_batch(self) -> float:
-        return self.requests / self.batches if self.batches else 0.0
+        """Mean rows a backend call decoded together."""
+        return self.rows / self.batches if self.batches else 0.0
 
 
 class GenerationQueue:
     """Batches concurrent generation requests into backend calls (see the module docstring).
 
     Use inside a running event loop; :meth:`close` (or ``async with``) stops the worker.
-    ``paused()`` holds the backend for exclusive use (a weight update) between batches.
+    ``paused()`` holds the backend for exclusive use (a weight update) between batches: with a
+    continuous backend, no request joins once a pause is asked for, and the pause begins when
+    the running rows have finished (a generation never mixes two policy versions).
     """
 
     def __init__(
@@ -81,6 +97,8 @@ class GenerationQueue:
         self._pending: asyncio.Queue[_Request] | None = None
         self._worker: asyncio.Task[None] | None = None
         self._lock = asyncio.Lock()
+        self._holds = 0
+        """Pauses asked for: the continuous worker admits nothing while there are any."""
 
     def _start(self) -> asyncio.Queue[_Request]:
         if self._pending is None:
@@ -98,19 +116,95 @@ class GenerationQueue:
 
     async def _serve(self) -> None:
         assert self._pending is not None
+        if isinstance(self.backend, ContinuousBackend):
+            await self._serve_continuous(self.backend)
+        else:
+            while True:
+                batch = await self._gather([await self._pending.get()])
+                await self._run(batch)
+
+    async def _gather(self, batch: list[_Request]) -> list[_Request]:
+        """``batch`` plus whatever else arrives within ``wait_ms`` (up to ``max_batch``)."""
+        assert self._pending is not None
+        deadline = time.monotonic() + self.wait
+        while len(batch) < self.max_batch:
+            timeout = deadline - time.monotonic()
+            if timeout <= 0:
+                break
+            try:
+                batch.append(await asyncio.wait_for(self._pending.get(), timeout))
+            except TimeoutError:
+                break
+        return batch
+
+    async def _serve_continuous(self, backend: ContinuousBackend) -> None:
+        """Serve through decode sessions: requests join between steps (never returns)."""
+        assert self._pending is not None
+        waiting: list[_Request] = []
         while True:
-            first = await self._pending.get()
-            batch = [first]
-            deadline = time.monotonic() + self.wait
-            while len(batch) < self.max_batch:
-                timeout = deadline - time.monotonic()
-                if timeout <= 0:
-                    break
-                try:
-                    batch.append(await asyncio.wait_for(self._pending.get(), timeout))
-                except TimeoutError:
-                    break
-            await self._run(batch)
+            if not waiting:
+                waiting.append(await self._pending.get())
+            waiting = await self._gather(waiting)
+            async with self._lock:
+                params = self.params.model_copy(update={"seed": next(self._seeds)})
+                session = backend.open_session(params)
+                active: dict[int, _Request] = {}
+                while True:
+                    while not self._pending.empty():
+                        waiting.append(self._pending.get_nowait())
+                    if not self._holds:
+                        await self._admit(session, waiting, active)
+                    if not active:
+                        break
+                    await self._step(session, active)
+
+    async def _admit(
+        self, session: DecodeSession, waiting: list[_Request], active: dict[int, _Request]
+    ) -> None:
+        """Move the waiting requests that fit into the running session (in arrival order)."""
+        joining: list[_Request] = []
+        while waiting and len(active) + len(joining) < self.max_batch:
+            candidates = [*joining, waiting[0]]
+            lengths = [len(r.prompt) for r in candidates]
+            if not session.fits(lengths, [r.max_new_tokens for r in candidates]):
+                break
+            joining.append(waiting.pop(0))
+        joining = [r for r in joining if not r.future.done()]  # its episode gave up
+        if not joining:
+            return
+        began = time.monotonic()
+        try:
+            keys = await asyncio.to_thread(
+                session.admit, [r.prompt for r in joining], [r.max_new_tokens for r in joining]
+            )
+        except Exception as exc:  # the requests that could not start learn why
+            for request in joining:
+                if not request.future.done():
+                    request.future.set_exception(exc)
+            return
+        self.stats.busy_seconds += time.monotonic() - began
+        self.stats.requests += len(joining)
+        active.update(zip(keys, joining, strict=True))
+
+    async def _step(self, session: DecodeSession, active: dict[int, _Request]) -> None:
+        began = time.monotonic()
+        rows = len(active)
+        try:
+            finished = await asyncio.to_thread(session.step)
+        except Exception as exc:  # every decoding episode learns of the failure
+            for request in active.values():
+                if not request.future.done():
+                    request.future.set_exception(exc)
+            active.clear()
+            return
+        self.stats.busy_seconds += time.monotonic() - began
+        self.stats.batches += 1
+        self.stats.rows += rows
+        for key, result in finished:
+            request = active.pop(key)
+            self.stats.tokens += len(result.token_ids)
+            if not request.future.done():
+                request.future.set_result(result)
 
     async def _run(self, batch: list[_Request]) -> None:
         by_budget: dict[int, list[_Request]] = {}
@@ -133,6 +227,7 @@ class GenerationQueue:
                     continue
                 self.stats.busy_seconds += time.monotonic() - began
                 self.stats.batches += 1
+                self.stats.rows += len(requests)
                 self.stats.requests += len(requests)
                 self.stats.batch_sizes.append(len(requests))
                 for request, result in zip(requests, results, strict=True):
@@ -143,8 +238,12 @@ class GenerationQueue:
     @contextlib.asynccontextmanager
     async def paused(self) -> Any:
         """Hold the backend between batches (to change its weights)."""
-        async with self._lock:
-            yield
+        self._holds += 1
+        try:
+            async with self._lock:
+                yield
+        finally:
+            self._holds -= 1
 
     async def close(self) -> None:
         if self._worker is not None:

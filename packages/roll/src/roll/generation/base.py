@@ -62,3 +62,34 @@ class GenerationBackend(Protocol):
     def close(self) -> None:
         """Release what the backend holds (GPU memory, engine processes)."""
         ...
+
+
+@runtime_checkable
+class DecodeSession(Protocol):
+    """Rows decoding together that others may join between steps (continuous batching)."""
+
+    @property
+    def rows(self) -> int:
+        """How many rows are decoding."""
+        ...
+
+    def fits(self, lengths: list[int], budgets: list[int]) -> bool:
+        """Whether rows of these prompt lengths and budgets may join now, together."""
+        ...
+
+    def admit(self, prompts: list[list[int]], budgets: list[int]) -> list[int]:
+        """Start decoding ``prompts`` (each with its most new tokens); returns their keys."""
+        ...
+
+    def step(self) -> list[tuple[int, Generation]]:
+        """One decode step for every row; returns the rows that finished, by key."""
+        ...
+
+
+@runtime_checkable
+class ContinuousBackend(GenerationBackend, Protocol):
+    """A backend whose rows can join and leave a running batch."""
+
+    def open_session(self, params: SamplingParams) -> DecodeSession:
+        """An empty session sampling with ``params`` (its ``max_new_tokens`` unused)."""
+        ...

@@ -12,7 +12,10 @@ longest first so rows of a sub-batch have similar lengths. The prompts of a sub-
 begin with the same tokens (an agent's system prompt and tool descriptions: most of a first
 turn's prompt) have that prefix's keys and values computed once, at batch size one, and
 shared by every row (the last prefix is kept for the next call, per policy version); on a CPU
-the prompt's forward pass is most of a turn's cost. One ``torch.Generator`` on the
+the prompt's forward pass is most of a turn's cost. A row leaves the batch as soon as it
+stops, and :meth:`HFBackend.open_session` lets rows join a running batch between decode
+steps (:class:`HFDecodeSession`, continuous batching: the generation queue serves concurrent
+episodes so). One ``torch.Generator`` on the
 model's device, seeded from ``SamplingParams.seed``, draws every sample of a call, so the same
 seed, prompts and weights give the same samples, and the global random state is never touched.
 
@@ -21,10 +24,14 @@ torch and transformers are imported inside functions: importing this module is c
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import inspect
+import itertools
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from roll.errors import ConfigError, GenerationError, first_line
 from roll.generation.base import Generation, SamplingParams
@@ -134,32 +141,26 @@ class HFBackend:
 
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Generation]:
         """One :class:`Generation` per prompt, in order."""
-        import torch
-
         model = self._live_model()
         self._check_prompts(prompts)
         if not prompts:
             return []
-        device = self.device
-        generator = torch.Generator(device=device)
-        if params.seed is None:
-            generator.seed()
-        else:
-            generator.manual_seed(params.seed)
-        stop_ids = sorted({*self.eos_token_ids, *params.stop_token_ids})
+        generator = _generator(self._device_of(model), params.seed)
         results: list[Generation | None] = [None] * len(prompts)
-        was_training = model.training
-        model.eval()
-        try:
-            with torch.inference_mode():
-                for rows in self._sub_batches(prompts, params.max_new_tokens):
-                    batch = [prompts[i] for i in rows]
-                    generations = self._decode(batch, params, stop_ids, generator)
-                    for i, generation in zip(rows, generations, strict=True):
-                        results[i] = generation
-        finally:
-            model.train(was_training)
+        for rows in self._sub_batches(prompts, params.max_new_tokens):
+            session = self.open_session(params, generator)
+            keys = session.admit([prompts[i] for i in rows], [params.max_new_tokens] * len(rows))
+            where = dict(zip(keys, rows, strict=True))
+            while session.rows:
+                for key, generation in session.step():
+                    results[where[key]] = generation
         return [r for r in results if r is not None]
+
+    def open_session(
+        self, params: SamplingParams, generator: torch.Generator | None = None
+    ) -> HFDecodeSession:
+        """A decode session: rows join and leave between decode steps (continuous batching)."""
+        return HFDecodeSession(self, params, generator)
 
     def sync_weights(self, model: Any, version: int) -> None:
         """Take the trainer's current weights: nothing to copy when it is our own module."""
@@ -185,83 +186,6 @@ class HFBackend:
             torch.cuda.empty_cache()
 
     # -- the decode loop ---------------------------------------------------------------------
-
-    def _decode(
-        self,
-        prompts: list[list[int]],
-        params: SamplingParams,
-        stop_ids: list[int],
-        generator: torch.Generator,
-    ) -> list[Generation]:
-        import torch
-
-        model = self.model
-        device = generator.device
-        rows = len(prompts)
-        extra = {"logits_to_keep": 1} if self._keep_last_logits else {}
-        shared = self._shared_length(prompts)
-        cache = self._prefix_cache(prompts[0][:shared], rows, device) if shared else None
-        suffixes = [p[shared:] for p in prompts]
-        width = max(len(p) for p in suffixes)
-        input_ids = torch.full((rows, width), self.pad_token_id, dtype=torch.long)
-        mask = torch.zeros((rows, width), dtype=torch.long)
-        for r, suffix in enumerate(suffixes):
-            input_ids[r, width - len(suffix) :] = torch.tensor(suffix, dtype=torch.long)
-            mask[r, width - len(suffix) :] = 1
-        input_ids, mask = input_ids.to(device), mask.to(device)
-        positions = (mask.cumsum(-1) - 1).clamp(min=0) + shared
-        if shared:  # the rows' pads sit between the shared prefix and their own tokens
-            mask = torch.cat(
-                [torch.ones((rows, shared), dtype=mask.dtype, device=device), mask], -1
-            )
-        stops = torch.tensor(stop_ids, dtype=torch.long, device=device)
-
-        out = model(
-            input_ids=input_ids,
-            attention_mask=mask,
-            position_ids=positions,
-            use_cache=True,
-            **({"cache": cache} if cache is not None else {}),
-            **extra,
-        )
-        next_pos = positions[:, -1] + 1
-        tokens: list[torch.Tensor] = []
-        logprobs: list[torch.Tensor] = []
-        alive = torch.ones(rows, dtype=torch.bool, device=device)
-        lengths = torch.zeros(rows, dtype=torch.long, device=device)
-        stopped = torch.zeros(rows, dtype=torch.bool, device=device)
-        for step in range(params.max_new_tokens):
-            token, logprob = _sample(out.logits[:, -1, :], params, generator)
-            tokens.append(token)
-            logprobs.append(logprob)
-            lengths += alive.long()
-            hit = alive & torch.isin(token, stops)
-            stopped |= hit
-            alive &= ~hit
-            if step + 1 == params.max_new_tokens or not bool(alive.any()):
-                break
-            feed = torch.where(alive, token, torch.full_like(token, self.pad_token_id))
-            mask = torch.cat([mask, torch.ones((rows, 1), dtype=mask.dtype, device=device)], -1)
-            out = model(
-                input_ids=feed[:, None],
-                attention_mask=mask,
-                position_ids=next_pos[:, None],
-                cache=out.cache,  # transformers 5's name (past_key_values is deprecated)
-                use_cache=True,
-            )
-            next_pos = next_pos + 1
-
-        all_tokens = torch.stack(tokens, dim=1).tolist()
-        all_logprobs = torch.stack(logprobs, dim=1).tolist()
-        counts, ended = lengths.tolist(), stopped.tolist()
-        return [
-            Generation(
-                token_ids=all_tokens[r][: counts[r]],
-                logprobs=all_logprobs[r][: counts[r]],
-                finish_reason="stop" if ended[r] else "length",
-            )
-            for r in range(rows)
-        ]
 
     def _shared_length(self, prompts: list[list[int]]) -> int:
         """How many leading tokens to compute once for all ``prompts``: the kept prefix when
@@ -330,6 +254,250 @@ class HFBackend:
     @staticmethod
     def _device_of(model: Any) -> Any:
         return next(model.parameters()).device
+
+
+@dataclass
+class _Row:
+    key: int
+    budget: int
+    tokens: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+
+
+class HFDecodeSession:
+    """Rows that decode together, joining and leaving between decode steps.
+
+    :meth:`admit` runs the new prompts' forward pass (their shared prefix once, as
+    :meth:`HFBackend.generate` does) and adds them to the running rows: the key/value caches
+    are left-padded to one length and stacked, the attention mask marking the padding, and
+    every row keeps its own positions. :meth:`step` samples one token for every row, retires
+    the rows that stopped or spent their budget (their caches dropped, and cache columns no
+    row needs any more trimmed), and runs one forward pass for the rest. So a request that
+    arrives while others decode starts at the next step instead of waiting for the whole
+    batch, and a finished row stops costing compute: what vLLM calls continuous batching.
+
+    Joining a running batch needs plain growing caches (transformers' ``DynamicLayer``); a
+    model with other cache layers (a sliding window) admits only into an empty session
+    (:attr:`joinable`). Not thread-safe: one caller at a time (the generation queue's worker).
+    """
+
+    def __init__(
+        self,
+        backend: HFBackend,
+        params: SamplingParams,
+        generator: torch.Generator | None = None,
+    ) -> None:
+        import torch
+
+        self.backend = backend
+        self.params = params
+        model = backend._live_model()
+        device = backend._device_of(model)
+        self._generator = generator or _generator(device, params.seed)
+        stops = sorted({*backend.eos_token_ids, *params.stop_token_ids})
+        self._stops = torch.tensor(stops, dtype=torch.long, device=device)
+        self._rows: list[_Row] = []
+        self._keys = itertools.count()
+        self._cache: Any = None
+        self._mask: torch.Tensor | None = None
+        """Which cached positions of each row are real (1) or padding (0)."""
+        self._next_pos: torch.Tensor | None = None
+        self._logits: torch.Tensor | None = None
+        """Each row's next-token logits."""
+        self._plain = True
+        """Every cache layer a plain growing one, so rows can be stacked and trimmed."""
+
+    @property
+    def rows(self) -> int:
+        """How many rows are decoding."""
+        return len(self._rows)
+
+    @property
+    def joinable(self) -> bool:
+        """Whether :meth:`admit` may add rows now."""
+        return not self._rows or self._plain
+
+    def fits(self, lengths: list[int], budgets: list[int]) -> bool:
+        """Whether rows of these prompt lengths and budgets may join now, together, within
+        the backend's bounds (``max_batch_size`` rows, ``max_batch_tokens``)."""
+        backend = self.backend
+        rows = len(self._rows) + len(lengths)
+        if not self.joinable or rows > backend.max_batch_size:
+            return False
+        if backend.max_batch_tokens is None:
+            return True
+        width = max([*lengths, int(self._mask.shape[1]) if self._mask is not None else 0])
+        left = max([*budgets, *(r.budget - len(r.tokens) for r in self._rows)])
+        return rows * (width + left) <= backend.max_batch_tokens
+
+    def admit(self, prompts: list[list[int]], budgets: list[int]) -> list[int]:
+        """Add ``prompts`` (each with its most new tokens); returns their keys for :meth:`step`."""
+        import torch
+
+        backend = self.backend
+        backend._check_prompts(prompts)
+        if not prompts:
+            return []
+        if not self.joinable:
+            raise GenerationError(
+                "this model's cache cannot take rows while others decode; admit into an "
+                "empty session."
+            )
+        with self._running() as model:
+            device = self._stops.device
+            n = len(prompts)
+            shared = backend._shared_length(prompts)
+            cache = backend._prefix_cache(prompts[0][:shared], n, device) if shared else None
+            suffixes = [p[shared:] for p in prompts]
+            width = max(len(p) for p in suffixes)
+            input_ids = torch.full((n, width), backend.pad_token_id, dtype=torch.long)
+            mask = torch.zeros((n, width), dtype=torch.long)
+            for r, suffix in enumerate(suffixes):
+                input_ids[r, width - len(suffix) :] = torch.tensor(suffix, dtype=torch.long)
+                mask[r, width - len(suffix) :] = 1
+            input_ids, mask = input_ids.to(device), mask.to(device)
+            positions = (mask.cumsum(-1) - 1).clamp(min=0) + shared
+            if shared:  # the rows' pads sit between the shared prefix and their own tokens
+                ones = torch.ones((n, shared), dtype=mask.dtype, device=device)
+                mask = torch.cat([ones, mask], -1)
+            extra = {"logits_to_keep": 1} if backend._keep_last_logits else {}
+            out = model(
+                input_ids=input_ids,
+                attention_mask=mask,
+                position_ids=positions,
+                use_cache=True,
+                **({"cache": cache} if cache is not None else {}),
+                **extra,
+            )
+            self._stack(out.cache, mask, positions[:, -1] + 1, out.logits[:, -1, :])
+        keys = [next(self._keys) for _ in prompts]
+        self._rows += [_Row(k, max(b, 1)) for k, b in zip(keys, budgets, strict=True)]
+        return keys
+
+    def step(self) -> list[tuple[int, Generation]]:
+        """Sample one token for every row; returns the rows that finished, by key."""
+        import torch
+
+        if not self._rows:
+            return []
+        assert self._logits is not None and self._mask is not None
+        assert self._next_pos is not None
+        with self._running() as model:
+            token, logprob = _sample(self._logits, self.params, self._generator)
+            stopped = torch.isin(token, self._stops).tolist()
+            finished: list[tuple[int, Generation]] = []
+            keep: list[int] = []
+            for i, (row, t, lp) in enumerate(
+                zip(self._rows, token.tolist(), logprob.tolist(), strict=True)
+            ):
+                row.tokens.append(t)
+                row.logprobs.append(lp)
+                if stopped[i] or len(row.tokens) >= row.budget:
+                    reason: Literal["stop", "length"] = "stop" if stopped[i] else "length"
+                    finished.append((row.key, Generation(
+                        token_ids=row.tokens, logprobs=row.logprobs, finish_reason=reason
+                    )))  # fmt: skip
+                else:
+                    keep.append(i)
+            if not keep:
+                self._rows, self._cache = [], None
+                self._mask = self._next_pos = self._logits = None
+                return finished
+            if len(keep) < len(self._rows):
+                self._select(keep)
+                token = token[keep]
+            mask = self._mask
+            mask = torch.cat(
+                [mask, torch.ones((len(keep), 1), dtype=mask.dtype, device=mask.device)], -1
+            )
+            out = model(
+                input_ids=token[:, None],
+                attention_mask=mask,
+                position_ids=self._next_pos[:, None],
+                cache=self._cache,  # transformers 5's name (past_key_values is deprecated)
+                use_cache=True,
+            )
+            self._cache, self._mask = out.cache, mask
+            self._next_pos = self._next_pos + 1
+            self._logits = out.logits[:, -1, :]
+        return finished
+
+    # -- the batch's tensors -----------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _running(self) -> Iterator[Any]:
+        """The model in eval mode, without autograd (its train/eval mode restored after)."""
+        import torch
+
+        model = self.backend._live_model()
+        was_training = model.training
+        model.eval()
+        try:
+            with torch.inference_mode():
+                yield model
+        finally:
+            model.train(was_training)
+
+    def _stack(self, cache: Any, mask: Any, next_pos: Any, logits: Any) -> None:
+        """Add new rows' state below the running rows', left-padded to one cache length."""
+        import torch
+        from transformers.cache_utils import DynamicLayer
+
+        layers = getattr(cache, "layers", None)
+        self._plain = self._plain and bool(layers) and all(
+            type(layer) is DynamicLayer and layer.is_initialized for layer in layers
+        )  # fmt: skip
+        if self._cache is None:
+            self._cache, self._mask, self._next_pos, self._logits = cache, mask, next_pos, logits
+            return
+        assert self._mask is not None and self._next_pos is not None
+        assert self._logits is not None
+        width = max(int(self._mask.shape[1]), int(mask.shape[1]))
+        for old, new in zip(self._cache.layers, layers, strict=True):
+            old.keys = torch.cat([_pad_left(old.keys, width), _pad_left(new.keys, width)])
+            old.values = torch.cat([_pad_left(old.values, width), _pad_left(new.values, width)])
+        self._mask = torch.cat([_pad_left(self._mask, width), _pad_left(mask, width)])
+        self._next_pos = torch.cat([self._next_pos, next_pos])
+        self._logits = torch.cat([self._logits, logits])
+
+    def _select(self, keep: list[int]) -> None:
+        """Keep only the rows at ``keep``; drop cache columns no kept row attends to."""
+        import torch
+
+        assert self._mask is not None and self._next_pos is not None
+        index = torch.tensor(keep, dtype=torch.long, device=self._mask.device)
+        self._rows = [self._rows[i] for i in keep]
+        self._cache.batch_select_indices(index)
+        self._mask, self._next_pos = self._mask[index], self._next_pos[index]
+        if self._plain:
+            first = int(self._mask.any(0).nonzero()[0])
+            if first:
+                self._mask = self._mask[:, first:]
+                for layer in self._cache.layers:
+                    layer.keys = layer.keys[..., first:, :]
+                    layer.values = layer.values[..., first:, :]
+
+
+def _pad_left(tensor: torch.Tensor, width: int) -> torch.Tensor:
+    """``tensor`` zero-padded on the left of its sequence axis (the last for a mask, the
+    second to last for keys and values) to ``width``."""
+    import torch.nn.functional as F
+
+    if tensor.dim() == 2:
+        return F.pad(tensor, (width - tensor.shape[1], 0))
+    return F.pad(tensor, (0, 0, width - tensor.shape[-2], 0))
+
+
+def _generator(device: Any, seed: int | None) -> torch.Generator:
+    """One generator on ``device`` for a call's samples: seeded, or from fresh entropy."""
+    import torch
+
+    generator = torch.Generator(device=device)
+    if seed is None:
+        generator.seed()
+    else:
+        generator.manual_seed(seed)
+    return generator
 
 
 def _sample(
@@ -412,4 +580,4 @@ def _shared_prefix(prompts: list[list[int]]) -> int:
     return n if n >= SHARED_PREFIX_MIN else 0
 
 
-__all__ = ["HFBackend"]
+__all__ = ["HFBackend", "HFDecodeSession"]
