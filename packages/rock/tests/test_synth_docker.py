@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -17,8 +18,10 @@ from ale.synth.expert import ExpertRun
 from ale.synth.family import CATEGORIES, draft_for, get_family
 from ale.synth.render import render_task
 from ale.task import load_task
+from ale.trajectory import FailureMode
 from rock.backends.docker import DockerBackend
 from rock.bench.agents import NopAgent, OracleAgent
+from rock.errors import DaemonUnreachable
 from rock.synth.image import ensure_pool_image
 from rock.synth.runner import FreshSandboxes, MaterializeError, PoolRunner, materialize
 
@@ -192,3 +195,51 @@ def test_cli_families_lists_at_least_twelve() -> None:
     assert len(rows) >= 12
     assert {r["category"] for r in rows} == set(CATEGORIES)
     assert sum(r["multi_turn"] for r in rows) >= 4
+
+
+class _Raises:
+    async def run(self, instruction: str, sandbox: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("the agent's own bug")
+
+
+class _Sleeps:
+    async def run(self, instruction: str, sandbox: Any, **kwargs: Any) -> Any:
+        await asyncio.sleep(3600)
+
+
+class _NoSandbox:
+    """A sandbox source at its seam: acquiring fails with ``error``."""
+
+    label = "none"
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+
+    def acquire(self) -> Any:
+        raise self.error
+
+    def release(self, sandbox: Any) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+async def test_episode_failures_are_values(tmp_path: Path, fresh: FreshSandboxes) -> None:
+    """Every way an episode can fail says so as a FailureMode (what roll decides by), with
+    its sentence beside it for a person."""
+    task, _ = _task(tmp_path)
+    runner = PoolRunner(fresh)
+    raised = await runner.episode(task, _Raises())
+    assert raised.failure == FailureMode.AGENT_ERROR and "own bug" in (raised.error or "")
+    quick = task.model_copy(update={"agent_timeout_sec": 0.5})
+    slept = await runner.episode(quick, _Sleeps())
+    assert slept.failure == FailureMode.AGENT_TIMEOUT and slept.trajectory is None
+    nop = await runner.episode(task, NopAgent())
+    assert nop.failure is None and nop.reward == 0.0
+    gone = await PoolRunner(_NoSandbox(DaemonUnreachable("no daemon at 127.0.0.1:1"))).episode(
+        task, NopAgent()
+    )
+    assert gone.failure == FailureMode.DAEMON_UNAVAILABLE
+    broken = await PoolRunner(_NoSandbox(RuntimeError("disk full"))).episode(task, NopAgent())
+    assert broken.failure == FailureMode.SANDBOX_ERROR and "disk full" in (broken.error or "")

@@ -40,16 +40,32 @@ class Role(StrEnum):
 
 
 class FailureMode(StrEnum):
-    """Why an episode ended without a clean finish (absent when it finished cleanly)."""
+    """Why an episode ended without a clean finish: the one enum every package uses
+    (a trajectory's ``failure_mode``, a synthesis or training episode's
+    :class:`ale.synth.runner.Outcome`, a ``rock bench`` trial's result), so that a package
+    decides what a failure means by its value, never by reading an error sentence."""
 
+    NONE = "none"
+    """A bench trial that ran through (resolved or not); a trajectory leaves
+    ``failure_mode`` absent instead."""
     AGENT_TIMEOUT = "agent_timeout"
     TEST_TIMEOUT = "test_timeout"
     CONTEXT_LENGTH_EXCEEDED = "context_length_exceeded"
     LIMITS_EXCEEDED = "limits_exceeded"
     FORMAT_ERROR = "format_error"
     MODEL_ERROR = "model_error"
+    AGENT_ERROR = "unknown_agent_error"
+    """The agent raised instead of returning a trajectory."""
+    BUILD_FAILED = "build_failed"
+    """The task's image did not build."""
     SANDBOX_ERROR = "sandbox_error"
+    """No sandbox could be had, or it failed under the episode."""
+    DAEMON_UNAVAILABLE = "daemon_unavailable"
+    """The rock daemon went away (a restart) or was shutting down under the episode."""
     VERIFIER_ERROR = "verifier_error"
+    """The verifier wrote no reward or crashed."""
+    PARSE_ERROR = "parse_error"
+    """A 1.0-format verifier printed no pytest summary to parse."""
     INTERRUPTED = "interrupted"
     LOOP_DETECTED = "loop_detected"
     """The agent repeated the same action (or kept failing) after a warning."""

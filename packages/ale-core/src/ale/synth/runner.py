@@ -14,7 +14,7 @@ from typing import Any, Protocol
 from pydantic import BaseModel
 
 from ale.task import Task
-from ale.trajectory import Trajectory
+from ale.trajectory import FailureMode, Trajectory
 
 
 class Outcome(BaseModel):
@@ -24,9 +24,12 @@ class Outcome(BaseModel):
     """The verifier's reward; None when no reward was read."""
     trajectory: Trajectory | None = None
     """What the agent did, with ``reward`` and ``verifier`` filled in."""
+    failure: FailureMode | None = None
+    """Why the episode has no trustworthy reward, as a value (what a caller decides by);
+    None when it ran through."""
     error: str | None = None
-    """Why the episode has no trustworthy reward (the sandbox failed, the verifier wrote
-    nothing...), one sentence; None when it ran through."""
+    """The same for a person: one sentence (the sandbox failed, the verifier wrote
+    nothing...); None when it ran through."""
     seconds: float = 0.0
 
     @property

@@ -34,7 +34,6 @@ from pydantic import BaseModel, Field
 
 from ale.agents import BenchAgent
 from ale.task import Task, TaskFormatError, detect_format, load_task
-from ale.trajectory import FailureMode as TrajectoryFailure
 from ale.trajectory import Trajectory, Usage, VerifierResult, VerifierTest
 from rock import __version__
 from rock.backends.base import Backend, SandboxError
@@ -59,18 +58,6 @@ AGENT_GRACE_SEC = 5.0
 harness cancels it."""
 DEFAULT_MEMORY_MB = 2048
 LABEL_RUN = "dev.ale.rock.bench.run"
-
-_AGENT_FAILURES = {
-    TrajectoryFailure.AGENT_TIMEOUT: FailureMode.AGENT_TIMEOUT,
-    TrajectoryFailure.CONTEXT_LENGTH_EXCEEDED: FailureMode.CONTEXT_LENGTH_EXCEEDED,
-    TrajectoryFailure.LIMITS_EXCEEDED: FailureMode.LIMITS_EXCEEDED,
-    TrajectoryFailure.FORMAT_ERROR: FailureMode.FORMAT_ERROR,
-    TrajectoryFailure.LOOP_DETECTED: FailureMode.LOOP_DETECTED,
-    TrajectoryFailure.MODEL_ERROR: FailureMode.MODEL_ERROR,
-    TrajectoryFailure.SANDBOX_ERROR: FailureMode.SANDBOX_ERROR,
-    TrajectoryFailure.INTERRUPTED: FailureMode.INTERRUPTED,
-    TrajectoryFailure.UNKNOWN: FailureMode.UNKNOWN,
-}
 
 
 class BenchError(ValueError):
@@ -367,9 +354,7 @@ class Harness:
         result.agent_ended_at = datetime.now(UTC)
         if trajectory is not None:
             if trajectory.failure_mode is not None and result.failure_mode == FailureMode.NONE:
-                result.failure_mode = _AGENT_FAILURES.get(
-                    trajectory.failure_mode, FailureMode.UNKNOWN
-                )
+                result.failure_mode = trajectory.failure_mode
                 result.error = trajectory.notes
             usage = trajectory.usage or _sum_usage(trajectory)
             result.total_input_tokens = usage.prompt_tokens

@@ -10,38 +10,15 @@ from __future__ import annotations
 import math
 from collections import Counter, defaultdict
 from datetime import datetime
-from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ale.trajectory import FailureMode
+
 RUN_FILE = "run.json"
 RESULTS_FILE = "results.json"
-
-
-class FailureMode(StrEnum):
-    """Why a trial did not end cleanly; ``none`` when it did (resolved or not)."""
-
-    NONE = "none"
-    AGENT_TIMEOUT = "agent_timeout"
-    TEST_TIMEOUT = "test_timeout"
-    CONTEXT_LENGTH_EXCEEDED = "context_length_exceeded"
-    LIMITS_EXCEEDED = "limits_exceeded"
-    FORMAT_ERROR = "format_error"
-    LOOP_DETECTED = "loop_detected"
-    MODEL_ERROR = "model_error"
-    AGENT_ERROR = "unknown_agent_error"
-    """The agent raised instead of returning a trajectory."""
-    BUILD_FAILED = "build_failed"
-    """The task's image did not build (the log is in build.log)."""
-    SANDBOX_ERROR = "sandbox_error"
-    VERIFIER_ERROR = "verifier_error"
-    """The verifier wrote no reward (2.0) or crashed."""
-    PARSE_ERROR = "parse_error"
-    """A 1.0 verifier printed no pytest summary to parse."""
-    INTERRUPTED = "interrupted"
-    UNKNOWN = "unknown"
 
 
 class _Model(BaseModel):

@@ -24,9 +24,8 @@ from typing import Any, Protocol
 
 from ale.synth.runner import Outcome
 from ale.task import Task
-from ale.trajectory import Trajectory, VerifierResult, VerifierTest
+from ale.trajectory import FailureMode, Trajectory, VerifierResult, VerifierTest
 from rock.backends.base import Backend, PoolNotFound, pack_upload
-from rock.bench.results import FailureMode
 from rock.bench.verifier import toolchain
 from rock.bench.verify import AGENT_LOGS, TESTS_DIR, VERIFIER_LOGS, run_verifier, stage
 from rock.client import Client
@@ -295,18 +294,25 @@ class PoolRunner:
         try:
             sandbox = await asyncio.to_thread(self.source.acquire)
         except Exception as exc:
-            return Outcome(error=f"no sandbox could be had: {exc}", seconds=0.0)
+            return Outcome(
+                failure=_infrastructure(exc), error=f"no sandbox could be had: {exc}", seconds=0.0
+            )
         try:
             try:
                 outcome = await self._episode(task, agent, sandbox, logs_dir, started)
             except Exception as exc:
                 outcome = Outcome(
+                    failure=_infrastructure(exc),
                     error=f"the episode failed: {type(exc).__name__}: {exc}",
                     seconds=round(time.monotonic() - started, 3),
                 )
             lost = getattr(sandbox, "daemon_lost", None)  # before the release: it may fail too
             if lost:  # the agent or the verifier saw the daemon fail, not the task
-                return Outcome(error=f"{DAEMON_LOST}: {lost}", seconds=outcome.seconds)
+                return Outcome(
+                    failure=FailureMode.DAEMON_UNAVAILABLE,
+                    error=f"{DAEMON_LOST}: {lost}",
+                    seconds=outcome.seconds,
+                )
             return outcome
         finally:
             await asyncio.shield(asyncio.to_thread(self.source.release, sandbox))
@@ -319,6 +325,7 @@ class PoolRunner:
     ) -> Outcome:
         workdir = await asyncio.to_thread(materialize, task, sandbox, image=self.image)
         trajectory: Trajectory | None = None
+        failure: FailureMode | None = None
         error: str | None = None
         timeout = task.agent_timeout_sec
         kwargs: dict[str, Any] = {"timeout_sec": timeout}
@@ -331,8 +338,10 @@ class PoolRunner:
         except TimeoutError:
             with contextlib.suppress(Exception):
                 await asyncio.to_thread(sandbox.interrupt)
+            failure = FailureMode.AGENT_TIMEOUT
             error = f"the agent ran past its timeout of {timeout:g} s"
         except Exception as exc:
+            failure = FailureMode.AGENT_ERROR
             error = f"the agent raised {type(exc).__name__}: {exc}"
             if logs_dir is not None:
                 logs_dir.mkdir(parents=True, exist_ok=True)
@@ -358,11 +367,13 @@ class PoolRunner:
             trajectory.task_id = trajectory.task_id or task.id
             trajectory.reward = verdict.reward
             trajectory.verifier = result
-        if verdict.failure_mode != FailureMode.NONE and error is None:
+        if verdict.failure_mode != FailureMode.NONE and failure is None:
+            failure = verdict.failure_mode
             error = verdict.error or f"the verifier failed ({verdict.failure_mode})"
         return Outcome(
             reward=verdict.reward,
             trajectory=trajectory,
+            failure=failure,
             error=error,
             seconds=round(time.monotonic() - started, 3),
         )
@@ -374,6 +385,13 @@ class PoolRunner:
         sandbox.exec(f"mkdir -p {TESTS_DIR}; {toolchain.PTH_SETUP}", timeout=60)
         if task.tests_dir is not None and task.tests_dir.is_dir():
             sandbox.upload(task.tests_dir, TESTS_DIR)
+
+
+def _infrastructure(exc: BaseException) -> FailureMode:
+    """The failure an exception outside the agent means: the daemon gone, or the sandbox."""
+    if isinstance(exc, DaemonUnreachable | ShuttingDown):
+        return FailureMode.DAEMON_UNAVAILABLE
+    return FailureMode.SANDBOX_ERROR
 
 
 def _status(value: str) -> str:

@@ -31,9 +31,15 @@ from ale.trajectory import FailureMode, Trajectory
 from roll.agentic.policy import GenerationQueue, PolicyModel
 
 INFRA_FAILURES = frozenset(
-    {FailureMode.MODEL_ERROR, FailureMode.SANDBOX_ERROR, FailureMode.VERIFIER_ERROR}
+    {
+        FailureMode.MODEL_ERROR,
+        FailureMode.SANDBOX_ERROR,
+        FailureMode.VERIFIER_ERROR,
+        FailureMode.DAEMON_UNAVAILABLE,
+    }
 )
-"""Failure modes that say nothing about the policy."""
+"""A trajectory's failure modes that say nothing about the policy (its other endings — a
+format error, turns or time used up, a loop — are the policy's results, and scored)."""
 
 
 @dataclass
@@ -75,25 +81,21 @@ class AgentSettings:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-def classify(outcome: Outcome) -> str | None:
-    """``None`` when the episode is scored, else a short infrastructure reason."""
+def classify(outcome: Outcome) -> FailureMode | None:
+    """``None`` when the episode is scored, else the infrastructure failure it ran into.
+
+    Decided by values only, never by the error's wording: the trajectory's failure mode
+    (:data:`INFRA_FAILURES`) and the outcome's ``failure``; an outcome without a reward, or
+    with an error but no failure named, is :attr:`FailureMode.UNKNOWN`."""
     trajectory = outcome.trajectory
     if trajectory is not None and trajectory.failure_mode in INFRA_FAILURES:
-        return trajectory.failure_mode.value
-    if outcome.error is None and outcome.reward is not None:
-        return None
-    text = (outcome.error or "").lower()
-    if "rock daemon" in text:  # it went away (a restart) or was shutting down: not the agent's
-        return "daemon_unavailable"
-    if "timeout" in text and "agent" in text and trajectory is not None:
-        return None  # the agent's own time ran out: the policy's result
-    if "sandbox" in text:
-        return "sandbox_error"
-    if "verifier" in text:
-        return "verifier_error"
-    if "agent raised" in text:
-        return "agent_error"
-    return "no_reward"
+        return trajectory.failure_mode
+    if outcome.failure is None:
+        clean = outcome.error is None and outcome.reward is not None
+        return None if clean else FailureMode.UNKNOWN
+    if outcome.failure == FailureMode.AGENT_TIMEOUT and trajectory is not None:
+        return None  # the agent's own time ran out and it said what it did: its result
+    return outcome.failure
 
 
 class AgenticEpisodes:
@@ -155,8 +157,8 @@ class AgenticEpisodes:
                 trajectory.task_id = trajectory.task_id or task.id
                 trajectory.episode_id = trajectory.episode_id or uuid.uuid4().hex
                 return trajectory
-            self.counts.reasons[reason] += 1
-            self.counts.last_error = outcome.error or reason
+            self.counts.reasons[reason.value] += 1
+            self.counts.last_error = outcome.error or reason.value
             self.counts.retried += 1
         self.counts.retried -= 1
         self.counts.abandoned += 1
