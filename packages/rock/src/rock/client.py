@@ -1,5 +1,10 @@
 """Clients of the rock daemon: `Client` (sync) and `AsyncClient` (asyncio), both on httpx.
 
+One implementation of the API: every endpoint is described once, without I/O, as a
+:class:`Call` (method, path, request body from the shared :mod:`rock.models`, and how to
+read the answer) by :class:`Api`; the two clients only send calls, each with its own httpx
+client, retrying only connection failures. Their methods are one-line wrappers.
+
 The sandboxes they hand out have the same verbs as in-process ones (`Sandbox`):
 exec, sessions, files and trees, snapshot, stop, delete; use them as context managers
 to delete on exit. Connection failures are retried (the request never reached the
@@ -13,12 +18,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import json
 import os
 import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Self, TypeVar
+from typing import Any, Generic, Self, TypeVar
 
 import httpx
 from pydantic import BaseModel, TypeAdapter
@@ -47,6 +55,7 @@ from rock.errors import (
 )
 from rock.models import (
     DEFAULT_MAX_OUTPUT,
+    CreateSandboxRequest,
     ExecLog,
     ExecRequest,
     ExecResult,
@@ -135,14 +144,6 @@ def _command_timeout(timeout: float | None) -> httpx.Timeout:
     return httpx.Timeout(30.0, read=read)
 
 
-def _spec_body(spec: SandboxSpec | None, fields: dict[str, Any]) -> dict[str, Any]:
-    if spec is not None and fields:
-        spec = spec.model_copy(update=fields)
-    elif spec is None:
-        spec = SandboxSpec(**fields)
-    return spec.model_dump(mode="json", exclude_unset=True)
-
-
 def _unreachable(url: str, exc: Exception) -> DaemonUnreachable:
     return DaemonUnreachable(
         f"no rock daemon answers at {url} ({type(exc).__name__}); start one with 'rock serve' "
@@ -159,10 +160,202 @@ def _lost(url: str, exc: Exception) -> DaemonLost:
     )
 
 
+# --- the API, without I/O ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Call(Generic[T]):
+    """One request to the daemon and how to read its answer."""
+
+    method: str
+    path: str
+    read: Callable[[httpx.Response], T]
+    options: dict[str, Any] = field(default_factory=dict)
+    """httpx request options: ``json``, ``content``, ``params``, ``headers``, ``timeout``."""
+
+
+def _as(model: type[M]) -> Callable[[httpx.Response], M]:
+    return lambda response: model.model_validate_json(response.content)
+
+
+def _as_list(model: type[M]) -> Callable[[httpx.Response], list[M]]:
+    adapter = TypeAdapter(list[model])  # type: ignore[valid-type]
+    return lambda response: adapter.validate_json(response.content)
+
+
+def _content(response: httpx.Response) -> bytes:
+    return response.content
+
+
+def _nothing(response: httpx.Response) -> None:
+    return None
+
+
+def _json_body(model: BaseModel, timeout: float | None) -> dict[str, Any]:
+    return {
+        "content": model.model_dump_json(),
+        "headers": {"Content-Type": "application/json"},
+        "timeout": _command_timeout(timeout),
+    }
+
+
+class Api:
+    """Every endpoint of the daemon as a :class:`Call` (no I/O here)."""
+
+    @staticmethod
+    def health() -> Call[Health]:
+        return Call("GET", "/health", _as(Health))
+
+    @staticmethod
+    def metrics() -> Call[str]:
+        return Call("GET", "/metrics", lambda response: response.text)
+
+    @staticmethod
+    def create(
+        spec: SandboxSpec | None, pool: str | None, use_pools: bool, fields: dict[str, Any]
+    ) -> Call[SandboxInfo]:
+        if spec is None:
+            spec = SandboxSpec(**fields)
+        elif fields:
+            spec = spec.model_copy(update=fields)
+        # built, not validated: the daemon validates requests (one place, one sentence)
+        body = CreateSandboxRequest.model_construct(spec=spec, pool=pool, use_pools=use_pools)
+        json_body = body.model_dump(mode="json", exclude_unset=True)
+        return Call("POST", "/v1/sandboxes", _as(SandboxInfo), {"json": json_body})
+
+    @staticmethod
+    def info(sandbox_id: str) -> Call[SandboxInfo]:
+        return Call("GET", f"/v1/sandboxes/{sandbox_id}", _as(SandboxInfo))
+
+    @staticmethod
+    def list(
+        state: list[str] | None, labels: dict[str, str] | None, pool: str | None, deleted: bool
+    ) -> Call[list[SandboxInfo]]:
+        params: list[tuple[str, str]] = [("state", s) for s in state or []]
+        params += [("label", f"{k}={v}") for k, v in (labels or {}).items()]
+        if pool is not None:
+            params.append(("pool", pool))
+        if deleted:
+            params.append(("all", "true"))
+        return Call("GET", "/v1/sandboxes", _as_list(SandboxInfo), {"params": params})
+
+    @staticmethod
+    def delete(sandbox_id: str) -> Call[SandboxInfo]:
+        return Call("DELETE", f"/v1/sandboxes/{sandbox_id}", _as(SandboxInfo))
+
+    @staticmethod
+    def logs(sandbox_id: str, limit: int) -> Call[list[ExecLog]]:
+        path = f"/v1/sandboxes/{sandbox_id}/logs"
+        return Call("GET", path, _as_list(ExecLog), {"params": {"limit": limit}})
+
+    @staticmethod
+    def pools() -> Call[list[PoolInfo]]:
+        return Call("GET", "/v1/pools", _as_list(PoolInfo))
+
+    @staticmethod
+    def pool(name: str) -> Call[PoolInfo]:
+        return Call("GET", f"/v1/pools/{name}", _as(PoolInfo))
+
+    @staticmethod
+    def set_pool(
+        name: str, spec: SandboxSpec | None, min_idle: int, max_total: int
+    ) -> Call[PoolInfo]:
+        settings = PoolSettings(spec=spec or SandboxSpec(), min_idle=min_idle, max_total=max_total)
+        body = {"json": settings.model_dump(mode="json")}
+        return Call("PUT", f"/v1/pools/{name}", _as(PoolInfo), body)
+
+    @staticmethod
+    def delete_pool(name: str) -> Call[None]:
+        return Call("DELETE", f"/v1/pools/{name}", _nothing)
+
+    @staticmethod
+    def images() -> Call[list[ImageInfo]]:
+        return Call("GET", "/v1/images", _as_list(ImageInfo))
+
+    # a sandbox's verbs
+    @staticmethod
+    def run(sandbox_id: str, request: ExecRequest) -> Call[ExecResult]:
+        path = f"/v1/sandboxes/{sandbox_id}/exec"
+        return Call("POST", path, _as(ExecResult), _json_body(request, request.timeout))
+
+    @staticmethod
+    def open_session(sandbox_id: str) -> Call[SessionInfo]:
+        return Call("POST", f"/v1/sandboxes/{sandbox_id}/sessions", _as(SessionInfo))
+
+    @staticmethod
+    def read_file(sandbox_id: str, path: str) -> Call[bytes]:
+        options = {"params": {"path": path}}
+        return Call("GET", f"/v1/sandboxes/{sandbox_id}/file", _content, options)
+
+    @staticmethod
+    def write_file(sandbox_id: str, path: str, data: bytes, mode: int) -> Call[None]:
+        options = {"params": {"path": path, "mode": mode}, "content": data}
+        return Call("PUT", f"/v1/sandboxes/{sandbox_id}/file", _nothing, options)
+
+    @staticmethod
+    def put_archive(sandbox_id: str, directory: str, data: bytes) -> Call[None]:
+        options = {"params": {"path": directory}, "content": data}
+        return Call("PUT", f"/v1/sandboxes/{sandbox_id}/archive", _nothing, options)
+
+    @staticmethod
+    def get_archive(sandbox_id: str, path: str) -> Call[bytes]:
+        options = {"params": {"path": path}}
+        return Call("GET", f"/v1/sandboxes/{sandbox_id}/archive", _content, options)
+
+    @staticmethod
+    def snapshot(sandbox_id: str, tag: str) -> Call[str]:
+        body = {"json": SnapshotRequest(tag=tag).model_dump()}
+        read = _as(SnapshotInfo)
+        path = f"/v1/sandboxes/{sandbox_id}/snapshot"
+        return Call("POST", path, lambda response: read(response).image, body)
+
+    @staticmethod
+    def stop(sandbox_id: str) -> Call[SandboxInfo]:
+        return Call("POST", f"/v1/sandboxes/{sandbox_id}/stop", _as(SandboxInfo))
+
+    @staticmethod
+    def session_run(
+        sandbox_id: str, session_id: str, command: str, timeout: float | None
+    ) -> Call[SessionResult]:
+        body = SessionRunRequest(command=command, timeout=timeout)
+        path = f"/v1/sandboxes/{sandbox_id}/sessions/{session_id}/run"
+        return Call("POST", path, _as(SessionResult), _json_body(body, timeout))
+
+    @staticmethod
+    def session_close(sandbox_id: str, session_id: str) -> Call[None]:
+        return Call("DELETE", f"/v1/sandboxes/{sandbox_id}/sessions/{session_id}", _nothing)
+
+
+class _Connection:
+    """What both clients hold: the daemon's URL and token, and the retry policy."""
+
+    def __init__(
+        self, url: str | None, token: str | None, home: Path | None, retries: int, backoff: float
+    ) -> None:
+        self.url, self.token = _settings(url, token, home)
+        self.retries = retries
+        self.backoff = backoff
+
+    def _http_options(self, timeout: float, max_connections: int) -> dict[str, Any]:
+        headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
+        limits = httpx.Limits(
+            max_connections=max_connections, max_keepalive_connections=max_connections
+        )
+        return {"base_url": self.url, "headers": headers, "timeout": timeout, "limits": limits}
+
+    def _retry_delay(self, exc: httpx.TransportError, attempt: int) -> float:
+        """Seconds to wait before sending again; raises what ``exc`` means when not to."""
+        if isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout):  # never reached it
+            if attempt >= self.retries:
+                raise _unreachable(self.url, exc) from None
+            return self.backoff * 2**attempt
+        raise _lost(self.url, exc) from None  # sent, and the connection broke
+
+
 # --- sync ---------------------------------------------------------------------------------
 
 
-class Client:
+class Client(_Connection):
     """A connection to a rock daemon. ``Client()`` finds it through ``$ROCK_URL`` or
     ``<rock home>/daemon.json`` and reads the token from ``$ROCK_TOKEN`` or ``<rock home>/token``."""
 
@@ -177,48 +370,31 @@ class Client:
         timeout: float = 60.0,
         max_connections: int = 100,
     ) -> None:
-        self.url, self.token = _settings(url, token, home)
-        self.retries = retries
-        self.backoff = backoff
-        headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
-        self._http = httpx.Client(
-            base_url=self.url,
-            headers=headers,
-            timeout=timeout,
-            limits=httpx.Limits(
-                max_connections=max_connections, max_keepalive_connections=max_connections
-            ),
-        )
+        super().__init__(url, token, home, retries, backoff)
+        self._http = httpx.Client(**self._http_options(timeout, max_connections))
 
-    def request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+    def request(self, method: str, path: str, **options: Any) -> httpx.Response:
         """Send one request; retry only when the connection could not be made."""
-        attempt = 0
-        while True:
+        for attempt in itertools.count():
             try:
-                response = self._http.request(method, path, **kwargs)
-                break
-            except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
-                if attempt >= self.retries:
-                    raise _unreachable(self.url, exc) from None
-                time.sleep(self.backoff * 2**attempt)
-                attempt += 1
-            except httpx.TransportError as exc:  # sent, and the connection broke
-                raise _lost(self.url, exc) from None
-        _raise_for(response)
-        return response
+                response = self._http.request(method, path, **options)
+            except httpx.TransportError as exc:
+                time.sleep(self._retry_delay(exc, attempt))
+                continue
+            _raise_for(response)
+            return response
+        raise AssertionError("unreachable")
 
-    def _model(self, model: type[M], method: str, path: str, **kwargs: Any) -> M:
-        return model.model_validate_json(self.request(method, path, **kwargs).content)
-
-    def _models(self, model: type[M], method: str, path: str, **kwargs: Any) -> list[M]:
-        return TypeAdapter(list[model]).validate_json(self.request(method, path, **kwargs).content)  # type: ignore[valid-type]
+    def send(self, call: Call[T]) -> T:
+        """Send ``call`` and read its answer."""
+        return call.read(self.request(call.method, call.path, **call.options))
 
     # daemon
     def health(self) -> Health:
-        return self._model(Health, "GET", "/health")
+        return self.send(Api.health())
 
     def metrics(self) -> str:
-        return self.request("GET", "/metrics").text
+        return self.send(Api.metrics())
 
     # sandboxes
     def create(
@@ -233,9 +409,7 @@ class Client:
 
         ``fields`` are `SandboxSpec` fields (``image=..., memory_mb=..., ttl_sec=...``).
         """
-        body = {"spec": _spec_body(spec, fields), "pool": pool, "use_pools": use_pools}
-        info = self._model(SandboxInfo, "POST", "/v1/sandboxes", json=body)
-        return RemoteSandbox(self, info)
+        return RemoteSandbox(self, self.send(Api.create(spec, pool, use_pools, fields)))
 
     def acquire(self, pool: str, **fields: Any) -> RemoteSandbox:
         """Take a started sandbox from ``pool``."""
@@ -245,7 +419,7 @@ class Client:
         return RemoteSandbox(self, self.info(sandbox_id))
 
     def info(self, sandbox_id: str) -> SandboxInfo:
-        return self._model(SandboxInfo, "GET", f"/v1/sandboxes/{sandbox_id}")
+        return self.send(Api.info(sandbox_id))
 
     def list(
         self,
@@ -255,28 +429,20 @@ class Client:
         pool: str | None = None,
         include_deleted: bool = False,
     ) -> list[SandboxInfo]:
-        params: list[tuple[str, str]] = [("state", s) for s in state or []]
-        params += [("label", f"{k}={v}") for k, v in (labels or {}).items()]
-        if pool is not None:
-            params.append(("pool", pool))
-        if include_deleted:
-            params.append(("all", "true"))
-        return self._models(SandboxInfo, "GET", "/v1/sandboxes", params=params)
+        return self.send(Api.list(state, labels, pool, include_deleted))
 
     def delete(self, sandbox_id: str) -> SandboxInfo:
-        return self._model(SandboxInfo, "DELETE", f"/v1/sandboxes/{sandbox_id}")
+        return self.send(Api.delete(sandbox_id))
 
     def logs(self, sandbox_id: str, limit: int = 100) -> list[ExecLog]:
-        return self._models(
-            ExecLog, "GET", f"/v1/sandboxes/{sandbox_id}/logs", params={"limit": limit}
-        )
+        return self.send(Api.logs(sandbox_id, limit))
 
     # pools
     def pools(self) -> list[PoolInfo]:
-        return self._models(PoolInfo, "GET", "/v1/pools")
+        return self.send(Api.pools())
 
     def pool(self, name: str) -> PoolInfo:
-        return self._model(PoolInfo, "GET", f"/v1/pools/{name}")
+        return self.send(Api.pool(name))
 
     def set_pool(
         self,
@@ -286,13 +452,10 @@ class Client:
         min_idle: int = 1,
         max_total: int = 8,
     ) -> PoolInfo:
-        settings = PoolSettings(spec=spec or SandboxSpec(), min_idle=min_idle, max_total=max_total)
-        return self._model(
-            PoolInfo, "PUT", f"/v1/pools/{name}", json=settings.model_dump(mode="json")
-        )
+        return self.send(Api.set_pool(name, spec, min_idle, max_total))
 
     def delete_pool(self, name: str) -> None:
-        self.request("DELETE", f"/v1/pools/{name}")
+        self.send(Api.delete_pool(name))
 
     def wait_pool(self, name: str, idle: int | None = None, timeout: float = 120.0) -> PoolInfo:
         """Wait until ``name`` has ``idle`` (default: its min_idle) sandboxes waiting."""
@@ -310,7 +473,7 @@ class Client:
             time.sleep(0.1)
 
     def images(self) -> list[ImageInfo]:
-        return self._models(ImageInfo, "GET", "/v1/images")
+        return self.send(Api.images())
 
     def close(self) -> None:
         self._http.close()
@@ -330,67 +493,53 @@ class RemoteSandbox(Sandbox):
         self.id = info.id
         self.spec = info.spec
         self.info = info
-        self._path = f"/v1/sandboxes/{info.id}"
         self.daemon_lost: str | None = None
         """Why the daemon could not be reached, or was shutting down, under a request of
         this sandbox (the first time), or None: since then a command may have been lost and
         sessions closed."""
 
-    def _request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+    def send(self, call: Call[T]) -> T:
+        """Send ``call`` for this sandbox, remembering a daemon that went away."""
         try:
-            return self.client.request(method, path, **kwargs)
+            return self.client.send(call)
         except (DaemonUnreachable, ShuttingDown) as exc:
             self.daemon_lost = self.daemon_lost or str(exc)
             raise
 
-    def _model(self, model: type[M], method: str, path: str, **kwargs: Any) -> M:
-        return model.model_validate_json(self._request(method, path, **kwargs).content)
-
     def run(self, request: ExecRequest) -> ExecResult:
-        response = self._request(
-            "POST",
-            f"{self._path}/exec",
-            content=request.model_dump_json(),
-            headers={"Content-Type": "application/json"},
-            timeout=_command_timeout(request.timeout),
-        )
-        return ExecResult.model_validate_json(response.content)
+        return self.send(Api.run(self.id, request))
 
     def session(self, *, max_output_bytes: int = DEFAULT_MAX_OUTPUT) -> RemoteSession:
-        info = self._model(SessionInfo, "POST", f"{self._path}/sessions")
-        return RemoteSession(self, info.id)
+        return RemoteSession(self, self.send(Api.open_session(self.id)).id)
 
     def read_file(self, path: str) -> bytes:
-        return self._request("GET", f"{self._path}/file", params={"path": path}).content
+        return self.send(Api.read_file(self.id, path))
 
     def write_file(self, path: str, data: bytes, mode: int = 0o644) -> None:
-        self._request(
-            "PUT", f"{self._path}/file", params={"path": path, "mode": mode}, content=data
-        )
+        self.send(Api.write_file(self.id, path, data, mode))
 
     def put_archive(self, directory: str, data: bytes) -> None:
-        self._request("PUT", f"{self._path}/archive", params={"path": directory}, content=data)
+        self.send(Api.put_archive(self.id, directory, data))
 
     def get_archive(self, path: str) -> bytes:
-        return self._request("GET", f"{self._path}/archive", params={"path": path}).content
+        return self.send(Api.get_archive(self.id, path))
 
     def snapshot(self, tag: str) -> str:
-        body = SnapshotRequest(tag=tag).model_dump()
-        return self._model(SnapshotInfo, "POST", f"{self._path}/snapshot", json=body).image
+        return self.send(Api.snapshot(self.id, tag))
 
     def status(self) -> dict[str, Any]:
-        self.info = self._model(SandboxInfo, "GET", self._path)
+        self.info = self.send(Api.info(self.id))
         return {"state": self.info.state, "reason": self.info.state_reason}
 
     def logs(self, limit: int = 100) -> list[ExecLog]:
         return self.client.logs(self.id, limit)
 
     def stop(self) -> None:
-        self.info = self._model(SandboxInfo, "POST", f"{self._path}/stop")
+        self.info = self.send(Api.stop(self.id))
 
     def delete(self) -> None:
         with contextlib.suppress(SandboxNotFound):
-            self.info = self._model(SandboxInfo, "DELETE", self._path)
+            self.info = self.send(Api.delete(self.id))
 
 
 class RemoteSession:
@@ -399,25 +548,16 @@ class RemoteSession:
     def __init__(self, sandbox: RemoteSandbox, session_id: str) -> None:
         self.sandbox = sandbox
         self.id = session_id
-        self._path = f"{sandbox._path}/sessions/{session_id}"
         self.closed = False
 
     def run(self, command: str, timeout: float | None = 60.0) -> SessionResult:
-        body = SessionRunRequest(command=command, timeout=timeout).model_dump_json()
-        response = self.sandbox._request(
-            "POST",
-            f"{self._path}/run",
-            content=body,
-            headers={"Content-Type": "application/json"},
-            timeout=_command_timeout(timeout),
-        )
-        return SessionResult.model_validate_json(response.content)
+        return self.sandbox.send(Api.session_run(self.sandbox.id, self.id, command, timeout))
 
     def close(self) -> None:
         if not self.closed:
             self.closed = True
             with contextlib.suppress(SandboxNotFound, SandboxError):
-                self.sandbox._request("DELETE", self._path)
+                self.sandbox.send(Api.session_close(self.sandbox.id, self.id))
 
     def __enter__(self) -> Self:
         return self
@@ -429,7 +569,7 @@ class RemoteSession:
 # --- async ----------------------------------------------------------------------------
 
 
-class AsyncClient:
+class AsyncClient(_Connection):
     """`Client` for asyncio: the same methods, awaited."""
 
     def __init__(
@@ -443,47 +583,30 @@ class AsyncClient:
         timeout: float = 60.0,
         max_connections: int = 100,
     ) -> None:
-        self.url, self.token = _settings(url, token, home)
-        self.retries = retries
-        self.backoff = backoff
-        headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
-        self._http = httpx.AsyncClient(
-            base_url=self.url,
-            headers=headers,
-            timeout=timeout,
-            limits=httpx.Limits(
-                max_connections=max_connections, max_keepalive_connections=max_connections
-            ),
-        )
+        super().__init__(url, token, home, retries, backoff)
+        self._http = httpx.AsyncClient(**self._http_options(timeout, max_connections))
 
-    async def request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
-        attempt = 0
-        while True:
+    async def request(self, method: str, path: str, **options: Any) -> httpx.Response:
+        """Send one request; retry only when the connection could not be made."""
+        for attempt in itertools.count():
             try:
-                response = await self._http.request(method, path, **kwargs)
-                break
-            except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
-                if attempt >= self.retries:
-                    raise _unreachable(self.url, exc) from None
-                await asyncio.sleep(self.backoff * 2**attempt)
-                attempt += 1
-            except httpx.TransportError as exc:  # sent, and the connection broke
-                raise _lost(self.url, exc) from None
-        _raise_for(response)
-        return response
+                response = await self._http.request(method, path, **options)
+            except httpx.TransportError as exc:
+                await asyncio.sleep(self._retry_delay(exc, attempt))
+                continue
+            _raise_for(response)
+            return response
+        raise AssertionError("unreachable")
 
-    async def _model(self, model: type[M], method: str, path: str, **kwargs: Any) -> M:
-        return model.model_validate_json((await self.request(method, path, **kwargs)).content)
-
-    async def _models(self, model: type[M], method: str, path: str, **kwargs: Any) -> list[M]:
-        response = await self.request(method, path, **kwargs)
-        return TypeAdapter(list[model]).validate_json(response.content)  # type: ignore[valid-type]
+    async def send(self, call: Call[T]) -> T:
+        """Send ``call`` and read its answer."""
+        return call.read(await self.request(call.method, call.path, **call.options))
 
     async def health(self) -> Health:
-        return await self._model(Health, "GET", "/health")
+        return await self.send(Api.health())
 
     async def metrics(self) -> str:
-        return (await self.request("GET", "/metrics")).text
+        return await self.send(Api.metrics())
 
     async def create(
         self,
@@ -493,9 +616,7 @@ class AsyncClient:
         use_pools: bool = True,
         **fields: Any,
     ) -> AsyncSandbox:
-        body = {"spec": _spec_body(spec, fields), "pool": pool, "use_pools": use_pools}
-        info = await self._model(SandboxInfo, "POST", "/v1/sandboxes", json=body)
-        return AsyncSandbox(self, info)
+        return AsyncSandbox(self, await self.send(Api.create(spec, pool, use_pools, fields)))
 
     async def acquire(self, pool: str, **fields: Any) -> AsyncSandbox:
         return await self.create(pool=pool, **fields)
@@ -504,7 +625,7 @@ class AsyncClient:
         return AsyncSandbox(self, await self.info(sandbox_id))
 
     async def info(self, sandbox_id: str) -> SandboxInfo:
-        return await self._model(SandboxInfo, "GET", f"/v1/sandboxes/{sandbox_id}")
+        return await self.send(Api.info(sandbox_id))
 
     async def list(
         self,
@@ -514,22 +635,19 @@ class AsyncClient:
         pool: str | None = None,
         include_deleted: bool = False,
     ) -> list[SandboxInfo]:
-        params: list[tuple[str, str]] = [("state", s) for s in state or []]
-        params += [("label", f"{k}={v}") for k, v in (labels or {}).items()]
-        if pool is not None:
-            params.append(("pool", pool))
-        if include_deleted:
-            params.append(("all", "true"))
-        return await self._models(SandboxInfo, "GET", "/v1/sandboxes", params=params)
+        return await self.send(Api.list(state, labels, pool, include_deleted))
 
     async def delete(self, sandbox_id: str) -> SandboxInfo:
-        return await self._model(SandboxInfo, "DELETE", f"/v1/sandboxes/{sandbox_id}")
+        return await self.send(Api.delete(sandbox_id))
+
+    async def logs(self, sandbox_id: str, limit: int = 100) -> list[ExecLog]:
+        return await self.send(Api.logs(sandbox_id, limit))
 
     async def pools(self) -> list[PoolInfo]:
-        return await self._models(PoolInfo, "GET", "/v1/pools")
+        return await self.send(Api.pools())
 
     async def pool(self, name: str) -> PoolInfo:
-        return await self._model(PoolInfo, "GET", f"/v1/pools/{name}")
+        return await self.send(Api.pool(name))
 
     async def set_pool(
         self,
@@ -539,13 +657,13 @@ class AsyncClient:
         min_idle: int = 1,
         max_total: int = 8,
     ) -> PoolInfo:
-        settings = PoolSettings(spec=spec or SandboxSpec(), min_idle=min_idle, max_total=max_total)
-        return await self._model(
-            PoolInfo, "PUT", f"/v1/pools/{name}", json=settings.model_dump(mode="json")
-        )
+        return await self.send(Api.set_pool(name, spec, min_idle, max_total))
 
     async def delete_pool(self, name: str) -> None:
-        await self.request("DELETE", f"/v1/pools/{name}")
+        await self.send(Api.delete_pool(name))
+
+    async def images(self) -> list[ImageInfo]:
+        return await self.send(Api.images())
 
     async def aclose(self) -> None:
         await self._http.aclose()
@@ -565,17 +683,9 @@ class AsyncSandbox:
         self.id = info.id
         self.spec = info.spec
         self.info = info
-        self._path = f"/v1/sandboxes/{info.id}"
 
     async def run(self, request: ExecRequest) -> ExecResult:
-        response = await self.client.request(
-            "POST",
-            f"{self._path}/exec",
-            content=request.model_dump_json(),
-            headers={"Content-Type": "application/json"},
-            timeout=_command_timeout(request.timeout),
-        )
-        return ExecResult.model_validate_json(response.content)
+        return await self.client.send(Api.run(self.id, request))
 
     async def exec(
         self,
@@ -599,26 +709,20 @@ class AsyncSandbox:
         )
 
     async def session(self) -> AsyncSession:
-        info = await self.client._model(SessionInfo, "POST", f"{self._path}/sessions")
+        info = await self.client.send(Api.open_session(self.id))
         return AsyncSession(self, info.id)
 
     async def read_file(self, path: str) -> bytes:
-        response = await self.client.request("GET", f"{self._path}/file", params={"path": path})
-        return response.content
+        return await self.client.send(Api.read_file(self.id, path))
 
     async def write_file(self, path: str, data: bytes, mode: int = 0o644) -> None:
-        await self.client.request(
-            "PUT", f"{self._path}/file", params={"path": path, "mode": mode}, content=data
-        )
+        await self.client.send(Api.write_file(self.id, path, data, mode))
 
     async def put_archive(self, directory: str, data: bytes) -> None:
-        await self.client.request(
-            "PUT", f"{self._path}/archive", params={"path": directory}, content=data
-        )
+        await self.client.send(Api.put_archive(self.id, directory, data))
 
     async def get_archive(self, path: str) -> bytes:
-        response = await self.client.request("GET", f"{self._path}/archive", params={"path": path})
-        return response.content
+        return await self.client.send(Api.get_archive(self.id, path))
 
     async def upload(self, local: Path, remote: str) -> None:
         local = Path(local)
@@ -632,12 +736,10 @@ class AsyncSandbox:
         await asyncio.to_thread(unpack_download, data, Path(local))
 
     async def snapshot(self, tag: str) -> str:
-        body = SnapshotRequest(tag=tag).model_dump()
-        info = await self.client._model(SnapshotInfo, "POST", f"{self._path}/snapshot", json=body)
-        return info.image
+        return await self.client.send(Api.snapshot(self.id, tag))
 
     async def stop(self) -> None:
-        self.info = await self.client._model(SandboxInfo, "POST", f"{self._path}/stop")
+        self.info = await self.client.send(Api.stop(self.id))
 
     async def delete(self) -> None:
         with contextlib.suppress(SandboxNotFound):
@@ -656,25 +758,17 @@ class AsyncSession:
     def __init__(self, sandbox: AsyncSandbox, session_id: str) -> None:
         self.sandbox = sandbox
         self.id = session_id
-        self._path = f"{sandbox._path}/sessions/{session_id}"
         self.closed = False
 
     async def run(self, command: str, timeout: float | None = 60.0) -> SessionResult:
-        body = SessionRunRequest(command=command, timeout=timeout).model_dump_json()
-        response = await self.sandbox.client.request(
-            "POST",
-            f"{self._path}/run",
-            content=body,
-            headers={"Content-Type": "application/json"},
-            timeout=_command_timeout(timeout),
-        )
-        return SessionResult.model_validate_json(response.content)
+        call = Api.session_run(self.sandbox.id, self.id, command, timeout)
+        return await self.sandbox.client.send(call)
 
     async def close(self) -> None:
         if not self.closed:
             self.closed = True
             with contextlib.suppress(SandboxNotFound, SandboxError):
-                await self.sandbox.client.request("DELETE", self._path)
+                await self.sandbox.client.send(Api.session_close(self.sandbox.id, self.id))
 
     async def __aenter__(self) -> Self:
         return self
@@ -684,9 +778,11 @@ class AsyncSession:
 
 
 __all__ = [
+    "Api",
     "AsyncClient",
     "AsyncSandbox",
     "AsyncSession",
+    "Call",
     "Client",
     "RemoteSandbox",
     "RemoteSession",
