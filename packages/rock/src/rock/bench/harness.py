@@ -34,7 +34,7 @@ from pydantic import BaseModel, Field
 
 from ale.agents import BenchAgent
 from ale.task import Task, TaskFormatError, detect_format, load_task
-from ale.trajectory import Trajectory, Usage, VerifierResult, VerifierTest
+from ale.trajectory import Trajectory, Usage
 from rock import __version__
 from rock.backends.base import Backend, SandboxError
 from rock.bench.agents import RecordingSandbox, agent_factory
@@ -50,12 +50,10 @@ from rock.bench.results import (
     collect_trials,
 )
 from rock.bench.verifier import toolchain
-from rock.bench.verify import run_verifier, stage
+from rock.bench.verify import VerifierOutcome, run_verifier, stage
+from rock.episode import run_agent, verifier_result
 from rock.models import SandboxSpec
 
-AGENT_GRACE_SEC = 5.0
-"""How long past its timeout an agent may take to return its trajectory before the
-harness cancels it."""
 DEFAULT_MEMORY_MB = 2048
 LABEL_RUN = "dev.ale.rock.bench.run"
 
@@ -334,22 +332,17 @@ class Harness:
         logs.mkdir()
         result.agent_started_at = datetime.now(UTC)
         t = clock()
-        trajectory: Trajectory | None = None
-        try:
-            trajectory = await asyncio.wait_for(
-                agent.run(task.instruction, recorder, logs_dir=logs, timeout_sec=timeout),
-                timeout + AGENT_GRACE_SEC,
-            )
-        except TimeoutError:
-            result.failure_mode = FailureMode.AGENT_TIMEOUT
-            result.error = f"the agent ran past its timeout of {timeout:g} s and was stopped"
-            await asyncio.to_thread(sandbox.interrupt)
-        except SandboxError:
-            raise
-        except Exception as exc:
-            result.failure_mode = FailureMode.AGENT_ERROR
-            result.error = f"the agent raised {type(exc).__name__}: {exc}"
-            (logs / "error.txt").write_text(traceback.format_exc())
+        ran = await run_agent(
+            agent,
+            task.instruction,
+            recorder,
+            timeout_sec=timeout,
+            traceback_dir=logs,
+            logs_dir=logs,
+        )
+        trajectory = ran.trajectory
+        if ran.failure is not None:
+            result.failure_mode, result.error = ran.failure, ran.error
         result.agent_sec = round(clock() - t, 3)
         result.agent_ended_at = datetime.now(UTC)
         if trajectory is not None:
@@ -409,24 +402,15 @@ def _sum_usage(trajectory: Trajectory) -> Usage:
 
 
 def _save_trajectory(
-    trajectory: Trajectory, task: Task, outcome: Any, logs: Path, result: TrialResults
+    trajectory: Trajectory, task: Task, outcome: VerifierOutcome, logs: Path, result: TrialResults
 ) -> None:
     from ale.atif import write_atif
     from ale.jsonl import write_jsonl
 
-    tests = [
-        VerifierTest(name=name, status=status)  # type: ignore[arg-type]
-        for name, status in (outcome.parser_results or {}).items()
-    ]
     trajectory.task_id = trajectory.task_id or task.id
     trajectory.reward = outcome.reward
-    trajectory.verifier = VerifierResult(
-        reward=outcome.reward,
-        passed=outcome.is_resolved,
-        exit_code=outcome.exit_code,
-        tests=tests,
-        detail={"failure_mode": result.failure_mode.value} if result.error else {},
-    )
+    failure = result.failure_mode if result.error else None
+    trajectory.verifier = verifier_result(outcome, failure=failure)
     write_jsonl(logs / "trajectory.jsonl", [trajectory])
     write_atif(trajectory, logs / "trajectory.atif.json")
     result.trajectory_path = str(logs / "trajectory.jsonl")

@@ -17,25 +17,23 @@ import shlex
 import tempfile
 import threading
 import time
-import traceback
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
 from ale.synth.runner import Outcome
 from ale.task import Task
-from ale.trajectory import FailureMode, Trajectory, VerifierResult, VerifierTest
+from ale.trajectory import FailureMode
 from rock.backends.base import Backend, PoolNotFound, pack_upload
 from rock.bench.verifier import toolchain
 from rock.bench.verify import AGENT_LOGS, TESTS_DIR, VERIFIER_LOGS, run_verifier, stage
 from rock.client import Client
+from rock.episode import run_agent, verifier_result
 from rock.errors import DaemonUnreachable, PoolExhausted, RockError, ShuttingDown
 from rock.models import SandboxSpec
 
 SYNTH_IMAGE = "rock/bench-base:bookworm"
 """The base image generated tasks build on (their Dockerfiles say FROM it)."""
-
-AGENT_GRACE_SEC = 5.0
 
 DAEMON_LOST = "the rock daemon could not be reached during the episode"
 """How the error of an episode begins when its sandbox's daemon went away under it (a
@@ -324,28 +322,17 @@ class PoolRunner:
         self, task: Task, agent: Any, sandbox: Any, logs_dir: Path | None, started: float
     ) -> Outcome:
         workdir = await asyncio.to_thread(materialize, task, sandbox, image=self.image)
-        trajectory: Trajectory | None = None
-        failure: FailureMode | None = None
-        error: str | None = None
-        timeout = task.agent_timeout_sec
-        kwargs: dict[str, Any] = {"timeout_sec": timeout}
+        options: dict[str, Any] = {}
         if workdir != "/app" and "root" in inspect.signature(agent.run).parameters:
-            kwargs["root"] = workdir  # agents that can start elsewhere start in the task's WORKDIR
-        try:
-            trajectory = await asyncio.wait_for(
-                agent.run(task.instruction, sandbox, **kwargs), timeout + AGENT_GRACE_SEC
-            )
-        except TimeoutError:
-            with contextlib.suppress(Exception):
-                await asyncio.to_thread(sandbox.interrupt)
-            failure = FailureMode.AGENT_TIMEOUT
-            error = f"the agent ran past its timeout of {timeout:g} s"
-        except Exception as exc:
-            failure = FailureMode.AGENT_ERROR
-            error = f"the agent raised {type(exc).__name__}: {exc}"
-            if logs_dir is not None:
-                logs_dir.mkdir(parents=True, exist_ok=True)
-                (logs_dir / "agent-error.txt").write_text(traceback.format_exc())
+            options["root"] = workdir  # agents that can start elsewhere start in the task's WORKDIR
+        ran = await run_agent(
+            agent,
+            task.instruction,
+            sandbox,
+            timeout_sec=task.agent_timeout_sec,
+            traceback_dir=logs_dir,
+            **options,
+        )
         await asyncio.to_thread(self._stage, task, sandbox)
         with tempfile.TemporaryDirectory(prefix="rock-synth-") as tmp:
             out_dir = logs_dir / "verifier" if logs_dir is not None else Path(tmp)
@@ -353,23 +340,15 @@ class PoolRunner:
                 run_verifier, task, sandbox, out_dir, timeout_sec=task.test_timeout_sec
             )
             stdout = (out_dir / "stdout.txt").read_text(errors="replace")
-        result = VerifierResult(
-            reward=verdict.reward,
-            passed=verdict.is_resolved,
-            exit_code=verdict.exit_code,
-            tests=[
-                VerifierTest(name=name, status=_status(status))
-                for name, status in (verdict.parser_results or {}).items()
-            ],
-            stdout=stdout[-4000:] or None,
-        )
-        if trajectory is not None:
-            trajectory.task_id = trajectory.task_id or task.id
-            trajectory.reward = verdict.reward
-            trajectory.verifier = result
+        failure, error = ran.failure, ran.error
         if verdict.failure_mode != FailureMode.NONE and failure is None:
             failure = verdict.failure_mode
             error = verdict.error or f"the verifier failed ({verdict.failure_mode})"
+        trajectory = ran.trajectory
+        if trajectory is not None:
+            trajectory.task_id = trajectory.task_id or task.id
+            trajectory.reward = verdict.reward
+            trajectory.verifier = verifier_result(verdict, stdout=stdout)
         return Outcome(
             reward=verdict.reward,
             trajectory=trajectory,
@@ -392,8 +371,3 @@ def _infrastructure(exc: BaseException) -> FailureMode:
     if isinstance(exc, DaemonUnreachable | ShuttingDown):
         return FailureMode.DAEMON_UNAVAILABLE
     return FailureMode.SANDBOX_ERROR
-
-
-def _status(value: str) -> str:
-    value = value.lower()
-    return value if value in ("passed", "failed", "error", "skipped") else "error"
