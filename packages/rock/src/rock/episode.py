@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import time
 import traceback
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -28,6 +29,14 @@ AGENT_GRACE_SEC = 5.0
 cancelled."""
 AGENT_TRACEBACK = "agent-error.txt"
 """Where, in the traceback directory, the traceback of an agent that raised is written."""
+
+
+def episode_threads(episodes: int) -> ThreadPoolExecutor:
+    """Threads for the blocking sandbox calls of ``episodes`` concurrent episodes, to make
+    an event loop's default executor: each episode may hold one at a time for a command, a
+    container start or removal, or a verifier run of seconds, and asyncio's own default has
+    ``cpu_count + 4`` — six on a 2-core machine, behind which the others' calls would wait."""
+    return ThreadPoolExecutor(max(8, 2 * episodes + 4), thread_name_prefix="rock-episode")
 
 
 @dataclass
@@ -110,4 +119,4 @@ def _status(value: str) -> TestStatus:
     return _STATUSES.get(value.lower(), "error")
 
 
-__all__ = ["AGENT_GRACE_SEC", "AgentRun", "run_agent", "verifier_result"]
+__all__ = ["AGENT_GRACE_SEC", "AgentRun", "episode_threads", "run_agent", "verifier_result"]

@@ -51,7 +51,7 @@ from rock.bench.results import (
 )
 from rock.bench.verifier import toolchain
 from rock.bench.verify import VerifierOutcome, run_verifier, stage
-from rock.episode import run_agent, verifier_result
+from rock.episode import episode_threads, run_agent, verifier_result
 from rock.models import SandboxSpec
 
 DEFAULT_MEMORY_MB = 2048
@@ -190,6 +190,7 @@ class Harness:
         total = len(scan.tasks) * self.options.n_attempts
         self.progress("start", {"total": total, "skipped": total - len(todo), "run_dir": output})
         gate = asyncio.Semaphore(self.options.n_concurrent)
+        asyncio.get_running_loop().set_default_executor(episode_threads(self.options.n_concurrent))
         lock = asyncio.Lock()
 
         async def one(task: Task, attempt: int) -> None:

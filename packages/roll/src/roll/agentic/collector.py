@@ -103,6 +103,7 @@ class TaskRollouts:
     # -- life cycle ----------------------------------------------------------------------------
 
     def __enter__(self) -> TaskRollouts:
+        from rock.episode import episode_threads
         from rock.synth.image import ensure_pool_image
         from rock.synth.runner import PoolRunner
 
@@ -110,6 +111,7 @@ class TaskRollouts:
         try:
             self.runner = PoolRunner(self._pool())
             self._loop = asyncio.new_event_loop()
+            self._loop.set_default_executor(episode_threads(self.config.pool_size))
             self._thread = threading.Thread(
                 target=self._loop.run_forever, name="roll-rollouts", daemon=True
             )

@@ -28,8 +28,10 @@ import asyncio
 import contextlib
 import itertools
 import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from ale.trajectory import Role, Step, Usage
 from roll.generation.base import (
@@ -41,6 +43,7 @@ from roll.generation.base import (
 )
 
 _MARK = "\u2063roll-end-of-turn\u2063"
+T = TypeVar("T")
 
 
 @dataclass
@@ -98,6 +101,9 @@ class GenerationQueue:
         self._worker: asyncio.Task[None] | None = None
         self._lock = asyncio.Lock()
         self._holds = 0
+        self._thread: ThreadPoolExecutor | None = None
+        """The backend's own thread: decode steps never wait behind sandbox calls in the
+        event loop's default executor."""
         """Pauses asked for: the continuous worker admits nothing while there are any."""
 
     def _start(self) -> asyncio.Queue[_Request]:
@@ -122,6 +128,11 @@ class GenerationQueue:
             while True:
                 batch = await self._gather([await self._pending.get()])
                 await self._run(batch)
+
+    async def _in_thread(self, call: Callable[..., T], *args: Any) -> T:
+        if self._thread is None:
+            self._thread = ThreadPoolExecutor(1, thread_name_prefix="roll-generation")
+        return await asyncio.get_running_loop().run_in_executor(self._thread, call, *args)
 
     async def _gather(self, batch: list[_Request]) -> list[_Request]:
         """``batch`` plus whatever else arrives within ``wait_ms`` (up to ``max_batch``)."""
@@ -174,7 +185,7 @@ class GenerationQueue:
             return
         began = time.monotonic()
         try:
-            keys = await asyncio.to_thread(
+            keys = await self._in_thread(
                 session.admit, [r.prompt for r in joining], [r.max_new_tokens for r in joining]
             )
         except Exception as exc:  # the requests that could not start learn why
@@ -190,7 +201,7 @@ class GenerationQueue:
         began = time.monotonic()
         rows = len(active)
         try:
-            finished = await asyncio.to_thread(session.step)
+            finished = await self._in_thread(session.step)
         except Exception as exc:  # every decoding episode learns of the failure
             for request in active.values():
                 if not request.future.done():
@@ -217,7 +228,7 @@ class GenerationQueue:
                 )
                 began = time.monotonic()
                 try:
-                    results = await asyncio.to_thread(
+                    results = await self._in_thread(
                         self.backend.generate, [r.prompt for r in requests], params
                     )
                 except Exception as exc:  # every waiting episode learns of the failure
@@ -252,6 +263,9 @@ class GenerationQueue:
                 await self._worker
             self._worker = None
             self._pending = None
+        if self._thread is not None:
+            self._thread.shutdown(wait=False)
+            self._thread = None
 
     async def __aenter__(self) -> GenerationQueue:
         return self
