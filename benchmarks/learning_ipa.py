@@ -20,7 +20,8 @@ training success — IPA's against GRPO's (the baseline) — and, to say why hel
 each arm's first acting shell command against the task's solution (right tool, source, output). A plot of the mean training success
 and gradient norm per step goes to bench-out/learning/learning_ipa.png.
 
-Long: about 35 minutes per seed on 2 CPU cores with the real model (15 with `--tiny`).
+Long: about 28 minutes a seed on 2 CPU cores with the real model (83.5 for three, with the demo's
+datasets reused; 15 a seed with `--tiny`).
 `--seeds 1 --rl-steps 4` for a quick look.
 
 Usage: .venv/bin/python benchmarks/learning_ipa.py [--seeds 3] [--rl-steps 10] [--tiny] [--out DIR]
