@@ -31,7 +31,7 @@ import torch
 from roll.algo.batch import Sample, assign_advantages, set_weights
 from roll.algo.losses import LossSpec
 from roll.config import OptimConfig
-from roll.distributed import full_model_state, init_world
+from roll.distributed import close_world, full_model_state, init_world
 from roll.models import load_policy
 from roll.update import Updater
 
@@ -64,6 +64,7 @@ for mode in modes:
     state = full_model_state(lm, world) if updater.sharded else lm.state_dict()
     if world.is_main:
         torch.save({"old": old, "metrics": metrics, "state": state}, f"{out}/{world.size}-{mode}.pt")
+close_world(world)  # a process that exits with gloo's threads running may abort
 """
 
 
