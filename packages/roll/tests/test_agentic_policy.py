@@ -197,6 +197,65 @@ async def test_a_pause_waits_for_running_rows_and_holds_new_ones(tiny: Path) -> 
         assert len((await later).token_ids) == 3
 
 
+class _ScriptedSession:
+    """A decode session at its seam: every row finishes in one step, or the step fails."""
+
+    def __init__(self, fail: bool) -> None:
+        self.fail = fail
+        self.keys: list[int] = []
+
+    @property
+    def rows(self) -> int:
+        return len(self.keys)
+
+    def fits(self, lengths: list[int], budgets: list[int]) -> bool:
+        return True
+
+    def admit(self, prompts: list[list[int]], budgets: list[int]) -> list[int]:
+        new = list(range(len(self.keys), len(self.keys) + len(prompts)))
+        self.keys += new
+        return new
+
+    def step(self) -> list[tuple[int, Generation]]:
+        if self.fail:
+            raise RuntimeError("the device fell over")
+        done = [
+            (k, Generation(token_ids=[1], logprobs=[-0.1], finish_reason="stop")) for k in self.keys
+        ]
+        self.keys = []
+        return done
+
+
+class _FirstSessionFails:
+    name = "scripted-sessions"
+    policy_version = 0
+
+    def __init__(self) -> None:
+        self.opened = 0
+
+    def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Generation]:
+        raise AssertionError("a continuous backend is served through sessions")
+
+    def sync_weights(self, model: Any, version: int) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+    def open_session(self, params: SamplingParams) -> _ScriptedSession:
+        self.opened += 1
+        return _ScriptedSession(fail=self.opened == 1)
+
+
+async def test_a_failed_decode_step_reaches_its_requests_and_the_next_gets_a_new_session() -> None:
+    backend = _FirstSessionFails()
+    async with GenerationQueue(backend, SamplingParams()) as queue:
+        with pytest.raises(RuntimeError, match="fell over"):
+            await queue.generate([1, 2, 3])
+        after = await queue.generate([4, 5])
+    assert after.token_ids == [1] and backend.opened == 2
+
+
 def test_a_task_dataset_that_is_not_one_is_one_sentence(tmp_path: Path) -> None:
     from roll.agentic.collector import load_tasks
     from roll.errors import ConfigError

@@ -101,10 +101,10 @@ class GenerationQueue:
         self._worker: asyncio.Task[None] | None = None
         self._lock = asyncio.Lock()
         self._holds = 0
+        """Pauses asked for: the continuous worker admits nothing while there are any."""
         self._thread: ThreadPoolExecutor | None = None
         """The backend's own thread: decode steps never wait behind sandbox calls in the
         event loop's default executor."""
-        """Pauses asked for: the continuous worker admits nothing while there are any."""
 
     def _start(self) -> asyncio.Queue[_Request]:
         if self._pending is None:
@@ -165,9 +165,8 @@ class GenerationQueue:
                         waiting.append(self._pending.get_nowait())
                     if not self._holds:
                         await self._admit(session, waiting, active)
-                    if not active:
-                        break
-                    await self._step(session, active)
+                    if not active or not await self._step(session, active):
+                        break  # idle, or the session failed: the next request opens a new one
 
     async def _admit(
         self, session: DecodeSession, waiting: list[_Request], active: dict[int, _Request]
@@ -197,7 +196,8 @@ class GenerationQueue:
         self.stats.requests += len(joining)
         active.update(zip(keys, joining, strict=True))
 
-    async def _step(self, session: DecodeSession, active: dict[int, _Request]) -> None:
+    async def _step(self, session: DecodeSession, active: dict[int, _Request]) -> bool:
+        """One decode step; False when it failed (every active request then has the error)."""
         began = time.monotonic()
         rows = len(active)
         try:
@@ -207,7 +207,7 @@ class GenerationQueue:
                 if not request.future.done():
                     request.future.set_exception(exc)
             active.clear()
-            return
+            return False
         self.stats.busy_seconds += time.monotonic() - began
         self.stats.batches += 1
         self.stats.rows += rows
@@ -216,6 +216,7 @@ class GenerationQueue:
             self.stats.tokens += len(result.token_ids)
             if not request.future.done():
                 request.future.set_result(result)
+        return True
 
     async def _run(self, batch: list[_Request]) -> None:
         by_budget: dict[int, list[_Request]] = {}
