@@ -405,5 +405,6 @@ def test_session_fits_the_batch_bounds(backend: HFBackend, prompts: list[list[in
     assert session.fits([10, 10], [20, 20])  # 2 x (10 + 20) <= 80
     assert not session.fits([10, 10, 10], [1, 1, 1])  # three rows
     assert not session.fits([30, 10], [20, 20])  # 2 x (30 + 20) > 80
+    assert session.fits([500], [100])  # alone in an empty session, as in a sub-batch
     session.admit([prompts[0]], [20])
     assert not session.fits([10, 10], [1, 1])

@@ -319,12 +319,13 @@ class HFDecodeSession:
 
     def fits(self, lengths: list[int], budgets: list[int]) -> bool:
         """Whether rows of these prompt lengths and budgets may join now, together, within
-        the backend's bounds (``max_batch_size`` rows, ``max_batch_tokens``)."""
+        the backend's bounds (``max_batch_size`` rows, ``max_batch_tokens``); one row alone
+        always fits an empty session, as it does a sub-batch of :meth:`HFBackend.generate`."""
         backend = self.backend
         rows = len(self._rows) + len(lengths)
         if not self.joinable or rows > backend.max_batch_size:
             return False
-        if backend.max_batch_tokens is None:
+        if backend.max_batch_tokens is None or rows == 1:
             return True
         width = max([*lengths, int(self._mask.shape[1]) if self._mask is not None else 0])
         left = max([*budgets, *(r.budget - len(r.tokens) for r in self._rows)])
