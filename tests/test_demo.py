@@ -64,7 +64,8 @@ def test_demo_file_names_are_not_words_of_the_agents_prompt() -> None:
     while the compact prompt says "Its result comes back..."."""
     import re
 
-    from ale.synth.families.text_tools import OUTPUTS, SOURCES
+    from task_families.text_tools import OUTPUTS, SOURCES
+
     from iflow.models.parsing import render_tools_prompt
     from iflow.prompts import system_prompt
     from roll.sft import iflow_tool_schemas

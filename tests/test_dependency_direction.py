@@ -1,4 +1,5 @@
 """The dependency direction of DESIGN.md: roll -> iflow -> ale, roll -> rock -> ale,
+task_families -> ale (rock finds the families by entry point, never by import),
 iflow -> rock only through the optional sandbox extra. Nothing imports upward, and
 every third-party import is declared in the importing package's pyproject.toml."""
 
@@ -15,12 +16,14 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = {  # distribution dir -> import name
     "ale-core": "ale",
+    "task-families": "task_families",
     "rock": "rock",
     "iflow-cli": "iflow",
     "roll": "roll",
 }
 ALLOWED_FIRST_PARTY = {
     "ale": {"ale"},
+    "task_families": {"task_families", "ale"},
     "rock": {"rock", "ale"},
     "iflow": {"iflow", "ale"},
     "roll": {"roll", "iflow", "rock", "ale"},

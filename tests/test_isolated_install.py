@@ -15,10 +15,21 @@ CASES = {
     "ale-core": (
         ["ale-core"],
         "ale.atif, ale.task, ale.jsonl, ale.chunking",
+        ["docker", "click", "task_families", "rock", "iflow", "roll"],
+        "ale",
+    ),
+    "task-families": (
+        ["ale-core", "task-families"],
+        "task_families",
         ["docker", "click", "rock", "iflow", "roll"],
         "ale",
     ),
-    "rock": (["ale-core", "rock"], "rock.cli, rock.engine", ["iflow", "roll"], "rock"),
+    "rock": (
+        ["ale-core", "task-families", "rock"],
+        "rock.cli, rock.engine",
+        ["iflow", "roll"],
+        "rock",
+    ),
     "iflow-cli": (["ale-core", "iflow-cli"], "iflow.cli", ["rock", "roll", "docker"], "iflow"),
 }
 

@@ -180,3 +180,15 @@ def test_held_out_sets_are_task_dirs_or_datasets_and_never_empty(tmp_path: Path)
     (tmp_path / "empty").mkdir()
     with pytest.raises(FileNotFoundError, match="holds no tasks"):
         held_out_instructions([tmp_path / "empty"])
+
+
+def test_families_come_from_entry_points_and_none_installed_says_what_to_do(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from ale.synth import family as fam
+
+    monkeypatch.setattr(fam, "_REGISTRY", {})
+    monkeypatch.setattr(fam, "entry_points", lambda group: [])
+    assert fam.families() == {}
+    with pytest.raises(fam.UnknownFamily, match="no task families are installed; install"):
+        fam.get_family("text-find")

@@ -7,8 +7,10 @@ small program that solves the task by acting and reading what it sees (see
 difficulty give the same draft on any machine, so a run can be resumed, replayed and
 regenerated from its config alone.
 
-Families register themselves with :func:`register`; :func:`get_family` finds one by name
-and names the closest known one when asked for a family that does not exist.
+Families register themselves with :func:`register` when their module is imported; the
+modules live outside ale-core (the built-in ones in the ``task-families`` distribution) and
+are found through the ``ale.task_families`` entry-point group. :func:`get_family` finds one
+by name and names the closest known one when asked for a family that does not exist.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import random
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
+from importlib.metadata import entry_points
 from typing import Any, ClassVar
 
 from ale.synth.expert import Action, Observation
@@ -117,13 +120,23 @@ def register(cls: type[Family]) -> type[Family]:
     return cls
 
 
-def _load_builtin() -> None:
-    import ale.synth.families  # noqa: F401  (registers the built-in families)
+ENTRY_POINTS = "ale.task_families"
+"""The entry-point group whose modules register families when imported."""
+
+_loaded: set[str] = set()
+
+
+def _load_installed() -> None:
+    """Import every installed family module (each registers its families), once."""
+    for ep in entry_points(group=ENTRY_POINTS):
+        if ep.value not in _loaded:
+            ep.load()
+            _loaded.add(ep.value)
 
 
 def families() -> dict[str, Family]:
     """Every registered family by name."""
-    _load_builtin()
+    _load_installed()
     return dict(sorted(_REGISTRY.items()))
 
 
@@ -132,6 +145,11 @@ def get_family(name: str) -> Family:
     known = families()
     if name in known:
         return known[name]
+    if not known:
+        raise UnknownFamily(
+            f"there is no task family named {name!r}: no task families are installed; install "
+            "the task-families package (pip install -e packages/task-families) or your own."
+        )
     close = difflib.get_close_matches(name, list(known), n=1)
     hint = f"did you mean {close[0]!r}? " if close else ""
     raise UnknownFamily(

@@ -13,12 +13,12 @@ import re
 from pathlib import Path
 
 import pytest
+from task_families.checksum_audit import parse_check, parse_manifest
+from task_families.secret_scan import classify, is_placeholder
+from task_families.service_config import find_config
 
 from ale.synth.dedup import jaccard
 from ale.synth.expert import Action, ExpertRun, Final, Observation
-from ale.synth.families.checksum_audit import parse_check, parse_manifest
-from ale.synth.families.secret_scan import classify, is_placeholder
-from ale.synth.families.service_config import find_config
 from ale.synth.family import DIFFICULTIES, draft_for, get_family
 from ale.synth.render import render_task
 from ale.task import load_task

@@ -17,10 +17,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from task_families.log_summary import _detect
 
 from ale.synth.dedup import jaccard
 from ale.synth.expert import ExpertRun, Final, Observation, format_shell
-from ale.synth.families.log_summary import _detect
 from ale.synth.family import draft_for, get_family
 from ale.synth.render import render_task
 from ale.task import load_task
@@ -250,7 +250,7 @@ def test_implement_function_hard_lists_edge_cases() -> None:
 
 
 def test_fix_bug_menu_is_sound() -> None:
-    from ale.synth.families import fix_failing_test as fix
+    from task_families import fix_failing_test as fix
 
     assert len(fix._MODULES) >= 6
     for module in fix._MODULES:

@@ -1,6 +1,6 @@
 """The buggy-module menu of the fix-failing-test family: six small Python modules, each
 with its correct source, the bugs that may be injected into it, and case makers for the
-checker and the hidden tests. Data for :mod:`ale.synth.families.fix_failing_test`."""
+checker and the hidden tests. Data for :mod:`task_families.fix_failing_test`."""
 
 from __future__ import annotations
 

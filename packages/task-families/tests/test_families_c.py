@@ -14,11 +14,11 @@ import statistics
 import textwrap
 
 import pytest
+from task_families.maze_path import solve
+from task_families.text_rewrite import _rewrite
 
 from ale.synth.dedup import jaccard
 from ale.synth.expert import Action, ExpertRun, Final, Observation
-from ale.synth.families.maze_path import solve
-from ale.synth.families.text_rewrite import _rewrite
 from ale.synth.family import DIFFICULTIES, draft_for, get_family
 from ale.synth.render import render_task
 from ale.task import load_task

@@ -9,15 +9,15 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from ale.synth.expert import ExpertRun, Final, Observation
-from ale.synth.families.text_tools import (
+from task_families.text_tools import (
     COUNT_KINDS,
     HIDDEN_SOURCES,
     OUTPUTS,
     SOURCES,
     TRANSFORM_KINDS,
 )
+
+from ale.synth.expert import ExpertRun, Final, Observation
 from ale.synth.family import draft_for, get_family
 
 FAMILIES = {

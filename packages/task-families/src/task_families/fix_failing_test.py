@@ -19,8 +19,8 @@ import textwrap
 from typing import Any
 
 from ale.synth.expert import Observation, shell
-from ale.synth.families._buggy_modules import _MODULES, Args, _Bug, _Module
 from ale.synth.family import ExpertProgram, Family, TaskDraft, register
+from task_families._buggy_modules import _MODULES, Args, _Bug, _Module
 
 _CHECKER = '''\
 """Checks for {mod}.py: run `python3 {checker}`; it prints each case and exits 1 on a failure."""
