@@ -68,7 +68,7 @@ def test_demo_file_names_are_not_words_of_the_agents_prompt() -> None:
 
     from iflow.models.parsing import render_tools_prompt
     from iflow.prompts import system_prompt
-    from roll.sft import iflow_tool_schemas
+    from roll.demonstrations import iflow_tool_schemas
 
     prompt = system_prompt(workspace="sandbox", cwd="/app", mode="yolo", profile="compact")
     prompt += render_tools_prompt(iflow_tool_schemas(compact=True), brief=True)

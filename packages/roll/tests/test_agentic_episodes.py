@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 
 from ale.synth.runner import Outcome
-from ale.trajectory import AgentInfo, FailureMode, Trajectory
+from ale.trajectory import AgentInfo, FailureMode, Role, Step, Trajectory
 from roll.agentic.episodes import classify
+from roll.train import rollout_metrics
 
 
 def _trajectory(failure: FailureMode | None = None) -> Trajectory:
@@ -50,3 +51,22 @@ def test_the_error_sentence_is_never_read() -> None:
     assert classify(quiet) == FailureMode.DAEMON_UNAVAILABLE
     unnamed = Outcome(reward=1.0, error="it all went fine")  # an error with no value
     assert classify(unnamed) == FailureMode.UNKNOWN
+
+
+def test_rollout_metrics_count_an_agents_turns_from_its_steps() -> None:
+    """An agentic trajectory carries no engine turn count: its assistant steps are the turns
+    (this metric read 0 for every agentic run)."""
+    agentic = _trajectory().model_copy(
+        update={
+            "steps": [
+                Step(role=Role.SYSTEM, content="s"),
+                Step(role=Role.USER, content="u"),
+                Step(role=Role.ASSISTANT, content="a"),
+                Step(role=Role.TOOL, content="t"),
+                Step(role=Role.ASSISTANT, content="b"),
+            ]
+        }
+    )
+    engine = _trajectory().model_copy(update={"extra": {"roll": {"turns": 4}}})
+    assert rollout_metrics([agentic])["rollout/turns_mean"] == 2.0
+    assert rollout_metrics([agentic, engine])["rollout/turns_mean"] == 3.0

@@ -10,7 +10,7 @@ import pytest
 
 from ale.jsonl import read_jsonl
 from roll.config import SFTConfig, TrainConfig, load_config
-from roll.envs.base import env_names, make_env
+from roll.envs.registry import env_names, make_env
 from roll.resample import expert_actions, record_experts
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"

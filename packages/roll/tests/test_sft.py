@@ -16,9 +16,10 @@ from ale.trajectory import AgentInfo, Role, Step, ToolCall, ToolResult, Trajecto
 from iflow.models.local import prompt_token_ids
 from iflow.models.tiny import build_tiny_model
 from roll.config import SFTConfig, load_config
+from roll.demonstrations import iflow_tool_schemas
 from roll.errors import ConfigError
 from roll.metrics import read_metrics
-from roll.sft import iflow_tool_schemas, run_sft, tokenize_trajectory
+from roll.sft import run_sft, tokenize_trajectory
 
 REPO = Path(__file__).resolve().parents[3]
 SYNTH = REPO / "datasets" / "synth-mini" / "trajectories.jsonl"
@@ -180,7 +181,7 @@ async def test_compact_rendering_matches_the_compact_agent(tmp_path: Path, tiny:
     from iflow.agent import Agent, AgentConfig
     from iflow.models.scripted import ScriptedModel
     from iflow.workspace.local import LocalWorkspace
-    from roll.sft import as_compact
+    from roll.demonstrations import as_compact
 
     async with LocalWorkspace(tmp_path) as workspace:
         full = Agent(ScriptedModel([]), workspace, config=AgentConfig(approval_mode="yolo"))
@@ -216,7 +217,7 @@ def test_brief_rendering_is_what_the_brief_policy_sees(tmp_path: Path, tiny: Pat
     assert counts["too_long"] == 0
     schemas = iflow_tool_schemas(compact=True)
     policy = PolicyModel(None, tokenizer, max_new_tokens=8, tool_format="brief")  # type: ignore[arg-type]
-    from roll.sft import as_compact
+    from roll.demonstrations import as_compact
 
     opening, rewritten = policy.prompt_ids(as_compact(recorded).steps[:2], schemas)
     assert not rewritten and sample.input_ids[: len(opening)] == opening

@@ -186,7 +186,7 @@ def _guess_experts(path: Path) -> None:
     """Binary-search experts of the guess env (n=4), seeds 11 and 12, as message-level steps."""
     from ale.jsonl import write_jsonl
     from ale.trajectory import AgentInfo, Role, Step, Trajectory
-    from roll.envs.base import make_env
+    from roll.envs.registry import make_env
 
     # an expert that binary-searches the guess env, recorded as message-level steps
     env = make_env("guess", n=4, max_turns=3)

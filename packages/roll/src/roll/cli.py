@@ -129,7 +129,7 @@ def plot(run_dirs: tuple[Path, ...], output: Path | None, labels: tuple[str, ...
 @main.command()
 def envs() -> None:
     """List the built-in environments."""
-    from roll.envs.base import env_names
+    from roll.envs.registry import env_names
 
     for name in env_names():
         click.echo(name)

@@ -99,7 +99,7 @@ def close_world(world: World) -> None:
 
 
 def wrap_model(module: Any, world: World, device: str, mode: Parallel = "ddp") -> Any:
-    """The :class:`~roll.models.ScoredForward` ``module`` ready for several processes.
+    """The :class:`~roll.prefix.ScoredForward` ``module`` ready for several processes.
 
     ``ddp``: wrapped in DistributedDataParallel. ``fsdp``: sharded in place with FSDP2, each
     decoder layer of ``module.lm`` on its own (so only one layer is whole at a time) and then

@@ -1,8 +1,7 @@
 """Loading a policy and computing the log-probs of scored tokens.
 
-:class:`ScoredForward` is the module the trainer differentiates (and wraps in DDP): it runs
-the transformer body over a padded micro-batch, takes the hidden state *before* each scored
-token, and applies the output head to those positions only, so the vocabulary projection
+:func:`scored_logprobs` runs the transformer body over a padded micro-batch, takes the
+hidden state *before* each scored token, and applies the output head to those positions only, so the vocabulary projection
 and the softmax are spent on the tokens that carry a loss, not on prompts, observations or
 padding. Models whose head does more than a linear map (logit soft-capping, logit scaling)
 take the plain full forward instead.
@@ -96,23 +95,6 @@ def _scored_logprobs(
     if entropy:
         ent = -(logps.exp() * logps).sum(-1)
     return chosen, ent
-
-
-class ScoredForward(torch.nn.Module):
-    """The policy as the trainer differentiates it: ids in, scored tokens' log-probs out."""
-
-    def __init__(self, lm: Any) -> None:
-        super().__init__()
-        self.lm = lm
-
-    def forward(self, collated: Any, entropy: bool = False) -> tuple[Any, Any]:
-        """``collated``: a :class:`~roll.algo.batch.Collated` micro-batch, or a
-        :class:`~roll.prefix.SharedCollated` one whose group prefixes run once."""
-        from roll.prefix import SharedCollated, shared_scored_logprobs
-
-        if isinstance(collated, SharedCollated):
-            return shared_scored_logprobs(self.lm, collated, entropy)
-        return scored_logprobs(self.lm, collated, entropy=entropy)
 
 
 def scored_logprobs(lm: Any, collated: Any, *, entropy: bool = False) -> tuple[Any, Any]:

@@ -14,6 +14,10 @@ short prefix and its suffix) is masked out and moves no position. A scored token
 ``c`` of a row is predicted by the hidden state at ``c - 1``, which lies in the shared prefix
 (then every row of the group reads the same state, and the gradient of each adds up there)
 or in the row's suffix.
+
+:class:`ScoredForward` is the module the trainer differentiates (and wraps in DDP): a plain
+micro-batch goes through :func:`roll.models.scored_logprobs`, a shared one through
+:func:`shared_scored_logprobs`.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from typing import Any
 import torch
 
 from roll.algo.batch import Collated, Sample, collate
+from roll.models import scored_logprobs
 
 MIN_SHARED = 16
 """Shorter common prefixes are not worth a second forward call."""
@@ -191,8 +196,6 @@ def shared_hidden(lm: Any, col: SharedCollated) -> torch.Tensor:
 def shared_scored_logprobs(lm: Any, col: SharedCollated, entropy: bool = False) -> tuple[Any, Any]:
     """Log-probs (and entropies) of ``col.plain``'s scored tokens, prefixes run once."""
     if col.plain.rows.numel() == 0:
-        from roll.models import scored_logprobs
-
         return scored_logprobs(lm, col.plain, entropy=entropy)
     head = lm.get_output_embeddings()
     logits = head(shared_hidden(lm, col))
@@ -200,3 +203,19 @@ def shared_scored_logprobs(lm: Any, col: SharedCollated, entropy: bool = False) 
     chosen = logps.gather(-1, col.plain.targets[:, None]).squeeze(-1)
     ent = -(logps.exp() * logps).sum(-1) if entropy else None
     return chosen, ent
+
+
+class ScoredForward(torch.nn.Module):
+    """The policy as the trainer differentiates it: ids in, scored tokens' log-probs out."""
+
+    def __init__(self, lm: Any) -> None:
+        super().__init__()
+        self.lm = lm
+
+    def forward(
+        self, collated: Collated | SharedCollated, entropy: bool = False
+    ) -> tuple[Any, Any]:
+        """A plain micro-batch, or a shared one whose group prefixes run once."""
+        if isinstance(collated, SharedCollated):
+            return shared_scored_logprobs(self.lm, collated, entropy)
+        return scored_logprobs(self.lm, collated, entropy=entropy)

@@ -27,7 +27,8 @@ from typing import TYPE_CHECKING, Any
 
 from ale.trajectory import Trajectory
 from roll.config import EnvConfig, RayConfig
-from roll.envs.base import Env, EnvStep, make_env
+from roll.envs.base import Env, EnvStep
+from roll.envs.registry import make_env
 from roll.errors import ConfigError, RollError
 from roll.generation.base import Generation
 from roll.rollout import EpisodeRequest, RolloutEngine

@@ -23,7 +23,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ale.chunking import token_view
-from ale.trajectory import Role, Step, Trajectory
+from ale.trajectory import AgentInfo, Role, Step, Trajectory
+from roll.envs.registry import make_env
 from roll.errors import ConfigError, RollError
 
 
@@ -164,9 +165,6 @@ def record_experts(env_name: str, seeds: Sequence[int], **env_kwargs: object) ->
     ``task_id`` is ``ENV_TASK_ID/SEED`` and ``extra.roll.env_seed`` the seed, as
     ``roll train``'s ``resample.experts`` expects.
     """
-    from ale.trajectory import AgentInfo
-    from roll.envs.base import make_env
-
     out: list[Trajectory] = []
     for seed in seeds:
         env = make_env(env_name, **env_kwargs)

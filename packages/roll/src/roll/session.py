@@ -32,6 +32,7 @@ from iflow.models.directory import check_model_directory, context_window
 from roll.algo.losses import LossSpec
 from roll.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from roll.config import ModelConfig, SFTConfig, TrainConfig
+from roll.demonstrations import iflow_tool_schemas, load_trajectories
 from roll.distributed import (
     close_world,
     copy_full_weights,
@@ -95,7 +96,6 @@ def corpus_texts(paths: list[str]) -> list[str]:
 
     from iflow.models.parsing import render_tools_prompt
     from iflow.prompts import system_prompt
-    from roll.sft import iflow_tool_schemas, load_trajectories
 
     prompts: list[str] = []
     for compact in (True, False):

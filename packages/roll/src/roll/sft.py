@@ -13,79 +13,18 @@ batch.
 from __future__ import annotations
 
 import random
-import re
 import time
-from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ale.jsonl import read_jsonl
 from ale.trajectory import Role, Step, Trajectory
 from roll.algo.batch import Sample, _masked_step, set_sft_weights
 from roll.algo.losses import LossSpec
 from roll.config import SFTConfig
+from roll.demonstrations import as_compact, iflow_tool_schemas, load_trajectories
 from roll.errors import ConfigError
-
-
-def iflow_tool_schemas(*, compact: bool = False) -> list[dict[str, Any]]:
-    """The tool schemas the iflow agent offers (in yolo mode), as its local model renders them;
-    ``compact``: those of the compact prompt profile."""
-    from iflow.prompts import COMPACT_TOOLS
-    from iflow.tools import default_tools
-
-    if compact:
-        by_name = {tool.name: tool for tool in default_tools()}
-        return [by_name[name].compact_schema() for name in COMPACT_TOOLS]
-    return [tool.schema() for tool in default_tools()]
-
-
-_WORKDIR = re.compile(r"working directory (\S+?)\)?\.?$", re.MULTILINE)
-
-
-def as_compact(trajectory: Trajectory) -> Trajectory:
-    """The trajectory as the agent in the compact profile would have seen it: its system
-    message replaced by the compact one (same working directory)."""
-    from iflow.prompts import system_prompt
-
-    steps = list(trajectory.steps)
-    if not steps or steps[0].role is not Role.SYSTEM:
-        return trajectory
-    found = _WORKDIR.search(steps[0].content)
-    cwd = found.group(1).rstrip(").") if found else "/app"
-    compact = system_prompt(workspace="sandbox", cwd=cwd, mode="yolo", profile="compact")
-    steps[0] = steps[0].model_copy(update={"content": compact})
-    return trajectory.model_copy(update={"steps": steps})
-
-
-def trajectory_files(paths: Iterable[str | Path]) -> list[Path]:
-    """The JSONL files named, or found in dataset directories (``trajectories.jsonl`` and
-    ``trajectories/*.jsonl``)."""
-    files: list[Path] = []
-    for item in paths:
-        path = Path(item)
-        if path.is_file():
-            files.append(path)
-        elif path.is_dir():
-            found = sorted(path.glob("trajectories.jsonl")) + sorted(
-                path.glob("trajectories/*.jsonl")
-            )
-            if not found:
-                raise ConfigError(
-                    f"{path} holds no trajectories.jsonl or trajectories/*.jsonl; give a "
-                    "dataset directory written by `rock synth run` or a JSONL file"
-                )
-            files.extend(found)
-        else:
-            raise ConfigError(f"there is no file or directory {path}; check data in the config")
-    return files
-
-
-def load_trajectories(paths: Iterable[str | Path]) -> list[Trajectory]:
-    out: list[Trajectory] = []
-    for file in trajectory_files(paths):
-        out.extend(read_jsonl(file, Trajectory))
-    return out
+from roll.session import Session
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,8 +126,6 @@ def epoch_order(count: int, seed: int, epoch: int) -> list[int]:
 
 def run_sft(config: SFTConfig, *, resume: bool = False, log: Any = None) -> Path:
     """Train; the final model's directory."""
-    from roll.session import Session
-
     with Session(config, spec=LossSpec(), resume=resume, log=log) as session:
         trajectories = load_trajectories(config.data)
         window = session.context_window

@@ -21,27 +21,21 @@ generation actor (:mod:`roll.agentic.ray_workers`); the results are the same.
 
 from __future__ import annotations
 
-import contextlib
 import copy
-import hashlib
 import time
 from collections import Counter, defaultdict
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ale.jsonl import read_jsonl, write_jsonl
-from ale.trajectory import Trajectory
+from ale.jsonl import write_jsonl
+from ale.trajectory import Role, Trajectory
 from roll.algo.batch import Sample, assign_advantages, sample_from_trajectory, set_weights
 from roll.algo.losses import LossSpec
 from roll.config import TrainConfig
-from roll.envs.base import Env, make_env
-from roll.errors import ConfigError
-from roll.generation.base import GenerationBackend, SamplingParams
-from roll.ray_engine import EnvWorkers, RemoteEnvEngine, ray_session
-from roll.resample import ParallelAnchors, SequentialRollback, needs_imitation
-from roll.rollout import EpisodeRequest, RolloutEngine
+from roll.ray_engine import ray_session
+from roll.resample import needs_imitation
 from roll.session import Session
+from roll.sources import Experts, make_backend, open_source
 from roll.update import scored_logprobs_of
 
 
@@ -58,112 +52,6 @@ def loss_spec(config: TrainConfig) -> LossSpec:
     )
 
 
-def derive_seed(*parts: object) -> int:
-    """A 31-bit seed from any parts (stable across runs and Python versions)."""
-    digest = hashlib.sha256(":".join(str(p) for p in parts).encode()).digest()
-    return int.from_bytes(digest[:4], "big") >> 1
-
-
-class Experts:
-    """Expert trajectories for chunk-level initialised resampling, with their anchor state."""
-
-    def __init__(self, config: TrainConfig) -> None:
-        assert config.resample is not None
-        self.config = config.resample
-        self.trajectories = list(read_jsonl(config.resample.experts, Trajectory))
-        if not self.trajectories:
-            raise ConfigError(f"{config.resample.experts} holds no expert trajectories")
-        self.seeds = [self._seed(t) for t in self.trajectories]
-        turns = [sum(1 for s in t.steps if s.role.value == "assistant") for t in self.trajectories]
-        self.rollback = [
-            SequentialRollback(max(k, 1), threshold=self.config.threshold) for k in turns
-        ]
-        self.parallel = [ParallelAnchors(max(k, 1), self.config.anchors) for k in turns]
-        self.group_expert: dict[str, int] = {}
-        """The expert index of each group started from an expert (this step's)."""
-
-    @staticmethod
-    def _seed(trajectory: Trajectory) -> int:
-        roll = trajectory.extra.get("roll") if isinstance(trajectory.extra, dict) else None
-        if isinstance(roll, dict) and isinstance(roll.get("env_seed"), int):
-            return int(roll["env_seed"])
-        tail = (trajectory.task_id or "").rpartition("/")[2]
-        if tail.isdigit():
-            return int(tail)
-        raise ConfigError(
-            f"expert trajectory {trajectory.trajectory_id} does not say its environment seed; "
-            "record it as extra.roll.env_seed or end its task_id with /SEED"
-        )
-
-    def anchors(self, index: int) -> list[int]:
-        if self.config.mode == "parallel":
-            return list(self.parallel[index].anchors)
-        return [self.rollback[index].current]
-
-    def state(self) -> list[int]:
-        return [r.current for r in self.rollback]
-
-    def load_state(self, anchors: list[int]) -> None:
-        for rollback, anchor in zip(self.rollback, anchors, strict=False):
-            rollback.current = anchor
-
-
-def make_backend(config: TrainConfig, session: Session) -> GenerationBackend:
-    if config.ray is not None and config.tasks is not None:  # Ray: a generation actor
-        from roll.agentic.ray_workers import RayPolicyBackend
-
-        return RayPolicyBackend.start(session.rollout_lm, session.tokenizer, config.ray)
-    if config.rollout.backend == "vllm":
-        from roll.generation.vllm import VLLMBackend
-
-        return VLLMBackend(config.model.path, seed=config.seed)
-    from roll.generation.hf import HFBackend
-
-    return HFBackend(session.rollout_lm, session.tokenizer)
-
-
-def episode_requests(
-    config: TrainConfig,
-    step: int,
-    experts: Experts | None,
-    make: Callable[[], Env] | None = None,
-) -> list[EpisodeRequest]:
-    """The episodes of ``step``: ``groups_per_step`` groups of ``group_size``; ``make``
-    gives each its environment (default: a new in-process one of ``env:``)."""
-    env_cfg, rollout = config.env, config.rollout
-
-    def new_env() -> Env:
-        return make() if make is not None else make_env(env_cfg.name, **env_cfg.kwargs)
-
-    requests: list[EpisodeRequest] = []
-    for g in range(rollout.groups_per_step):
-        if experts is None:
-            seed = derive_seed(env_cfg.seed, step, g)
-            for _ in range(rollout.group_size):
-                requests.append(
-                    EpisodeRequest(
-                        env=new_env(),
-                        seed=seed,
-                        group_id=f"s{step}-g{g}",
-                    )
-                )
-            continue
-        index = (step * rollout.groups_per_step + g) % len(experts.trajectories)
-        for anchor in experts.anchors(index):
-            experts.group_expert[f"s{step}-g{g}-e{index}-a{anchor}"] = index
-            for _ in range(rollout.group_size):
-                requests.append(
-                    EpisodeRequest(
-                        env=new_env(),
-                        seed=experts.seeds[index],
-                        group_id=f"s{step}-g{g}-e{index}-a{anchor}",
-                        prefix=experts.trajectories[index],
-                        anchor=anchor,
-                    )
-                )
-    return requests
-
-
 def _group_rewards(samples: list[Sample]) -> dict[Any, list[float]]:
     groups: dict[Any, list[float]] = defaultdict(list)
     for s in samples:
@@ -171,10 +59,19 @@ def _group_rewards(samples: list[Sample]) -> dict[Any, list[float]]:
     return groups
 
 
+def _turns(trajectory: Trajectory) -> int:
+    """The policy's turns: as the in-process engine recorded them, else its assistant steps
+    (an agentic episode's trajectory is the agent's own)."""
+    recorded = (trajectory.extra.get("roll") or {}).get("turns")
+    if recorded is not None:
+        return int(recorded)
+    return sum(1 for step in trajectory.steps if step.role is Role.ASSISTANT)
+
+
 def rollout_metrics(trajectories: list[Trajectory]) -> dict[str, float]:
     rewards = [float(t.reward or 0.0) for t in trajectories]
     n = max(len(trajectories), 1)
-    turns = [int((t.extra.get("roll") or {}).get("turns", 0)) for t in trajectories]
+    turns = [_turns(t) for t in trajectories]
     out = {
         "rollout/episodes": float(len(trajectories)),
         "rollout/reward_mean": sum(rewards) / n,
@@ -211,69 +108,13 @@ def run_train(config: TrainConfig, *, resume: bool = False, log: Any = None) -> 
         session.sync_rollout(backend)
         norm_length = algo.norm_length or config.rollout.max_new_tokens
         rollouts_dir = session.run_dir / "rollouts"
-        tasks = None
-        env_workers = None
-        if config.ray is not None and config.tasks is None:  # environments in Ray actors
-            env_workers = session.enter(EnvWorkers(config.ray, config.env))
-        if config.tasks is not None:
-            from roll.agentic.collector import TaskRollouts
-
-            rollouts: Any = TaskRollouts
-            extra: dict[str, Any] = {}
-            if config.ray is not None:  # episodes in Ray rollout workers
-                from roll.agentic.ray_workers import RayTaskRollouts
-
-                rollouts, extra = RayTaskRollouts, {"ray_config": config.ray}
-            tasks = session.enter(
-                rollouts(
-                    config.tasks,
-                    session.tokenizer,
-                    seed=derive_seed(config.seed, "tasks", world.rank),
-                    backend=backend,
-                    params=SamplingParams(
-                        max_new_tokens=config.rollout.max_new_tokens,
-                        temperature=config.rollout.temperature,
-                        top_p=config.rollout.top_p,
-                        seed=derive_seed(config.seed, "sample", world.rank),
-                    ),
-                    group_size=config.rollout.group_size,
-                    groups_per_step=len(world.shard(list(range(config.rollout.groups_per_step)))),
-                    max_staleness=config.tasks.max_staleness,
-                    refill_uniform=config.rollout.drop_uniform_groups,
-                    **extra,
-                )
-            )
+        source = session.enter(open_source(config, session, backend, experts))
         for step in range(session.start_step, config.run.steps):
             began = time.perf_counter()
-            params = SamplingParams(
-                max_new_tokens=config.rollout.max_new_tokens,
-                temperature=config.rollout.temperature,
-                top_p=config.rollout.top_p,
-                seed=derive_seed(config.seed, "sample", step, world.rank),
-            )
-            if tasks is not None:
-                mine = tasks.take(session.updater.updates)
-            else:
-                if env_workers is None:
-                    requests = episode_requests(config, step, experts)
-                    engine = RolloutEngine(
-                        backend, session.tokenizer, params, max_seq_len=config.rollout.max_seq_len
-                    )
-                else:
-                    requests = episode_requests(config, step, experts, make=env_workers.make)
-                    engine = RemoteEnvEngine(
-                        env_workers,
-                        backend,
-                        session.tokenizer,
-                        params,
-                        max_seq_len=config.rollout.max_seq_len,
-                    )
-                mine = engine.run(world.shard(requests))
+            mine = source.take(session.updater.updates)
             trajectories = world.gather(mine)
             rollout_s = time.perf_counter() - began
-            metrics = rollout_metrics(trajectories)
-            if tasks is not None:
-                metrics |= tasks.metrics()
+            metrics = rollout_metrics(trajectories) | source.metrics()
             if world.is_main:
                 rollouts_dir.mkdir(parents=True, exist_ok=True)
                 write_jsonl(rollouts_dir / f"step-{step + 1:06d}.jsonl", trajectories)
@@ -290,7 +131,7 @@ def run_train(config: TrainConfig, *, resume: bool = False, log: Any = None) -> 
             update_began = time.perf_counter()
             result_metrics = _update(session, config, samples, reference, imitate, norm_length)
             update_s = time.perf_counter() - update_began
-            with tasks.paused() if tasks is not None else contextlib.nullcontext():
+            with source.paused():
                 session.sync_rollout(backend)
             metrics |= result_metrics
             metrics["policy_version"] = float(session.updater.updates)

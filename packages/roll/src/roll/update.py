@@ -24,8 +24,8 @@ from roll.algo.losses import LossSpec, policy_loss
 from roll.config import OptimConfig
 from roll.distributed import Parallel, World, wrap_model
 from roll.errors import TrainingAborted
-from roll.models import ScoredForward, head_is_linear
-from roll.prefix import collate_shared, pack_groups, prefix_groups
+from roll.models import head_is_linear, scored_logprobs
+from roll.prefix import ScoredForward, collate_shared, pack_groups, prefix_groups
 
 
 def make_optimizer(lm: torch.nn.Module, optim: OptimConfig, total_steps: int) -> tuple[Any, Any]:
@@ -249,8 +249,6 @@ def scored_logprobs_of(
     autocast: Any = contextlib.nullcontext,
 ) -> list[list[float]]:
     """Log-probs of each sample's scored tokens under ``lm``, laid out per position."""
-    from roll.models import scored_logprobs
-
     was_training = lm.training
     lm.eval()
     out: dict[int, list[float]] = {}

@@ -1,0 +1,252 @@
+"""Where a training step's episodes come from: one interface over the rollout sources.
+
+``roll train`` asks a :class:`RolloutSource` for each step's trajectories and pauses it while
+the sampling weights change. Which source — in-process environments (:class:`EnvRollouts`,
+their environments in this process or in Ray env workers), or agentic tasks in rock sandboxes
+(:class:`~roll.agentic.collector.TaskRollouts`, its episodes in this process or in Ray rollout
+workers) — is decided once, from the config, by :func:`open_source`; so is the generation
+backend (:func:`make_backend`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from typing import Any, Protocol, Self
+
+from ale.jsonl import read_jsonl
+from ale.trajectory import Trajectory
+from roll.agentic.collector import TaskRollouts
+from roll.agentic.ray_workers import RayPolicyBackend, RayTaskRollouts
+from roll.config import TrainConfig
+from roll.distributed import World
+from roll.envs.base import Env
+from roll.envs.registry import make_env
+from roll.errors import ConfigError
+from roll.generation.base import GenerationBackend, SamplingParams
+from roll.generation.hf import HFBackend
+from roll.generation.vllm import VLLMBackend
+from roll.ray_engine import EnvWorkers, RemoteEnvEngine
+from roll.resample import ParallelAnchors, SequentialRollback
+from roll.rollout import EpisodeRequest, RolloutEngine
+from roll.session import Session
+
+
+class RolloutSource(Protocol):
+    """A stream of scored episodes for training (a context manager)."""
+
+    def __enter__(self) -> Self: ...
+
+    def __exit__(self, *exc: object) -> None: ...
+
+    def take(self, version: int) -> list[Trajectory]:
+        """This process's trajectories of the next step; ``version`` is the current policy's."""
+        ...
+
+    def metrics(self) -> dict[str, float]:
+        """The source's own counters, logged with each step."""
+        ...
+
+    def paused(self) -> AbstractContextManager[Any]:
+        """Nothing is generated inside (the trainer hands over new weights)."""
+        ...
+
+
+def derive_seed(*parts: object) -> int:
+    """A 31-bit seed from any parts (stable across runs and Python versions)."""
+    digest = hashlib.sha256(":".join(str(p) for p in parts).encode()).digest()
+    return int.from_bytes(digest[:4], "big") >> 1
+
+
+class Experts:
+    """Expert trajectories for chunk-level initialised resampling, with their anchor state."""
+
+    def __init__(self, config: TrainConfig) -> None:
+        assert config.resample is not None
+        self.config = config.resample
+        self.trajectories = list(read_jsonl(config.resample.experts, Trajectory))
+        if not self.trajectories:
+            raise ConfigError(f"{config.resample.experts} holds no expert trajectories")
+        self.seeds = [self._seed(t) for t in self.trajectories]
+        turns = [sum(1 for s in t.steps if s.role.value == "assistant") for t in self.trajectories]
+        self.rollback = [
+            SequentialRollback(max(k, 1), threshold=self.config.threshold) for k in turns
+        ]
+        self.parallel = [ParallelAnchors(max(k, 1), self.config.anchors) for k in turns]
+        self.group_expert: dict[str, int] = {}
+        """The expert index of each group started from an expert (this step's)."""
+
+    @staticmethod
+    def _seed(trajectory: Trajectory) -> int:
+        roll = trajectory.extra.get("roll") if isinstance(trajectory.extra, dict) else None
+        if isinstance(roll, dict) and isinstance(roll.get("env_seed"), int):
+            return int(roll["env_seed"])
+        tail = (trajectory.task_id or "").rpartition("/")[2]
+        if tail.isdigit():
+            return int(tail)
+        raise ConfigError(
+            f"expert trajectory {trajectory.trajectory_id} does not say its environment seed; "
+            "record it as extra.roll.env_seed or end its task_id with /SEED"
+        )
+
+    def anchors(self, index: int) -> list[int]:
+        if self.config.mode == "parallel":
+            return list(self.parallel[index].anchors)
+        return [self.rollback[index].current]
+
+    def state(self) -> list[int]:
+        return [r.current for r in self.rollback]
+
+    def load_state(self, anchors: list[int]) -> None:
+        for rollback, anchor in zip(self.rollback, anchors, strict=False):
+            rollback.current = anchor
+
+
+def make_backend(config: TrainConfig, session: Session) -> GenerationBackend:
+    if config.ray is not None and config.tasks is not None:  # Ray: a generation actor
+        return RayPolicyBackend.start(session.rollout_lm, session.tokenizer, config.ray)
+    if config.rollout.backend == "vllm":
+        return VLLMBackend(config.model.path, seed=config.seed)
+    return HFBackend(session.rollout_lm, session.tokenizer)
+
+
+def episode_requests(
+    config: TrainConfig,
+    step: int,
+    experts: Experts | None,
+    make: Callable[[], Env] | None = None,
+) -> list[EpisodeRequest]:
+    """The episodes of ``step``: ``groups_per_step`` groups of ``group_size``; ``make``
+    gives each its environment (default: a new in-process one of ``env:``)."""
+    env_cfg, rollout = config.env, config.rollout
+
+    def new_env() -> Env:
+        return make() if make is not None else make_env(env_cfg.name, **env_cfg.kwargs)
+
+    requests: list[EpisodeRequest] = []
+    for g in range(rollout.groups_per_step):
+        if experts is None:
+            seed = derive_seed(env_cfg.seed, step, g)
+            for _ in range(rollout.group_size):
+                requests.append(
+                    EpisodeRequest(
+                        env=new_env(),
+                        seed=seed,
+                        group_id=f"s{step}-g{g}",
+                    )
+                )
+            continue
+        index = (step * rollout.groups_per_step + g) % len(experts.trajectories)
+        for anchor in experts.anchors(index):
+            experts.group_expert[f"s{step}-g{g}-e{index}-a{anchor}"] = index
+            for _ in range(rollout.group_size):
+                requests.append(
+                    EpisodeRequest(
+                        env=new_env(),
+                        seed=experts.seeds[index],
+                        group_id=f"s{step}-g{g}-e{index}-a{anchor}",
+                        prefix=experts.trajectories[index],
+                        anchor=anchor,
+                    )
+                )
+    return requests
+
+
+class EnvRollouts:
+    """Episodes of the in-process environments of ``env:``, a step at a time: each step's
+    groups are drawn from (seed, step) and run in lockstep by :class:`RolloutEngine`; with
+    ``workers`` the environments live in Ray env worker actors."""
+
+    def __init__(
+        self,
+        config: TrainConfig,
+        backend: GenerationBackend,
+        tokenizer: Any,
+        world: World,
+        *,
+        start_step: int,
+        experts: Experts | None,
+        workers: EnvWorkers | None = None,
+    ) -> None:
+        self.config = config
+        self.backend = backend
+        self.tokenizer = tokenizer
+        self.world = world
+        self.step = start_step
+        self.experts = experts
+        self.workers = workers
+
+    def __enter__(self) -> Self:
+        if self.workers is not None:
+            self.workers.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.workers is not None:
+            self.workers.__exit__(*exc)
+
+    def take(self, version: int) -> list[Trajectory]:
+        step, rollout = self.step, self.config.rollout
+        self.step += 1
+        params = SamplingParams(
+            max_new_tokens=rollout.max_new_tokens,
+            temperature=rollout.temperature,
+            top_p=rollout.top_p,
+            seed=derive_seed(self.config.seed, "sample", step, self.world.rank),
+        )
+        engine: RolloutEngine
+        if self.workers is None:
+            requests = episode_requests(self.config, step, self.experts)
+            engine = RolloutEngine(
+                self.backend, self.tokenizer, params, max_seq_len=rollout.max_seq_len
+            )
+        else:
+            requests = episode_requests(self.config, step, self.experts, make=self.workers.make)
+            engine = RemoteEnvEngine(
+                self.workers, self.backend, self.tokenizer, params, max_seq_len=rollout.max_seq_len
+            )
+        return engine.run(self.world.shard(requests))
+
+    def metrics(self) -> dict[str, float]:
+        return {}
+
+    def paused(self) -> AbstractContextManager[Any]:
+        return contextlib.nullcontext()
+
+
+def open_source(
+    config: TrainConfig, session: Session, backend: GenerationBackend, experts: Experts | None
+) -> RolloutSource:
+    """The rollout source ``config`` asks for (not yet entered)."""
+    world = session.world
+    if config.tasks is None:
+        workers = EnvWorkers(config.ray, config.env) if config.ray is not None else None
+        return EnvRollouts(
+            config,
+            backend,
+            session.tokenizer,
+            world,
+            start_step=session.start_step,
+            experts=experts,
+            workers=workers,
+        )
+    rollout = config.rollout
+    args: dict[str, Any] = {
+        "seed": derive_seed(config.seed, "tasks", world.rank),
+        "backend": backend,
+        "params": SamplingParams(
+            max_new_tokens=rollout.max_new_tokens,
+            temperature=rollout.temperature,
+            top_p=rollout.top_p,
+            seed=derive_seed(config.seed, "sample", world.rank),
+        ),
+        "group_size": rollout.group_size,
+        "groups_per_step": len(world.shard(list(range(rollout.groups_per_step)))),
+        "max_staleness": config.tasks.max_staleness,
+        "refill_uniform": rollout.drop_uniform_groups,
+    }
+    if config.ray is not None:  # episodes in Ray rollout workers
+        return RayTaskRollouts(config.tasks, session.tokenizer, ray_config=config.ray, **args)
+    return TaskRollouts(config.tasks, session.tokenizer, **args)
