@@ -479,6 +479,7 @@ def from_atif(doc: dict[str, Any]) -> Trajectory:
         "must be an object with a name",
     )
     _require(isinstance(doc.get("steps"), list), "steps", "is missing or not a list")
+    assert isinstance(agent, dict)  # checked above
     ale = ((doc.get("extra") or {}).get(_ALE_KEY)) or {}
     try:
         final = doc.get("final_metrics") or {}

@@ -49,7 +49,7 @@ class JsonlError(ValueError):
 
 def _open_text(path: Path, mode: str, *, compressed: bool | None = None) -> IO[str]:
     if compressed if compressed is not None else path.suffix == ".gz":
-        return io.TextIOWrapper(gzip.open(path, mode + "b"), encoding="utf-8", newline="\n")
+        return io.TextIOWrapper(gzip.GzipFile(path, mode + "b"), encoding="utf-8", newline="\n")
     return open(path, mode, encoding="utf-8", newline="\n")
 
 

@@ -66,9 +66,8 @@ class IflowAgent:
         settings = self.settings
         if timeout_sec is not None:
             settings = settings.model_copy(update={"max_wall_sec": timeout_sec})
-        workspace = SandboxWorkspace(
-            sandbox, root=root or await asyncio.to_thread(_workdir, sandbox)
-        )
+        workdir = root if root else await asyncio.to_thread(_workdir, sandbox)
+        workspace = SandboxWorkspace(sandbox, root=workdir)
         agent, _ = build_agent(
             settings,
             workspace,

@@ -43,11 +43,6 @@ def agent_config(settings: Settings, *, headless: bool) -> AgentConfig:
 
 def model_from(settings: Settings) -> Model:
     """The model the settings name; a :class:`ConfigError` naming what is missing."""
-    kwargs: dict[str, object] = {}
-    if settings.max_output_tokens is not None:
-        kwargs["max_tokens"] = settings.max_output_tokens
-    if settings.tool_format is not None:
-        kwargs["tool_format"] = settings.tool_format
     return make_model(
         settings.provider,
         model=settings.model,
@@ -57,7 +52,8 @@ def model_from(settings: Settings) -> Model:
         script=settings.script,
         context_limit=settings.context_limit,
         temperature=settings.temperature,
-        **kwargs,
+        max_tokens=settings.max_output_tokens,
+        tool_format=settings.tool_format,
     )
 
 

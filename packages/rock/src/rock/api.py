@@ -9,6 +9,7 @@ send them too.
 
 from __future__ import annotations
 
+import builtins
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
@@ -186,12 +187,12 @@ class Api:
         return Call("DELETE", f"/v1/sandboxes/{sandbox_id}", _as(SandboxInfo))
 
     @staticmethod
-    def logs(sandbox_id: str, limit: int) -> Call[list[ExecLog]]:
+    def logs(sandbox_id: str, limit: int) -> Call[builtins.list[ExecLog]]:
         path = f"/v1/sandboxes/{sandbox_id}/logs"
         return Call("GET", path, _as_list(ExecLog), {"params": {"limit": limit}})
 
     @staticmethod
-    def pools() -> Call[list[PoolInfo]]:
+    def pools() -> Call[builtins.list[PoolInfo]]:
         return Call("GET", "/v1/pools", _as_list(PoolInfo))
 
     @staticmethod
@@ -211,7 +212,7 @@ class Api:
         return Call("DELETE", f"/v1/pools/{name}", _nothing)
 
     @staticmethod
-    def images() -> Call[list[ImageInfo]]:
+    def images() -> Call[builtins.list[ImageInfo]]:
         return Call("GET", "/v1/images", _as_list(ImageInfo))
 
     # a sandbox's verbs

@@ -15,6 +15,7 @@ daemon); nothing else is. A daemon that went away under a request raises `Daemon
 from __future__ import annotations
 
 import asyncio
+import builtins
 import contextlib
 import itertools
 import json
@@ -201,11 +202,11 @@ class Client(_Connection):
     def delete(self, sandbox_id: str) -> SandboxInfo:
         return self.send(Api.delete(sandbox_id))
 
-    def logs(self, sandbox_id: str, limit: int = 100) -> list[ExecLog]:
+    def logs(self, sandbox_id: str, limit: int = 100) -> builtins.list[ExecLog]:
         return self.send(Api.logs(sandbox_id, limit))
 
     # pools
-    def pools(self) -> list[PoolInfo]:
+    def pools(self) -> builtins.list[PoolInfo]:
         return self.send(Api.pools())
 
     def pool(self, name: str) -> PoolInfo:
@@ -239,7 +240,7 @@ class Client(_Connection):
                 )
             time.sleep(0.1)
 
-    def images(self) -> list[ImageInfo]:
+    def images(self) -> builtins.list[ImageInfo]:
         return self.send(Api.images())
 
     def close(self) -> None:
@@ -407,10 +408,10 @@ class AsyncClient(_Connection):
     async def delete(self, sandbox_id: str) -> SandboxInfo:
         return await self.send(Api.delete(sandbox_id))
 
-    async def logs(self, sandbox_id: str, limit: int = 100) -> list[ExecLog]:
+    async def logs(self, sandbox_id: str, limit: int = 100) -> builtins.list[ExecLog]:
         return await self.send(Api.logs(sandbox_id, limit))
 
-    async def pools(self) -> list[PoolInfo]:
+    async def pools(self) -> builtins.list[PoolInfo]:
         return await self.send(Api.pools())
 
     async def pool(self, name: str) -> PoolInfo:
@@ -429,7 +430,7 @@ class AsyncClient(_Connection):
     async def delete_pool(self, name: str) -> None:
         await self.send(Api.delete_pool(name))
 
-    async def images(self) -> list[ImageInfo]:
+    async def images(self) -> builtins.list[ImageInfo]:
         return await self.send(Api.images())
 
     async def aclose(self) -> None:

@@ -133,7 +133,8 @@ def wrap_model(module: Any, world: World, device: str, mode: Parallel = "ddp") -
 def decoder_blocks(lm: torch.nn.Module) -> list[torch.nn.Module]:
     """The repeated blocks of a transformer, each sharded on its own: the decoder's ``layers``,
     or else the items of the outermost ``nn.ModuleList``s."""
-    body = lm.get_decoder() if callable(getattr(lm, "get_decoder", None)) else None
+    get_decoder = getattr(lm, "get_decoder", None)
+    body = get_decoder() if callable(get_decoder) else None
     layers = getattr(body, "layers", None)
     if isinstance(layers, torch.nn.ModuleList):
         return list(layers)
@@ -166,7 +167,7 @@ def full_model_state(lm: torch.nn.Module, world: World) -> dict[str, torch.Tenso
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
     options = StateDictOptions(full_state_dict=True, cpu_offload=True)
-    state = get_model_state_dict(lm, options=options)
+    state: dict[str, torch.Tensor] = dict(get_model_state_dict(lm, options=options))  # type: ignore[arg-type]
     if world.is_main:
         for alias, name in _aliases(lm).items():
             if name in state:

@@ -56,7 +56,7 @@ def apply_lora(lm: Any, config: LoraConfig, *, base_path: str | Path) -> Any:
         )
     peft_config = PeftLoraConfig(
         r=config.r,
-        lora_alpha=config.alpha,
+        lora_alpha=config.alpha,  # type: ignore[arg-type]  # peft annotates int; floats work
         lora_dropout=config.dropout,
         target_modules=list(config.target_modules),
         task_type="CAUSAL_LM",

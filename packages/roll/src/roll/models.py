@@ -58,7 +58,7 @@ def load_policy(path: str | Path, *, device: str = "auto", dtype: str = "auto") 
     with quiet_progress():
         tokenizer = AutoTokenizer.from_pretrained(directory)
         model = AutoModelForCausalLM.from_pretrained(directory, dtype=torch_dtype)
-    model.to(dev)
+    model.to(dev)  # type: ignore[arg-type]  # transformers types .to as taking a model
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     return model, tokenizer

@@ -22,6 +22,7 @@ import random
 import sys
 from functools import partial
 from pathlib import Path
+from types import TracebackType
 from typing import Any
 
 import torch
@@ -254,14 +255,19 @@ class Session:
             self._resources = contextlib.ExitStack()
         return self._resources.enter_context(manager)
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         resources = getattr(self, "_resources", None)
         if resources is not None:
             resources.close()
         if self.progress is not None:
-            self.progress.__exit__(*exc)
+            self.progress.__exit__(kind, error, tb)
         if self.metrics is not None:
-            self.metrics.__exit__(*exc)
+            self.metrics.__exit__(kind, error, tb)
         close_world(self.world)
 
     def log(self, step: int, metrics: dict[str, float]) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import random
 import textwrap
+from typing import Any
 
 from ale.synth.expert import Observation, shell
 from ale.synth.family import ExpertProgram, Family, TaskDraft, register
@@ -345,7 +346,7 @@ def _policy_steps(
     return steps
 
 
-def _fix_commands(want: dict[str, list[object]]) -> str:
+def _fix_commands(want: dict[str, list[Any]]) -> str:
     """chown/chmod lines reaching ``want``, grouped by target so the script stays short."""
     by_owner: dict[str, list[str]] = {}
     by_mode: dict[str, list[str]] = {}
@@ -357,7 +358,7 @@ def _fix_commands(want: dict[str, list[object]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _tests(want: dict[str, list[object]]) -> str:
+def _tests(want: dict[str, list[Any]]) -> str:
     return textwrap.dedent(
         f"""\
         import grp

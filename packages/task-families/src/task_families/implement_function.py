@@ -63,7 +63,8 @@ def _brackets(rng: random.Random) -> str:
     pairs = ["()", "[]", "{}"]
     text = ""
     for _ in range(rng.randint(2, 5)):
-        left, right = rng.choice(pairs)
+        pair = rng.choice(pairs)
+        left, right = pair[0], pair[1]
         inner = rng.choice(["x", "a+b", "", "f(1)", "[2]"])
         text += left + inner + right if rng.random() < 0.9 else right + inner + left
     if rng.random() < 0.2:

@@ -62,7 +62,7 @@ def _person(rng: random.Random, i: int) -> Record:
 
 
 def _order(rng: random.Random, i: int) -> Record:
-    items = [
+    items: list[dict[str, Any]] = [
         {
             "sku": f"{rng.choice(['BX', 'CL', 'DR', 'PN'])}-{rng.randint(10, 99)}",
             "qty": rng.randint(1, 5),

@@ -144,8 +144,8 @@ def solve(grid: list[str]) -> tuple[int, str] | None:
         (r, c), keys = state
         if cells[(r, c)] == "G":
             path = []
-            while prev[state] is not None:
-                state, move = prev[state]
+            while (back := prev[state]) is not None:
+                state, move = back
                 path.append(move)
             return len(path), "".join(reversed(path))
         for move, (dr, dc) in _MOVES.items():

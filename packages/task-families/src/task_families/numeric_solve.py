@@ -412,6 +412,7 @@ def _ode(rng: random.Random, difficulty: str) -> dict:
     def num(lo_hi: tuple[float, float]) -> float:
         return round(rng.uniform(*lo_hi), 2)
 
+    names: tuple[str, ...]
     while True:  # redraw until the asked method is told apart from the other one
         h = rng.choice([0.01, 0.02, 0.05, 0.1])
         n = rng.randint(20, 60) if h >= 0.05 else rng.randint(80, 250)
@@ -442,7 +443,7 @@ def _ode(rng: random.Random, difficulty: str) -> dict:
         rng.choice(_METHOD[method]).format(h=h, n=n),
     ]
     if difficulty == "hard":
-        parts.append(rng.choice(_ODE_ASK_SYS).format(u=names[0], v=names[1]))
+        parts.append(rng.choice(_ODE_ASK_SYS).format(u=names[0], v=names[-1]))  # two names
     elif difficulty == "medium":
         steps = ", ".join(str(s) for s in checkpoints[:-1]) + f" and {checkpoints[-1]}"
         parts.append(rng.choice(_ODE_ASK_CHECK).format(steps=steps))

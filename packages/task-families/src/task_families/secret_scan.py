@@ -17,6 +17,7 @@ import random
 import re
 import string
 import textwrap
+from typing import Any
 
 from ale.synth.expert import Observation, shell, write
 from ale.synth.family import ExpertProgram, Family, TaskDraft, register
@@ -318,10 +319,10 @@ class SecretScan(Family):
             head += [(line, None) for line in first[len(head) - 1 :]]
             lines = head + body
             files[path] = "\n".join(t for t, _ in lines) + "\n"
-            for i, (_text, value) in enumerate(lines, 1):
-                if value is not None:
+            for i, (_text, secret) in enumerate(lines, 1):
+                if secret is not None:
                     report.append(f"{path}:{i}")
-                    secrets.setdefault(path, []).append(value)
+                    secrets.setdefault(path, []).append(secret)
             if path in secrets:
                 redacted[path] = (
                     "\n".join(t.replace(v, marker) if v else t for t, v in lines) + "\n"
@@ -338,10 +339,10 @@ class SecretScan(Family):
             files[pub] = "\n".join(_pem(rng, label)) + "\n"
         if difficulty != "easy":
             fixture = rng.choice(["tests/fixtures/credentials.env", "tests/fixtures/fake.env"])
-            lines = [rng.choice(_FIXTURE_HEADERS)]
+            fixture_lines = [rng.choice(_FIXTURE_HEADERS)]
             for kind in rng.sample(flat_kinds, len(flat_kinds)):
-                lines.append(_render("env", rng.choice(_KEYS[kind]), _token(rng, kind)))
-            files[fixture] = "\n".join(lines) + "\n"
+                fixture_lines.append(_render("env", rng.choice(_KEYS[kind]), _token(rng, kind)))
+            files[fixture] = "\n".join(fixture_lines) + "\n"
             example = (
                 "\n".join(
                     _render("env", _KEYS[k][0], rng.choice(_PLACEHOLDERS[k])) for k in flat_kinds
@@ -356,7 +357,7 @@ class SecretScan(Family):
         files[f"src/{pkg}/__init__.py"] = f'"""{proj} package."""\n'
 
         proj_dir = f"/app/{proj}"
-        abs_files = {f"{proj_dir}/{p}": c for p, c in sorted(files.items())}
+        abs_files: dict[str, str | bytes] = {f"{proj_dir}/{p}": c for p, c in sorted(files.items())}
         out = rng.choice(_REPORTS)
         descs = [rng.choice(_KIND_DESC[k]).format() for k in kinds]
         rng.shuffle(descs)
@@ -378,7 +379,7 @@ class SecretScan(Family):
         instruction = "\n".join(parts)
 
         untouched = {
-            p: _sha(c) for p, c in abs_files.items() if p[len(proj_dir) + 1 :] not in redacted
+            f"{proj_dir}/{p}": _sha(c) for p, c in sorted(files.items()) if p not in redacted
         }
         tests = _tests(
             proj_dir, f"/app/{out}", marker, sorted(report), redacted, secrets, untouched
@@ -412,11 +413,11 @@ class SecretScan(Family):
                     current = m.group(1)
                 elif "fake" in row.lower() and current:
                     fake.add(current)
-            real = []
-            for name, line, content in found:
+            real: list[list[Any]] = []
+            for name, line_no, content in found:
                 got = None if name in fake else classify(content)
                 if got is not None:
-                    real.append([name, line, got[0], got[1]])
+                    real.append([name, line_no, got[0], got[1]])
             rel = [f"{n[len(proj) + 1 :]}:{ln}" for n, ln, _, _ in real]
             skipped = len(found) - len(real)
             yield write(
@@ -457,7 +458,7 @@ class SecretScan(Family):
         )
 
 
-def _redactor(real: list[list[object]], marker: str) -> str:
+def _redactor(real: list[list[Any]], marker: str) -> str:
     """A script that redacts the hits (bottom-up per file, so line numbers hold)."""
     return textwrap.dedent(
         f"""\

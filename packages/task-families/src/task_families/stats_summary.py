@@ -14,10 +14,19 @@ import json
 import random
 import statistics
 import textwrap
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from ale.synth.expert import Observation, shell, write
 from ale.synth.family import ExpertProgram, Family, TaskDraft, register
+
+_STATS: dict[str, Callable[[list[float]], float]] = {
+    "mean": statistics.mean,
+    "median": statistics.median,
+    "stdev": statistics.stdev,
+    "min": min,
+    "max": max,
+}
 
 
 @dataclass(frozen=True)
@@ -250,14 +259,7 @@ class StatsSummary(Family):
             if key in expected:
                 continue
             data = [v for v in values(col.name) if v is not None]
-            fn = {
-                "mean": statistics.mean,
-                "median": statistics.median,
-                "stdev": statistics.stdev,
-                "min": min,
-                "max": max,
-            }[stat]
-            expected[key] = round(fn(data), decimals)
+            expected[key] = round(_STATS[stat](data), decimals)
             spec.append((key, stat, col.name, ""))
             lines_desc.append(f"- `{key}`: " + rng.choice(_DESCRIBE[stat]).format(c=col.name))
         if pairs:

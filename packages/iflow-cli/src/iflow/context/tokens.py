@@ -31,6 +31,9 @@ class TokenMeter:
         self._tools_estimate = estimate_tokens(json.dumps(tools)) if tools else 0
         self._reported: tuple[int, int] | None = None
         """(number of messages the server's count covered, its prompt_tokens)."""
+        self._list: list[Step] | None = None
+        self._first: Step | None = None
+        self._sums: list[int] = []
         self.reset()
 
     def count(self, history: list[Step]) -> int:
@@ -60,6 +63,6 @@ class TokenMeter:
     def reset(self) -> None:
         """History was rewritten (compression): forget what the server said."""
         self._reported = None
-        self._list: list[Step] | None = None
-        self._first: Step | None = None
-        self._sums: list[int] = []
+        self._list = None
+        self._first = None
+        self._sums = []

@@ -114,7 +114,7 @@ def _options(cls: type, provider: str, kw: dict[str, Any]) -> dict[str, Any]:
     """``kw`` without ``None`` values, after checking that ``cls`` takes every key."""
     accepted = {
         name
-        for name, p in inspect.signature(cls.__init__).parameters.items()
+        for name, p in inspect.signature(cls).parameters.items()
         if p.kind is inspect.Parameter.KEYWORD_ONLY and name not in _NAMED
     }
     unknown = sorted(set(kw) - accepted)

@@ -335,7 +335,7 @@ def _load(directory: Path, *, device: str, dtype: str) -> tuple[Any, Any]:
         with quiet_progress():
             tokenizer = AutoTokenizer.from_pretrained(directory)
             model = AutoModelForCausalLM.from_pretrained(directory, dtype=dtype)
-        model.to(device)
+        model.to(device)  # type: ignore[arg-type]  # transformers types .to as taking a model
     except (OSError, ValueError, KeyError, RuntimeError) as exc:
         raise ConfigError(
             f"could not load a model from {directory} ({_first_line(exc)}); check that it holds "

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -55,7 +56,7 @@ class ScriptedModel:
 
     def __init__(
         self,
-        responses: list[Response],
+        responses: Sequence[Response],
         *,
         name: str = "scripted",
         context_limit: int = 32768,

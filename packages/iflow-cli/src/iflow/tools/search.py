@@ -33,10 +33,11 @@ def shown(path: str, cwd: str) -> str:
 def human_size(size: int) -> str:
     if size < 1024:
         return f"{size} B"
+    scaled = float(size)
     for unit in ("KB", "MB", "GB"):
-        size /= 1024
-        if size < 1024 or unit == "GB":
-            return f"{size:.1f} {unit}"
+        scaled /= 1024
+        if scaled < 1024 or unit == "GB":
+            return f"{scaled:.1f} {unit}"
     raise AssertionError("unreachable")
 
 

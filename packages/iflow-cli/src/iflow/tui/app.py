@@ -156,7 +156,7 @@ class IflowApp(App[int]):
         )
         await self.conversation.add(Static(banner, classes="banner"))
         if self._given is not None:
-            await self._attach(self._given, self.recorder)
+            await self._attach_agent(self._given, self.recorder)
         self.call_after_refresh(self._start)
 
     # -- building the agent ----------------------------------------------------------------
@@ -199,9 +199,9 @@ class IflowApp(App[int]):
             self.queue.clear()
             self.status_bar.queued = 0
             return
-        await self._attach(agent, recorder)
+        await self._attach_agent(agent, recorder)
 
-    async def _attach(self, agent: Agent, recorder: SessionRecorder | None) -> None:
+    async def _attach_agent(self, agent: Agent, recorder: SessionRecorder | None) -> None:
         self.agent, self.recorder = agent, recorder
         agent.on_event = self.post_event
         agent.approver = self.ask

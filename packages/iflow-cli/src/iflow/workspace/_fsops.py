@@ -41,7 +41,8 @@ def _class(pat: str, i: int) -> tuple[str, int] | None:
     negate = j < len(pat) and pat[j] in "!^"
     if negate:
         j += 1
-    parts, first = [], True
+    parts: list[str] = []
+    first = True
     while j < len(pat):
         c = pat[j]
         if c == "]" and not first:
@@ -410,9 +411,12 @@ def op_search(args: dict) -> dict:
     else:
         base = os.path.dirname(path)
         files = iter([(path, os.path.basename(path))])
-    matches, searched, binary, large, more = [], 0, 0, 0, False
+    matches: list[dict] = []
+    searched, binary, large, more = 0, 0, 0, False
     for full, rel in files:
-        if include_re and not include_re.match(rel if "/" in include else rel.rsplit("/", 1)[-1]):
+        if include_re and not include_re.match(
+            rel if "/" in str(include) else rel.rsplit("/", 1)[-1]
+        ):
             continue
         try:
             if os.path.getsize(full) > MAX_SEARCH_FILE:

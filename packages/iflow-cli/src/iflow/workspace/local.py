@@ -15,7 +15,7 @@ import signal
 import stat
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from iflow.errors import WorkspaceError
 from iflow.workspace import _fsops
@@ -125,7 +125,7 @@ class LocalWorkspace(Workspace):
         timed_out = False
         try:
             if stdin is not None:
-                pipe = transport.get_pipe_transport(0)
+                pipe = cast(asyncio.WriteTransport | None, transport.get_pipe_transport(0))
                 if pipe is not None:
                     pipe.write(stdin)
                     pipe.write_eof()

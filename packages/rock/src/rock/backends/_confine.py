@@ -152,7 +152,8 @@ class ConfinedRoot:
                 f"archive member {name} is a device file; the local backend does not make devices."
             )
         mode = None if member.mode is None else member.mode & 0o1777
-        return member.replace(mode=mode, uid=None, gid=None, uname=None, gname=None, deep=False)
+        # None: keep the extracting user's ids (tarfile's filters document it; typeshed says int)
+        return member.replace(mode=mode, uid=None, gid=None, uname=None, gname=None, deep=False)  # type: ignore[arg-type]
 
     def get_archive(self, path: str) -> bytes:
         """A tar of ``path`` (a symlink to it followed) whose top member is its base name."""

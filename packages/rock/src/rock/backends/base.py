@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import abc
+import builtins
 import io
 import posixpath
 import tarfile
@@ -164,7 +165,7 @@ class Backend(abc.ABC):
         """Raise `SandboxError` now if ``spec`` cannot start (e.g. its image is missing)."""
         return None
 
-    def images(self) -> list[dict[str, Any]]:
+    def images(self) -> builtins.list[dict[str, Any]]:
         """Images sandboxes can start from: dicts with id, tags, size_mb, created."""
         return []
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import io
 import posixpath
@@ -13,7 +14,7 @@ import tarfile
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import docker
 from docker.errors import APIError, DockerException, ImageNotFound, NotFound
@@ -35,7 +36,7 @@ _KEEPALIVE = ["sh", "-c", "trap 'exit 0' TERM; while :; do sleep 3600 & wait $!;
 
 
 def _sock(obj: object) -> socket.socket:
-    return getattr(obj, "_sock", obj)  # type: ignore[return-value]
+    return cast(socket.socket, getattr(obj, "_sock", obj))
 
 
 def _reader(raw: object) -> Callable[[int], bytes]:
@@ -482,7 +483,7 @@ class DockerBackend(Backend):
                 }
         return out
 
-    def images(self) -> list[dict[str, Any]]:
+    def images(self) -> builtins.list[dict[str, Any]]:
         return [
             {
                 "id": image.short_id,

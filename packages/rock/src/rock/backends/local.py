@@ -217,7 +217,8 @@ class LocalSandbox(Sandbox):
     def _meta(self) -> dict[str, Any]:
         assert self.home is not None
         try:
-            return json.loads((self.home / "meta.json").read_text())  # type: ignore[no-any-return]
+            meta: dict[str, Any] = json.loads((self.home / "meta.json").read_text())
+            return meta
         except FileNotFoundError:
             raise self._gone() from None
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import click
 from pydantic import ValidationError
@@ -115,13 +115,13 @@ def serve(
     home: Path | None,
     host: str,
     port: int,
-    backend: str,
+    backend: Literal["docker", "local"],
     database_url: str | None,
     daemon_id: str,
     pools: dict[str, Any],
     grace: float,
     cleanup: bool,
-    log_level: str,
+    log_level: Literal["critical", "error", "warning", "info", "debug"],
     allow_remote: bool,
 ) -> None:
     """Run the rock daemon until SIGTERM or Ctrl-C.

@@ -87,7 +87,7 @@ STATUS: list[tuple[type[BaseException], int]] = [
     (StoreError, 503),
 ]
 
-_ERRORS = {
+_ERRORS: dict[int | str, dict[str, Any]] = {
     status: {"model": ErrorResponse, "description": description}
     for status, description in [
         (401, "Missing or wrong bearer token"),
@@ -193,7 +193,7 @@ def create_app(
     # RockError and SessionError are answered by the inner exception middleware; anything
     # else reaches Starlette's outer error middleware, which answers and logs it.
     for kind in (RockError, SessionError, Exception):
-        app.add_exception_handler(kind, failed)  # type: ignore[arg-type]
+        app.add_exception_handler(kind, failed)
 
     @app.middleware("http")
     async def count(request: Request, call_next: Callable[[Request], Any]) -> Response:

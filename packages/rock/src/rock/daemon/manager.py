@@ -17,6 +17,7 @@ It owns one backend and one state store and keeps them in agreement:
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import logging
 import secrets
@@ -251,7 +252,12 @@ class SandboxManager(PoolsMixin, UpkeepMixin):
         record = self._record(sandbox_id)
         info = self._info(record)
         info.history = [
-            TransitionInfo(from_state=h.from_state, to_state=h.to_state, reason=h.reason, at=h.at)
+            TransitionInfo(
+                from_state=h.from_state.value if h.from_state is not None else None,
+                to_state=h.to_state.value,
+                reason=h.reason,
+                at=h.at,
+            )
             for h in self.store.history(sandbox_id)
         ]
         return info
@@ -289,7 +295,7 @@ class SandboxManager(PoolsMixin, UpkeepMixin):
         image = self._use(sandbox_id, lambda: box.snapshot(tag))
         return SnapshotInfo(image=image, tag=tag)
 
-    def logs(self, sandbox_id: str, limit: int = 100) -> list[ExecLog]:
+    def logs(self, sandbox_id: str, limit: int = 100) -> builtins.list[ExecLog]:
         self._record(sandbox_id)
         return [
             ExecLog.model_validate(r.model_dump(exclude={"id", "sandbox_id"}))
@@ -379,7 +385,7 @@ class SandboxManager(PoolsMixin, UpkeepMixin):
         box = self._box(sandbox_id)
         self._use(sandbox_id, lambda: box.put_archive(directory, data))
 
-    def images(self) -> list[ImageInfo]:
+    def images(self) -> builtins.list[ImageInfo]:
         return [ImageInfo.model_validate(item) for item in self.backend.images()]
 
     # --- helpers ------------------------------------------------------------------

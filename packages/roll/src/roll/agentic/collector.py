@@ -18,7 +18,7 @@ import random
 import threading
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 from ale.task import Task
 from ale.trajectory import Trajectory
@@ -102,7 +102,7 @@ class TaskRollouts:
 
     # -- life cycle ----------------------------------------------------------------------------
 
-    def __enter__(self) -> TaskRollouts:
+    def __enter__(self) -> Self:
         from rock.episode import episode_threads
         from rock.synth.image import ensure_pool_image
         from rock.synth.runner import PoolRunner

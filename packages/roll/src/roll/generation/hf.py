@@ -446,13 +446,13 @@ class HFDecodeSession:
 
         layers = getattr(cache, "layers", None)
         self._plain = self._plain and bool(layers) and all(
-            type(layer) is DynamicLayer and layer.is_initialized for layer in layers
+            type(layer) is DynamicLayer and layer.is_initialized for layer in layers or []
         )  # fmt: skip
         if self._cache is None:
             self._cache, self._mask, self._next_pos, self._logits = cache, mask, next_pos, logits
             return
         assert self._mask is not None and self._next_pos is not None
-        assert self._logits is not None
+        assert self._logits is not None and layers is not None
         width = max(int(self._mask.shape[1]), int(mask.shape[1]))
         for old, new in zip(self._cache.layers, layers, strict=True):
             old.keys = torch.cat([_pad_left(old.keys, width), _pad_left(new.keys, width)])
