@@ -599,26 +599,7 @@ def _load_weights(
     for file in _weight_files(path):
         loaded.update(load_file(file, device="cpu"))
     expected = module.state_dict()
-    # Tied weights are saved once (save_pretrained and safetensors drop the twins); a key is
-    # covered when a loaded key shares its storage, or its parameter, in this model.
-    twins: dict[Any, list[str]] = {}
-    marks: dict[str, list[Any]] = {key: [] for key in expected}
-    for key, tensor in expected.items():
-        local = tensor.to_local() if hasattr(tensor, "to_local") else tensor  # sharded: DTensor
-        if local.numel():
-            marks[key].append((local.data_ptr(), tuple(tensor.shape)))
-    for name, parameter in module.named_parameters(remove_duplicate=False):
-        if name in marks:
-            marks[name].append(id(parameter))
-    for key, found in marks.items():
-        for mark in found:
-            twins.setdefault(mark, []).append(key)
-    missing = []
-    for key in expected:
-        if key in loaded:
-            continue
-        if not any(twin in loaded for mark in marks[key] for twin in twins[mark]):
-            missing.append(key)
+    missing = _missing_keys(module, expected, loaded)
     unexpected = sorted(set(loaded) - set(expected))
     if missing or unexpected:
         parts = []
@@ -672,3 +653,29 @@ def _restore_rng(state: dict[str, Any]) -> None:
     if cuda and torch.cuda.is_available():
         for index in range(min(len(cuda), torch.cuda.device_count())):
             torch.cuda.set_rng_state(cuda[index], index)
+
+
+def _missing_keys(
+    module: torch.nn.Module, expected: dict[str, Any], loaded: dict[str, Any]
+) -> list[str]:
+    """Keys of ``expected`` that ``loaded`` does not cover. Tied weights are saved once
+    (save_pretrained and safetensors drop the twins): a key is covered when a loaded key
+    shares its storage, or its parameter, in this model."""
+    twins: dict[Any, list[str]] = {}
+    marks: dict[str, list[Any]] = {key: [] for key in expected}
+    for key, tensor in expected.items():
+        local = tensor.to_local() if hasattr(tensor, "to_local") else tensor  # sharded: DTensor
+        if local.numel():
+            marks[key].append((local.data_ptr(), tuple(tensor.shape)))
+    for name, parameter in module.named_parameters(remove_duplicate=False):
+        if name in marks:
+            marks[name].append(id(parameter))
+    for key, found in marks.items():
+        for mark in found:
+            twins.setdefault(mark, []).append(key)
+    return [
+        key
+        for key in expected
+        if key not in loaded
+        and not any(twin in loaded for mark in marks[key] for twin in twins[mark])
+    ]

@@ -99,29 +99,7 @@ def kill_processes(
         # A shell acts on SIGINT after its child dies only if it took the signal first.
         _await_delivery(roots, signal.SIGINT, within=1.0)
     for _ in range(3):
-        table = _process_table()
-        spared: set[int] = set()
-        pid = os.getpid()
-        while pid in table and pid not in spared:
-            spared.add(pid)
-            pid = table[pid][0]
-        children: dict[int, list[int]] = {}
-        for pid, (ppid, _) in table.items():
-            children.setdefault(ppid, []).append(pid)
-        todo = [*roots]
-        if not keep_roots:
-            todo += [pid for pid, (_, pgid) in table.items() if pgid in roots]
-        if wanted:
-            todo += [pid for pid in table if pid not in spared and _environ_holds(pid, wanted)]
-        victims: set[int] = set()
-        while todo:
-            pid = todo.pop()
-            if pid not in victims:
-                victims.add(pid)
-                todo += children.get(pid, [])
-        victims = (victims & table.keys()) - spared
-        if keep_roots:
-            victims -= set(roots)
+        victims = _victims(_process_table(), roots, keep_roots, wanted)
         if not victims:
             break
         for sig in (signal.SIGSTOP, signal.SIGKILL):
@@ -327,3 +305,37 @@ def spawn(argv: list[str], **kwargs: Any) -> subprocess.Popen[bytes]:
 def shell_exit_code(returncode: int) -> int:
     """A signal death as a shell reports it (SIGKILL: 137)."""
     return 128 - returncode if returncode < 0 else returncode
+
+
+def _victims(
+    table: dict[int, tuple[int, int]],
+    roots: Collection[int],
+    keep_roots: bool,
+    wanted: frozenset[bytes],
+) -> set[int]:
+    """Who one pass of :func:`kill_processes` stops and kills in ``table`` (pid -> (ppid,
+    pgid)): the roots' trees, their groups' and the marked processes' (theirs too), never
+    this process or its ancestors."""
+    spared: set[int] = set()
+    pid = os.getpid()
+    while pid in table and pid not in spared:
+        spared.add(pid)
+        pid = table[pid][0]
+    children: dict[int, list[int]] = {}
+    for pid, (ppid, _) in table.items():
+        children.setdefault(ppid, []).append(pid)
+    todo = [*roots]
+    if not keep_roots:
+        todo += [pid for pid, (_, pgid) in table.items() if pgid in roots]
+    if wanted:
+        todo += [pid for pid in table if pid not in spared and _environ_holds(pid, wanted)]
+    victims: set[int] = set()
+    while todo:
+        pid = todo.pop()
+        if pid not in victims:
+            victims.add(pid)
+            todo += children.get(pid, [])
+    victims = (victims & table.keys()) - spared
+    if keep_roots:
+        victims -= set(roots)
+    return victims

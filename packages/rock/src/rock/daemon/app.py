@@ -171,6 +171,42 @@ def create_app(
         lifespan=lifespan,
     )
 
+    _answer_errors(app, metrics)
+
+    @app.middleware("http")
+    async def count(request: Request, call_next: Callable[[Request], Any]) -> Response:
+        response: Response = await call_next(request)
+        metrics.requests.labels(status=f"{response.status_code // 100}xx").inc()
+        return response
+
+    @app.get("/health", response_model=Health, tags=["daemon"])
+    def health() -> Health:
+        """Liveness; the only route without a token."""
+        return Health(
+            status="shutting-down" if manager.closing else "ok",
+            version=__version__,
+            daemon_id=manager.daemon_id,
+            backend=manager.backend.name,
+        )
+
+    api = APIRouter(dependencies=[Depends(require_token)], responses=_ERRORS)
+
+    @api.get("/metrics", tags=["daemon"], response_class=Response)
+    def prometheus() -> Response:
+        """Prometheus text format: sandboxes by state, pools, acquire and exec latency, errors."""
+        return Response(metrics.render(), media_type="text/plain; version=0.0.4")
+
+    _sandbox_routes(api, manager)
+    _command_routes(api, manager)
+    _file_routes(api, manager)
+    _pool_routes(api, manager)
+    app.include_router(api)
+    return app
+
+
+def _answer_errors(app: FastAPI, metrics: Metrics) -> None:
+    """Every failure as one JSON error body; 5xx ones counted."""
+
     @app.exception_handler(RequestValidationError)
     async def invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
         message, fields = _validation_message(list(exc.errors()))
@@ -195,28 +231,9 @@ def create_app(
     for kind in (RockError, SessionError, Exception):
         app.add_exception_handler(kind, failed)
 
-    @app.middleware("http")
-    async def count(request: Request, call_next: Callable[[Request], Any]) -> Response:
-        response: Response = await call_next(request)
-        metrics.requests.labels(status=f"{response.status_code // 100}xx").inc()
-        return response
 
-    @app.get("/health", response_model=Health, tags=["daemon"])
-    def health() -> Health:
-        """Liveness; the only route without a token."""
-        return Health(
-            status="shutting-down" if manager.closing else "ok",
-            version=__version__,
-            daemon_id=manager.daemon_id,
-            backend=manager.backend.name,
-        )
-
-    api = APIRouter(dependencies=[Depends(require_token)], responses=_ERRORS)
-
-    @api.get("/metrics", tags=["daemon"], response_class=Response)
-    def prometheus() -> Response:
-        """Prometheus text format: sandboxes by state, pools, acquire and exec latency, errors."""
-        return Response(metrics.render(), media_type="text/plain; version=0.0.4")
+def _sandbox_routes(api: APIRouter, manager: SandboxManager) -> None:
+    """Sandboxes: create, list, inspect, stop, snapshot, delete."""
 
     @api.post("/v1/sandboxes", response_model=SandboxInfo, status_code=201, tags=["sandboxes"])
     def create(request: CreateSandboxRequest) -> Response:
@@ -278,6 +295,10 @@ def create_app(
         """The sandbox's recorded commands, newest first."""
         return manager.logs(sandbox_id, limit)
 
+
+def _command_routes(api: APIRouter, manager: SandboxManager) -> None:
+    """Commands: one-off exec and persistent sessions."""
+
     @api.post("/v1/sandboxes/{sandbox_id}/exec", response_model=ExecResult, tags=["commands"])
     def exec_(sandbox_id: SandboxId, request: ExecRequest) -> Response:
         """Run one command; bytes travel as base64."""
@@ -313,6 +334,10 @@ def create_app(
     def close_session(sandbox_id: SandboxId, session_id: SessionId) -> Response:
         manager.close_session(sandbox_id, session_id)
         return Response(status_code=204)
+
+
+def _file_routes(api: APIRouter, manager: SandboxManager) -> None:
+    """Files and trees in and out of a sandbox."""
 
     @api.get(
         "/v1/sandboxes/{sandbox_id}/file",
@@ -361,6 +386,10 @@ def create_app(
         await run_in_threadpool(manager.put_archive, sandbox_id, path, data)
         return Response(status_code=204)
 
+
+def _pool_routes(api: APIRouter, manager: SandboxManager) -> None:
+    """Warm pools and the images the daemon knows."""
+
     @api.get("/v1/pools", response_model=list[PoolInfo], tags=["pools"])
     def pools() -> list[PoolInfo]:
         return manager.pools()
@@ -389,6 +418,3 @@ def create_app(
     @api.get("/v1/images", response_model=list[ImageInfo], tags=["images"])
     def images() -> list[ImageInfo]:
         return manager.images()
-
-    app.include_router(api)
-    return app

@@ -320,59 +320,72 @@ def uv(args):
         say("usage: uv venv|pip|run|add|sync|init|tool|python ...")
         return 2
     cmd, rest = rest[0], rest[1:]
-    if cmd == "venv":
-        _vopts, vrest = _split_options(rest, _UV_VALUE_OPTS)
-        target = vrest[0] if vrest else ".venv"
-        code = subprocess.call(
-            ["python3", "-m", "venv", "--without-pip", "--system-site-packages", "--clear", target]
-        )
-        if code == 0:
-            add_pth(os.path.join(target, "bin", "python"))
-            print(f"Created virtual environment at: {target} (rock verifier toolchain)")
-            print(f"Activate with: source {target}/bin/activate")
-        return code
-    if cmd == "pip":
-        venv, python = _venv_python()
-        if rest and rest[0] in ("install", "sync"):
-            names = requirement_names(rest[1:])
-            if names and satisfied(names, python):
-                add_pth(python)
-                print(f"Resolved {len(names)} packages from the rock verifier toolchain")
-                return 0
-            say(
-                "uv cannot install {} offline; the toolchain holds {}".format(
-                    ", ".join(n or "?" for n in names), ", ".join(sorted(provided()))
-                )
-            )
-            return 1
-        if rest and rest[0] in ("list", "freeze", "show"):
-            return subprocess.call([python, "-m", "pip", *rest], env=with_site())
-        return 0
-    if cmd == "run":
-        ropts, rrest = _split_options(rest, _UV_VALUE_OPTS)
-        wanted = [req_name(w) for w in ropts.get("--with", []) + ropts.get("-w", [])]
-        if wanted and not satisfied(wanted):
-            say("uv run cannot fetch {} offline".format(", ".join(wanted)))
-            return 1
-        if not rrest:
-            say("uv run needs a command")
-            return 2
-        venv, python = _venv_python()
-        return run_tool(rrest[0], rrest[1:], python=python, venv=venv)
-    if cmd in ("add",):
-        venv, python = _venv_python()
-        names = requirement_names([a for a in rest if not a.startswith("--dev")])
-        if satisfied(names, python):
-            add_pth(python)
-            return 0
-        say("uv add cannot fetch {} offline".format(", ".join(n or "?" for n in names)))
-        return 1
+    if cmd in _UV_COMMANDS:
+        return _UV_COMMANDS[cmd](rest)
     if cmd in ("init", "sync", "lock", "python", "cache", "self"):
         return 0
     if cmd == "tool" and rest[:1] == ["run"]:
         return uvx(rest[1:])
     say(f"uv {cmd} is not supported offline by the rock verifier toolchain")
     return 2
+
+
+def _uv_venv(rest):
+    _vopts, vrest = _split_options(rest, _UV_VALUE_OPTS)
+    target = vrest[0] if vrest else ".venv"
+    code = subprocess.call(
+        ["python3", "-m", "venv", "--without-pip", "--system-site-packages", "--clear", target]
+    )
+    if code == 0:
+        add_pth(os.path.join(target, "bin", "python"))
+        print(f"Created virtual environment at: {target} (rock verifier toolchain)")
+        print(f"Activate with: source {target}/bin/activate")
+    return code
+
+
+def _uv_pip(rest):
+    _venv, python = _venv_python()
+    if rest and rest[0] in ("install", "sync"):
+        names = requirement_names(rest[1:])
+        if names and satisfied(names, python):
+            add_pth(python)
+            print(f"Resolved {len(names)} packages from the rock verifier toolchain")
+            return 0
+        say(
+            "uv cannot install {} offline; the toolchain holds {}".format(
+                ", ".join(n or "?" for n in names), ", ".join(sorted(provided()))
+            )
+        )
+        return 1
+    if rest and rest[0] in ("list", "freeze", "show"):
+        return subprocess.call([python, "-m", "pip", *rest], env=with_site())
+    return 0
+
+
+def _uv_run(rest):
+    ropts, rrest = _split_options(rest, _UV_VALUE_OPTS)
+    wanted = [req_name(w) for w in ropts.get("--with", []) + ropts.get("-w", [])]
+    if wanted and not satisfied(wanted):
+        say("uv run cannot fetch {} offline".format(", ".join(wanted)))
+        return 1
+    if not rrest:
+        say("uv run needs a command")
+        return 2
+    venv, python = _venv_python()
+    return run_tool(rrest[0], rrest[1:], python=python, venv=venv)
+
+
+def _uv_add(rest):
+    _venv, python = _venv_python()
+    names = requirement_names([a for a in rest if not a.startswith("--dev")])
+    if satisfied(names, python):
+        add_pth(python)
+        return 0
+    say("uv add cannot fetch {} offline".format(", ".join(n or "?" for n in names)))
+    return 1
+
+
+_UV_COMMANDS = {"venv": _uv_venv, "pip": _uv_pip, "run": _uv_run, "add": _uv_add}
 
 
 # -- curl / wget -------------------------------------------------------------------------
