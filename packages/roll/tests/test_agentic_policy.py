@@ -193,8 +193,28 @@ async def test_a_pause_waits_for_running_rows_and_holds_new_ones(tiny: Path) -> 
             later = asyncio.create_task(queue.generate([9, 10, 11], 3))
             await asyncio.sleep(0.2)
             assert not later.done(), "a request started during a pause"
-            backend.sync_weights(backend.model, backend.policy_version + 1)
+            before = backend.policy_version
+            backend.sync_weights(backend.model, before + 1)
         assert len((await later).token_ids) == 3
+        # each generation records the weights it was sampled with, not those of its queueing
+        assert running.result().policy_version == before
+        assert (await later).policy_version == before + 1
+
+
+async def test_a_request_queued_before_a_pause_records_the_version_it_ran_with(
+    tiny: Path,
+) -> None:
+    """The whole-batch path: a request made while the queue is paused runs after the weight
+    update, and says so (its episode's staleness and IPA's mismatch mask read this)."""
+    backend = ScriptedBackend(AutoTokenizer.from_pretrained(tiny), {"a": ["done"]})
+    params = SamplingParams(max_new_tokens=8, temperature=0.0)
+    prompt = backend.tokenizer.encode("episode a")
+    async with GenerationQueue(backend, params) as queue:
+        async with queue.paused():
+            waiting = asyncio.create_task(queue.generate(prompt, 8))
+            await asyncio.sleep(0.1)
+            backend.sync_weights(None, 4)
+        assert (await waiting).policy_version == 4
 
 
 class _ScriptedSession:

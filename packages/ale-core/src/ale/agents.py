@@ -4,8 +4,8 @@ An agent package (iflow, or any other) registers a class in the entry-point grou
 ``ale.agents``; ``rock bench`` and the synthesis pipeline load it by name with
 :func:`load_agent`, so they never import the agent's package. The class is built with
 the harness's ``--model`` and ``--agent-kwarg key=value`` pairs, and its ``run`` gets the
-task instruction and a sandbox (an object with rock's ``Sandbox`` verbs: ``exec``,
-``read_file``, ``write_file``...). It returns the episode's trajectory in the shared schema.
+task instruction and a sandbox (:class:`ale.sandbox.SandboxVerbs`: rock's ``Sandbox`` verbs,
+``exec``, ``read_file``, ``write_file``...). It returns the episode's trajectory in the shared schema.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
+from ale.sandbox import SandboxVerbs
 from ale.trajectory import Trajectory
 
 GROUP = "ale.agents"
@@ -29,7 +30,7 @@ class BenchAgent(Protocol):
     async def run(
         self,
         instruction: str,
-        sandbox: Any,
+        sandbox: SandboxVerbs,
         *,
         logs_dir: Path | None = None,
         timeout_sec: float | None = None,

@@ -1,6 +1,8 @@
 """The agent loop: one model call, its tool calls run, their observations back, until an end.
 
-``step()`` is query then execute; the ends of a run are exceptions
+``run`` → ``_loop`` → ``step`` (fit the context, query the model, record its answer) →
+``_act`` (check the answer, run its calls through the tool gate of :mod:`iflow.gate`, record
+the results). The ends of a run are exceptions
 (:class:`iflow.errors.AgentEnd`) that :meth:`Agent.run` catches and returns, recording
 the failure mode in the trajectory. Every step is appended both to ``history`` (what
 the model sees, which compression rewrites) and to ``trajectory`` (the full record in
@@ -18,15 +20,7 @@ from typing import Any
 
 from ale.trajectory import AgentInfo, Role, Step, Timings, ToolCall, ToolResult, Trajectory, Usage
 from iflow import __version__
-from iflow.approval import (
-    ApprovalPolicy,
-    ApprovalRequest,
-    Approver,
-    Mode,
-    allow_all,
-    denial_message,
-    offered_kinds,
-)
+from iflow.approval import ApprovalPolicy, Approver, Mode, allow_all, offered_kinds
 from iflow.config import AgentConfig
 from iflow.context.compress import compress
 from iflow.context.loop import LoopDetector
@@ -54,10 +48,9 @@ from iflow.events import (
     RunEnded,
     RunStarted,
     TokensUpdated,
-    ToolFinished,
-    ToolStarted,
     TurnStarted,
 )
+from iflow.gate import ToolGate
 from iflow.models.base import Model, ModelResponse
 from iflow.prompts import COMPACT_TOOLS, FINISH_REMINDER, TODO_REMINDER, system_prompt
 from iflow.tools import Tool, ToolContext, ToolRegistry, default_tools
@@ -89,7 +82,6 @@ class Agent:
         self.model = model
         self.workspace = workspace
         self.config = config or AgentConfig()
-        self.approver = approver or allow_all
         self.on_event = on_event
         self.after_turn = after_turn
         self.memory = memory
@@ -100,7 +92,12 @@ class Agent:
             by_name = {t.name: t for t in chosen}
             chosen = [by_name[name] for name in COMPACT_TOOLS if name in by_name]
         self.all_tools = ToolRegistry(chosen)
-        self.policy = ApprovalPolicy(self.config.approval_mode)
+        self.gate = ToolGate(
+            ApprovalPolicy(self.config.approval_mode),
+            approver or allow_all,
+            headless=self.config.headless,
+            emit=self.emit,
+        )
         self.shell = shell or ShellSession(workspace)
         self.todos = TodoList()
         self.ctx = ToolContext(workspace=workspace, shell=self.shell, todos=self.todos, agent=self)
@@ -152,6 +149,24 @@ class Agent:
         self.meter = TokenMeter(
             self.model, self.schemas, exact=bool(getattr(self.model, "exact_tokens", False))
         )
+
+    @property
+    def policy(self) -> ApprovalPolicy:
+        """The approval policy the tool gate applies (a sub-agent shares its parent's)."""
+        return self.gate.policy
+
+    @policy.setter
+    def policy(self, policy: ApprovalPolicy) -> None:
+        self.gate.policy = policy
+
+    @property
+    def approver(self) -> Approver:
+        """Who decides the calls that need approval (the TUI asks its user)."""
+        return self.gate.approver
+
+    @approver.setter
+    def approver(self, approver: Approver) -> None:
+        self.gate.approver = approver
 
     def set_mode(self, mode: Mode) -> None:
         """Switch the approval mode (the TUI's ``/mode``); the system prompt follows."""
@@ -283,45 +298,11 @@ class Agent:
         await self._act(response)
 
     async def _act(self, response: ModelResponse) -> None:
-        results: list[ToolResult] = []
-        notes: list[str] = []
-        end: AgentEnd | None = None
-        if response.format_errors:
-            self._format_errors += 1
-            results += [ToolResult(content=e, is_error=True) for e in response.format_errors]
-        elif not response.tool_calls:
-            if not self.config.require_finish:
-                self.final_answer = response.content
-                raise Finished("the agent answered without further tool calls.")
-            self._format_errors += 1
-            notes.append(FINISH_REMINDER)
-        else:
-            self._format_errors = 0
-        if self._format_errors >= self.config.max_format_errors and not response.tool_calls:
-            end = FormatError(
-                f"the model gave {self._format_errors} answers in a row without a usable "
-                "tool call; check that it supports tool calls (or set tool_format to text)."
-            )
-        finish: str | None = None
-        for call in response.tool_calls:
-            if end is not None:
-                results.append(
-                    ToolResult(call_id=call.id, content="Not run: the run stopped.", is_error=True)
-                )
-                continue
-            result = await self._execute(call)
-            results.append(result)
-            verdict = self.loops.observe(call, result)
-            if verdict == "warn":
-                notes.append(f"<warning>{self.loops.describe()}</warning>")
-                self.emit(Notice(level="warning", text=self.loops.describe()))
-            elif verdict == "stop":
-                end = LoopDetected(
-                    "the agent kept repeating itself after a warning "
-                    f"({call.name} with the same arguments, or failing calls in a row); the run was stopped."
-                )
-            if call.name == "finish" and not result.is_error:
-                finish = str(result.metadata.get("summary", ""))
+        """Run the answer's tool calls, record their results, and raise the run's end if the
+        answer brought one (finish, a loop, too many unusable answers)."""
+        results, notes, end = self._check_answer(response)
+        ran, finish, end = await self._run_calls(response.tool_calls, notes, end)
+        results += ran
         notes += self._reminders(response.tool_calls)
         if results or notes:
             self._append(
@@ -339,6 +320,61 @@ class Agent:
             self.final_answer = finish or response.content
             raise Finished("the agent called finish.")
 
+    def _check_answer(
+        self, response: ModelResponse
+    ) -> tuple[list[ToolResult], list[str], AgentEnd | None]:
+        """Unusable tool calls answered as errors, a plain answer where finish is required
+        reminded, and the end when that happened too often in a row."""
+        results: list[ToolResult] = []
+        notes: list[str] = []
+        if response.format_errors:
+            self._format_errors += 1
+            results += [ToolResult(content=e, is_error=True) for e in response.format_errors]
+        elif not response.tool_calls:
+            if not self.config.require_finish:
+                self.final_answer = response.content
+                raise Finished("the agent answered without further tool calls.")
+            self._format_errors += 1
+            notes.append(FINISH_REMINDER)
+        else:
+            self._format_errors = 0
+        end: AgentEnd | None = None
+        if self._format_errors >= self.config.max_format_errors and not response.tool_calls:
+            end = FormatError(
+                f"the model gave {self._format_errors} answers in a row without a usable "
+                "tool call; check that it supports tool calls (or set tool_format to text)."
+            )
+        return results, notes, end
+
+    async def _run_calls(
+        self, calls: list[ToolCall], notes: list[str], end: AgentEnd | None
+    ) -> tuple[list[ToolResult], str | None, AgentEnd | None]:
+        """Each call through the gate, watched for loops (a warning goes to ``notes``); once
+        the run has ended, the rest are answered as not run. Returns the results, finish's
+        summary if it was called, and the end."""
+        results: list[ToolResult] = []
+        finish: str | None = None
+        for call in calls:
+            if end is not None:
+                results.append(
+                    ToolResult(call_id=call.id, content="Not run: the run stopped.", is_error=True)
+                )
+                continue
+            result = await self.gate.execute(call, self.tools, self.all_tools, self.ctx)
+            results.append(result)
+            verdict = self.loops.observe(call, result)
+            if verdict == "warn":
+                notes.append(f"<warning>{self.loops.describe()}</warning>")
+                self.emit(Notice(level="warning", text=self.loops.describe()))
+            elif verdict == "stop":
+                end = LoopDetected(
+                    "the agent kept repeating itself after a warning "
+                    f"({call.name} with the same arguments, or failing calls in a row); the run was stopped."
+                )
+            if call.name == "finish" and not result.is_error:
+                finish = str(result.metadata.get("summary", ""))
+        return results, finish, end
+
     def _reminders(self, calls: list[ToolCall]) -> list[str]:
         if any(c.name == "todo_write" for c in calls):
             self._since_todo = 0
@@ -348,61 +384,6 @@ class Agent:
             self._since_todo = 0
             return [TODO_REMINDER.format(todos=self.todos.render())]
         return []
-
-    async def _execute(self, call: ToolCall) -> ToolResult:
-        checked = self.tools.validate(call)
-        if isinstance(checked, ToolResult):
-            if call.name in self.all_tools and call.name not in self.tools:
-                checked = ToolResult(
-                    call_id=call.id,
-                    is_error=True,
-                    content=f"{call.name} is not available in {self.policy.mode} mode; "
-                    "only read-only tools can be used now.",
-                )
-            self._emit_result(call, checked)
-            return checked
-        tool, _ = checked
-        self.emit(
-            ToolStarted(
-                call_id=call.id,
-                name=call.name,
-                arguments=call.arguments,
-                title=tool.describe(call.arguments),
-            )
-        )
-        if self.policy.needs_approval(tool.kind, call.arguments):
-            request = ApprovalRequest(
-                tool=tool.name,
-                kind=tool.kind,
-                title=tool.describe(call.arguments),
-                arguments=call.arguments,
-            )
-            decision = "deny" if self.config.headless else await self.approver(request)
-            if decision == "deny":
-                denied = ToolResult(
-                    call_id=call.id,
-                    is_error=True,
-                    content=denial_message(request, headless=self.config.headless),
-                    metadata={"denied": True},
-                )
-                self._emit_result(call, denied)
-                return denied
-            if decision == "allow_always":
-                self.policy.remember(tool.kind, call.arguments)
-        result = await self.tools.call(call, self.ctx)
-        self._emit_result(call, result)
-        return result
-
-    def _emit_result(self, call: ToolCall, result: ToolResult) -> None:
-        self.emit(
-            ToolFinished(
-                call_id=call.id,
-                name=call.name,
-                content=result.content,
-                is_error=result.is_error,
-                metadata=result.metadata,
-            )
-        )
 
     async def _query(self) -> ModelResponse:
         on_delta = (lambda text: self.emit(AssistantDelta(text=text))) if self.on_event else None

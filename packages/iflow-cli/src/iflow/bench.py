@@ -14,6 +14,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from ale.sandbox import SandboxVerbs
 from ale.trajectory import Trajectory
 from iflow.models.base import Model
 from iflow.runner import build_agent
@@ -54,7 +55,7 @@ class IflowAgent:
     async def run(
         self,
         instruction: str,
-        sandbox: Any,
+        sandbox: SandboxVerbs,
         *,
         logs_dir: Path | None = None,
         timeout_sec: float | None = None,
@@ -92,7 +93,7 @@ class IflowAgent:
         return trajectory
 
 
-def _workdir(sandbox: Any) -> str:
+def _workdir(sandbox: SandboxVerbs) -> str:
     """The sandbox's working directory (the image's WORKDIR), ``/`` when it cannot be read."""
     try:
         result = sandbox.exec("pwd", timeout=30)

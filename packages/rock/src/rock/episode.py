@@ -17,9 +17,10 @@ import traceback
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from ale.agents import BenchAgent
+from ale.sandbox import SandboxVerbs
 from ale.trajectory import FailureMode, Trajectory, VerifierResult, VerifierTest
 from rock.backends.base import SandboxError
 from rock.bench.verify import VerifierOutcome
@@ -50,10 +51,18 @@ class AgentRun:
     seconds: float = 0.0
 
 
+class EpisodeSandbox(SandboxVerbs, Protocol):
+    """The sandbox an episode lends its agent, and can interrupt at the agent's timeout."""
+
+    def interrupt(self) -> int:
+        """Stop the commands running in the sandbox; how many were."""
+        ...
+
+
 async def run_agent(
     agent: BenchAgent,
     instruction: str,
-    sandbox: Any,
+    sandbox: EpisodeSandbox,
     *,
     timeout_sec: float,
     traceback_dir: Path | None = None,

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from ale.sandbox import SandboxVerbs
 from ale.trajectory import AgentInfo, FailureMode, Role, Step, ToolCall, ToolResult, Trajectory
 
 _EXIT_LINE = re.compile(r"\n?Exit code: (-?\d+)\s*$")
@@ -202,7 +203,7 @@ class ExpertAgent:
     async def run(
         self,
         instruction: str,
-        sandbox: Any,
+        sandbox: SandboxVerbs,
         *,
         logs_dir: Path | None = None,
         timeout_sec: float | None = None,
@@ -238,7 +239,7 @@ class ExpertAgent:
         trajectory.notes = "the expert did not finish in 200 actions"
         return trajectory
 
-    def _act(self, sandbox: Any, action: Action) -> Observation:
+    def _act(self, sandbox: SandboxVerbs, action: Action) -> Observation:
         if action.kind == "write":
             path = action.path if action.path.startswith("/") else f"{self.root}/{action.path}"
             parent = path.rsplit("/", 1)[0] or "/"

@@ -36,6 +36,7 @@ from typing import Any, Protocol
 
 import yaml
 
+from ale.agents import BenchAgent
 from ale.jsonl import read_jsonl, write_jsonl
 from ale.synth.config import SynthConfig
 from ale.synth.dataset import write_dataset
@@ -381,7 +382,7 @@ class Pipeline:
         self._timed(stage, started, len(kept), len(alive) - len(kept))
         return kept
 
-    async def _episode(self, task: Task, agent: Any) -> Outcome:
+    async def _episode(self, task: Task, agent: BenchAgent) -> Outcome:
         self.episodes += 1
         return await self.runner.episode(task, agent)
 

@@ -9,10 +9,11 @@ warm pool and over one-off sandboxes; tests may pass their own.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 from pydantic import BaseModel
 
+from ale.agents import BenchAgent
 from ale.task import Task
 from ale.trajectory import FailureMode, Trajectory
 
@@ -40,7 +41,9 @@ class Outcome(BaseModel):
 class SandboxRunner(Protocol):
     """Runs episodes of tasks in sandboxes (safe to call concurrently)."""
 
-    async def episode(self, task: Task, agent: Any, *, logs_dir: Path | None = None) -> Outcome:
+    async def episode(
+        self, task: Task, agent: BenchAgent, *, logs_dir: Path | None = None
+    ) -> Outcome:
         """A fresh environment for ``task``, ``agent`` (an :class:`ale.agents.BenchAgent`)
         run on it under the task's agent timeout, then the task's tests."""
         ...

@@ -1,6 +1,6 @@
 """The sandbox workspace: the agent's tools act inside a rock sandbox.
 
-``sandbox`` is anything with rock's :class:`rock.backends.base.Sandbox` verbs; only
+``sandbox`` is anything with rock's sandbox verbs (:class:`ale.sandbox.SandboxVerbs`); only
 ``exec`` (and ``delete`` when the workspace owns the sandbox) is used, so an in-process
 docker sandbox and the daemon's :class:`rock.client.RemoteSandbox` both work. rock is
 imported lazily: iflow needs it only through the optional extra ``iflow-cli[sandbox]``.
@@ -24,8 +24,7 @@ from iflow.workspace.base import ExecOutput, Workspace
 from iflow.workspace.local import MAX_OUTPUT_BYTES, TIMEOUT_EXIT, dropped_note
 
 if TYPE_CHECKING:
-    from rock.backends.base import Sandbox
-    from rock.models import ExecResult
+    from ale.sandbox import CommandOutcome, SandboxVerbs
 
 MAX_READ_BYTES = 256 << 20
 """Largest file ``read_bytes`` returns."""
@@ -68,7 +67,7 @@ class SandboxWorkspace(Workspace):
 
     kind = "sandbox"
 
-    def __init__(self, sandbox: Sandbox, root: str = "/", *, owns: bool = False) -> None:
+    def __init__(self, sandbox: SandboxVerbs, root: str = "/", *, owns: bool = False) -> None:
         if not root.startswith("/"):
             raise WorkspaceError(f"The sandbox root {root!r} must be an absolute path.")
         self.sandbox = sandbox
@@ -76,7 +75,7 @@ class SandboxWorkspace(Workspace):
         self.owns = owns
         self._fsops_source: bytes | None = None
 
-    async def _call(self, argv: list[str], **kwargs: Any) -> ExecResult:
+    async def _call(self, argv: list[str], **kwargs: Any) -> CommandOutcome:
         try:
             return await asyncio.to_thread(self.sandbox.exec, argv, **kwargs)
         except _rock_errors() as exc:

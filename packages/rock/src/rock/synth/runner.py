@@ -21,10 +21,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
+from ale.agents import BenchAgent
 from ale.synth.runner import Outcome
 from ale.task import Task
 from ale.trajectory import FailureMode
-from rock.backends.base import Backend, PoolNotFound, pack_upload
+from rock.backends.base import Backend, PoolNotFound, Sandbox, pack_upload
 from rock.bench.verifier import toolchain
 from rock.bench.verify import AGENT_LOGS, TESTS_DIR, VERIFIER_LOGS, run_verifier, stage
 from rock.client import Client
@@ -84,7 +85,7 @@ def dockerfile_steps(task: Task) -> list[tuple[str, str]]:
     return steps
 
 
-def materialize(task: Task, sandbox: Any, *, image: str = SYNTH_IMAGE) -> str:
+def materialize(task: Task, sandbox: Sandbox, *, image: str = SYNTH_IMAGE) -> str:
     """Apply the task's Dockerfile to ``sandbox`` (started from ``image``); return the
     working directory it ends in."""
     workdir = "/"
@@ -138,7 +139,7 @@ class SandboxSource(Protocol):
 
     def acquire(self) -> Any: ...
 
-    def release(self, sandbox: Any) -> None: ...
+    def release(self, sandbox: Sandbox) -> None: ...
 
     def close(self) -> None: ...
 
@@ -224,7 +225,7 @@ class DaemonPool:
                 self.client.health()
                 return
 
-    def release(self, sandbox: Any) -> None:
+    def release(self, sandbox: Sandbox) -> None:
         try:
             sandbox.delete()
         except DaemonUnreachable:  # delete it once the daemon answers again
@@ -260,7 +261,7 @@ class FreshSandboxes:
     def acquire(self) -> Any:
         return self.backend.create(self.spec)
 
-    def release(self, sandbox: Any) -> None:
+    def release(self, sandbox: Sandbox) -> None:
         with contextlib.suppress(Exception):
             sandbox.delete()
 
@@ -287,7 +288,9 @@ class PoolRunner:
         self.on_episode = on_episode
         self.episodes = 0
 
-    async def episode(self, task: Task, agent: Any, *, logs_dir: Path | None = None) -> Outcome:
+    async def episode(
+        self, task: Task, agent: BenchAgent, *, logs_dir: Path | None = None
+    ) -> Outcome:
         started = time.monotonic()
         try:
             sandbox = await asyncio.to_thread(self.source.acquire)
@@ -319,7 +322,7 @@ class PoolRunner:
                 self.on_episode(time.monotonic() - started)
 
     async def _episode(
-        self, task: Task, agent: Any, sandbox: Any, logs_dir: Path | None, started: float
+        self, task: Task, agent: BenchAgent, sandbox: Sandbox, logs_dir: Path | None, started: float
     ) -> Outcome:
         workdir = await asyncio.to_thread(materialize, task, sandbox, image=self.image)
         options: dict[str, Any] = {}
@@ -357,7 +360,7 @@ class PoolRunner:
             seconds=round(time.monotonic() - started, 3),
         )
 
-    def _stage(self, task: Task, sandbox: Any) -> None:
+    def _stage(self, task: Task, sandbox: Sandbox) -> None:
         if not self.toolchain_ready:
             stage(task, sandbox)
             return

@@ -51,6 +51,12 @@ class _Request:
     prompt: list[int]
     max_new_tokens: int
     future: asyncio.Future[Generation]
+    version: int | None = None
+    """The backend's policy version when the request started decoding."""
+
+    def resolve(self, result: Generation) -> None:
+        if not self.future.done():
+            self.future.set_result(result.model_copy(update={"policy_version": self.version}))
 
 
 @dataclass
@@ -194,6 +200,8 @@ class GenerationQueue:
             return
         self.stats.busy_seconds += time.monotonic() - began
         self.stats.requests += len(joining)
+        for request in joining:  # weights change only under the lock this runs in
+            request.version = self.backend.policy_version
         active.update(zip(keys, joining, strict=True))
 
     async def _step(self, session: DecodeSession, active: dict[int, _Request]) -> bool:
@@ -214,8 +222,7 @@ class GenerationQueue:
         for key, result in finished:
             request = active.pop(key)
             self.stats.tokens += len(result.token_ids)
-            if not request.future.done():
-                request.future.set_result(result)
+            request.resolve(result)
         return True
 
     async def _run(self, batch: list[_Request]) -> None:
@@ -227,6 +234,8 @@ class GenerationQueue:
                 params = self.params.model_copy(
                     update={"max_new_tokens": budget, "seed": next(self._seeds)}
                 )
+                for request in requests:  # weights change only under this lock
+                    request.version = self.backend.policy_version
                 began = time.monotonic()
                 try:
                     results = await self._in_thread(
@@ -244,8 +253,7 @@ class GenerationQueue:
                 self.stats.batch_sizes.append(len(requests))
                 for request, result in zip(requests, results, strict=True):
                     self.stats.tokens += len(result.token_ids)
-                    if not request.future.done():
-                        request.future.set_result(result)
+                    request.resolve(result)
 
     @contextlib.asynccontextmanager
     async def paused(self) -> Any:
@@ -377,8 +385,9 @@ class PolicyModel:
                 f"the prompt ({len(prompt)} tokens) is longer than the policy's context "
                 f"({self.context_limit} tokens)"
             )
-        version = self.queue.backend.policy_version
+        queued = self.queue.backend.policy_version
         generation = await self.queue.generate(prompt, min(self.max_new_tokens, room))
+        version = queued if generation.policy_version is None else generation.policy_version
         token_ids = list(generation.token_ids)
         self.tokens = prompt + token_ids
         self._seen = len(messages) + 1

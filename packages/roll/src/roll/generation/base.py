@@ -42,6 +42,10 @@ class Generation(BaseModel):
     """Log-prob of each sampled id under the sampling distribution."""
     finish_reason: Literal["stop", "length"]
     """``stop``: an EOS/stop id was sampled; ``length``: ``max_new_tokens`` ran out."""
+    policy_version: int | None = None
+    """The weights' version it was sampled with, when the server knows it (a generation
+    queue sets it when the request starts: a request that waited out a weight update was
+    sampled with the new weights)."""
 
 
 @runtime_checkable
