@@ -127,11 +127,11 @@ def pairs(what: str) -> Callable[[click.Context, click.Parameter, Sequence[str]]
     return parse
 
 
-def echo_json(value: BaseModel | list[BaseModel] | dict[str, Any]) -> None:
+def echo_json(value: BaseModel | Sequence[BaseModel] | dict[str, Any]) -> None:
     def plain(item: Any) -> Any:
         if isinstance(item, BaseModel):
             return item.model_dump(mode="json")
-        if isinstance(item, list):
+        if isinstance(item, list | tuple):
             return [plain(i) for i in item]
         if isinstance(item, dict):
             return {k: plain(v) for k, v in item.items()}

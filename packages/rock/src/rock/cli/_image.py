@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any
 
 import click
 
 from rock.cli._common import daemon_options, echo_json, echo_table, fail, main
+from rock.client import Client
 from rock.errors import RockError
 
 # --- doctor -------------------------------------------------------------------------------
@@ -100,7 +100,7 @@ def build_base_cmd(tag: str | None, suite: str, mirror: str | None, force: bool)
 @image.command("ls")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 @daemon_options
-def image_ls(client: Any, as_json: bool) -> None:
+def image_ls(client: Client, as_json: bool) -> None:
     """List images sandboxes can start from: the daemon's, or the Docker engine's without one."""
     from rock.engine import connect
     from rock.errors import DaemonUnreachable

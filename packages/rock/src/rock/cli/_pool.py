@@ -17,6 +17,7 @@ from rock.cli._common import (
     main,
     spec_options,
 )
+from rock.client import Client
 from rock.errors import RockError
 
 
@@ -50,7 +51,7 @@ def _pool_line(info: Any) -> str:
 @click.option("--json", "as_json", is_flag=True, help="Print the pool as JSON.")
 @daemon_options
 def pool_set(
-    client: Any,
+    client: Client,
     name: str,
     min_idle: int | None,
     max_total: int | None,
@@ -102,7 +103,7 @@ def pool_set(
 @pool.command("ls")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 @daemon_options
-def pool_ls(client: Any, as_json: bool) -> None:
+def pool_ls(client: Client, as_json: bool) -> None:
     """List the daemon's pools with their idle, in-use and starting counts."""
     pools = client.pools()
     if as_json:
@@ -120,7 +121,7 @@ def pool_ls(client: Any, as_json: bool) -> None:
 @pool.command("rm")
 @click.argument("name")
 @daemon_options
-def pool_rm(client: Any, name: str) -> None:
+def pool_rm(client: Client, name: str) -> None:
     """Delete pool NAME: its idle sandboxes go; sandboxes handed out stay."""
     client.delete_pool(name)
     click.echo(name)

@@ -25,6 +25,7 @@ from rock.cli._common import (
     spec_options,
     when,
 )
+from rock.client import Client
 
 _STATES = ("pending", "starting", "ready", "busy", "stopped", "deleted", "error")
 _REMOTE = re.compile(r"^([A-Za-z0-9][A-Za-z0-9_.-]*):(.*)$")
@@ -42,7 +43,7 @@ def sandbox() -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the sandbox's info as JSON.")
 @daemon_options
 def sandbox_create(
-    client: Any, spec_fields: dict[str, Any], pool: str | None, no_pool: bool, as_json: bool
+    client: Client, spec_fields: dict[str, Any], pool: str | None, no_pool: bool, as_json: bool
 ) -> None:
     """Start a sandbox (or take one from a warm pool) and print its id."""
     if pool is not None and no_pool:
@@ -77,7 +78,7 @@ def sandbox_create(
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 @daemon_options
 def sandbox_ls(
-    client: Any,
+    client: Client,
     states: tuple[str, ...],
     labels: dict[str, str],
     pool: str | None,
@@ -121,7 +122,7 @@ def sandbox_ls(
 @click.option("--stdin", "forward_stdin", is_flag=True, help="Send this process's stdin to it.")
 @daemon_options
 def sandbox_exec(
-    client: Any,
+    client: Client,
     sandbox_id: str,
     command: tuple[str, ...],
     timeout: float,
@@ -176,7 +177,7 @@ def sandbox_exec(
     help="Seconds each line may run before it is interrupted (0: no limit).",
 )
 @daemon_options
-def sandbox_shell(client: Any, sandbox_id: str, timeout: float) -> None:
+def sandbox_shell(client: Client, sandbox_id: str, timeout: float) -> None:
     """A line-by-line shell in sandbox ID: each line runs in one persistent bash session.
 
     cd, variables and functions carry over between lines. 'exit' or end of input closes
@@ -240,7 +241,7 @@ def _split_remote(arg: str) -> tuple[str, str] | None:
 @click.argument("src")
 @click.argument("dst")
 @daemon_options
-def sandbox_cp(client: Any, src: str, dst: str) -> None:
+def sandbox_cp(client: Client, src: str, dst: str) -> None:
     """Copy files or trees between this machine and a sandbox, like docker cp.
 
     Exactly one of SRC and DST is ID:PATH with an absolute PATH. A directory copied to a
@@ -287,7 +288,7 @@ def sandbox_cp(client: Any, src: str, dst: str) -> None:
 @click.argument("sandbox_ids", metavar="ID...", nargs=-1, required=True)
 @click.option("--json", "as_json", is_flag=True, help="Print the removed sandboxes as JSON.")
 @daemon_options
-def sandbox_rm(client: Any, sandbox_ids: tuple[str, ...], as_json: bool) -> None:
+def sandbox_rm(client: Client, sandbox_ids: tuple[str, ...], as_json: bool) -> None:
     """Delete sandboxes. Unknown ids are reported (exit 1); the others are still removed."""
     from rock.backends.base import SandboxNotFound
 
@@ -322,7 +323,7 @@ def _head(text: str, lines: int = 3, width: int = 160) -> list[str]:
 )
 @click.option("--json", "as_json", is_flag=True, help="Print JSON: the sandbox and its commands.")
 @daemon_options
-def sandbox_logs(client: Any, sandbox_id: str, limit: int, as_json: bool) -> None:
+def sandbox_logs(client: Client, sandbox_id: str, limit: int, as_json: bool) -> None:
     """Show a sandbox's state history and the commands run in it, oldest first."""
     info = client.info(sandbox_id)
     commands = list(reversed(client.logs(sandbox_id, limit)))

@@ -34,6 +34,10 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from ale.trajectory import Role, Step, Usage
+from iflow.errors import ContextTooLong
+from iflow.models.base import DeltaCallback, ModelResponse
+from iflow.models.local import chat_messages, prompt_token_ids
+from iflow.models.parsing import parse_tool_calls
 from roll.generation.base import (
     ContinuousBackend,
     DecodeSession,
@@ -317,13 +321,9 @@ class PolicyModel:
         self.policy_versions: list[int] = []
 
     def count_tokens(self, messages: list[Step], tools: list[dict[str, Any]]) -> int:
-        from iflow.models.local import prompt_token_ids
-
         return len(prompt_token_ids(self.tokenizer, messages, tools, self.tool_format))
 
     def _render(self, messages: list[Step], tools: list[dict[str, Any]], *, gen: bool) -> str:
-        from iflow.models.local import chat_messages
-
         chat, tools_arg = chat_messages(self.tokenizer, messages, tools, self.tool_format)
         return str(
             self.tokenizer.apply_chat_template(
@@ -360,11 +360,7 @@ class PolicyModel:
                 if answered.endswith(eot):
                     return self.tokens + self._encode(eot + tail), False
         if not self._seen:
-            from iflow.models.local import prompt_token_ids
-
             return prompt_token_ids(self.tokenizer, messages, tools, self.tool_format), False
-        from iflow.models.local import prompt_token_ids
-
         return prompt_token_ids(self.tokenizer, messages, tools, self.tool_format), True
 
     async def complete(
@@ -372,12 +368,8 @@ class PolicyModel:
         messages: list[Step],
         tools: list[dict[str, Any]],
         *,
-        on_delta: Any = None,
-    ) -> Any:
-        from iflow.errors import ContextTooLong
-        from iflow.models.base import ModelResponse
-        from iflow.models.parsing import parse_tool_calls
-
+        on_delta: DeltaCallback | None = None,
+    ) -> ModelResponse:
         prompt, rewritten = self.prompt_ids(messages, tools)
         room = self.context_limit - len(prompt)
         if room <= 0:
