@@ -15,6 +15,7 @@ from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
+from ale.plugins import load_entry_point
 from ale.sandbox import SandboxVerbs
 from ale.trajectory import Trajectory
 
@@ -55,11 +56,18 @@ def available_agents() -> list[str]:
 
 
 def load_agent(name: str, **kwargs: Any) -> BenchAgent:
-    """The agent registered as ``name``, built with ``kwargs``."""
+    """The agent registered as ``name``, built with ``kwargs``; :class:`ale.plugins.PluginLoadError`
+    (one sentence) when its package fails to import."""
     for ep in entry_points(group=GROUP):
         if ep.name == name:
-            factory = ep.load()
-            return factory(**kwargs)
+            factory = load_entry_point(ep, "agent")
+            if not callable(factory):
+                raise AgentNotFound(
+                    f"the agent {name!r} ({ep.value}) is registered as something that cannot "
+                    "be built; its package must register a class or factory function."
+                )
+            agent: BenchAgent = factory(**kwargs)
+            return agent
     known = ", ".join(available_agents()) or "none"
     raise AgentNotFound(
         f"no agent named {name!r} is installed (installed agents: {known}); "

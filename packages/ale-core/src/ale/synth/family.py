@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from importlib.metadata import entry_points
 from typing import Any, ClassVar
 
+from ale.plugins import PluginLoadError, load_entry_point
 from ale.synth.expert import Action, Observation
 
 CATEGORIES = (
@@ -124,14 +125,27 @@ ENTRY_POINTS = "ale.task_families"
 """The entry-point group whose modules register families when imported."""
 
 _loaded: set[str] = set()
+_broken: dict[str, PluginLoadError] = {}
+"""Family modules that failed to import, by entry point: their families are missing."""
 
 
 def _load_installed() -> None:
-    """Import every installed family module (each registers its families), once."""
+    """Import every installed family module (each registers its families), once; a module
+    that fails is remembered in ``_broken`` and the others still load."""
     for ep in entry_points(group=ENTRY_POINTS):
-        if ep.value not in _loaded:
-            ep.load()
+        if ep.value not in _loaded and ep.value not in _broken:
+            try:
+                load_entry_point(ep, "task-family")
+            except PluginLoadError as exc:
+                _broken[ep.value] = exc
+                continue
             _loaded.add(ep.value)
+
+
+def broken_packages() -> list[PluginLoadError]:
+    """The installed family packages that failed to load (each error is one sentence)."""
+    _load_installed()
+    return list(_broken.values())
 
 
 def families() -> dict[str, Family]:
@@ -145,6 +159,11 @@ def get_family(name: str) -> Family:
     known = families()
     if name in known:
         return known[name]
+    if _broken:  # the family may be in the package that failed: say so, not "unknown"
+        raise UnknownFamily(
+            f"there is no task family named {name!r} among those that loaded; "
+            + " ".join(str(e) for e in _broken.values())
+        )
     if not known:
         raise UnknownFamily(
             f"there is no task family named {name!r}: no task families are installed; install "

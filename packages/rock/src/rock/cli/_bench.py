@@ -183,6 +183,7 @@ def bench_run(
     Exit status 0 when the run completed (whatever the agent scored), 1 on an error.
     """
     from ale.agents import AgentConfigError, AgentNotFound, parse_agent_kwargs
+    from ale.plugins import PluginLoadError
     from rock.bench.harness import BenchError, BenchOptions
 
     if resume and output is None:
@@ -212,7 +213,7 @@ def bench_run(
                 resume=resume,
             )
         )
-    except (BenchError, AgentNotFound, AgentConfigError) as exc:
+    except (BenchError, AgentNotFound, AgentConfigError, PluginLoadError) as exc:
         raise BadInput(str(exc)) from None
     except KeyboardInterrupt:
         click.echo(

@@ -178,6 +178,7 @@ def synth_run(
     import docker
 
     from ale.agents import AgentNotFound
+    from ale.plugins import PluginLoadError
     from ale.synth.config import SynthConfigError, load_config
     from ale.synth.pipeline import Pipeline, WorkDirError
     from rock.synth.image import ensure_pool_image
@@ -192,7 +193,7 @@ def synth_run(
         for path in held_out:
             if not path.is_dir():
                 raise SynthConfigError(f"--held-out {path} is not a directory; pass a task set.")
-    except (SynthConfigError, AgentNotFound) as exc:
+    except (SynthConfigError, AgentNotFound, PluginLoadError) as exc:
         raise BadInput(str(exc)) from None
     out = output or config.output_dir()
     work = (
@@ -321,8 +322,10 @@ def synth_stats(directory: Path, as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the families as JSON.")
 def synth_families(as_json: bool) -> None:
     """The task families the pipeline can generate from."""
-    from ale.synth.family import families
+    from ale.synth.family import broken_packages, families
 
+    for error in broken_packages():  # the families that did load are still listed
+        click.echo(f"rock: {error}", err=True)
     rows = [
         {
             "name": f.name,
