@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -48,7 +49,11 @@ def _config(tmp_path: Path, tiny: Path, run_dir: str, **overrides: object) -> SF
 
 
 def test_lora_trains_only_adapters_and_exports_a_merged_model(tmp_path: Path, tiny: Path) -> None:
-    final = run_sft(_config(tmp_path, tiny, "a"), log=lambda _m: None)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        final = run_sft(_config(tmp_path, tiny, "a"), log=lambda _m: None)
+    deprecations = [w for w in caught if issubclass(w.category, FutureWarning)]
+    assert not deprecations, [str(w.message) for w in deprecations]  # nothing in the run's log
     checkpoint = latest_checkpoint(tmp_path / "a")
     assert checkpoint is not None
     saved = sorted(p.name for p in (checkpoint / "model").iterdir())

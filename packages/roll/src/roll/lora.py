@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import copy
 import json
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -61,7 +62,9 @@ def apply_lora(lm: Any, config: LoraConfig, *, base_path: str | Path) -> Any:
         target_modules=list(config.target_modules),
         task_type="CAUSAL_LM",
     )
-    wrapped = get_peft_model(lm, peft_config)
+    with warnings.catch_warnings():  # peft 0.18 reads a property transformers 5 deprecated
+        warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*")
+        wrapped = get_peft_model(lm, peft_config)
     # peft records where the base came from, so an exported adapter names its base model
     wrapped.peft_config["default"].base_model_name_or_path = str(Path(base_path).resolve())
     return wrapped
@@ -90,7 +93,9 @@ def export_merged(source: Path, output: Path) -> Path:
         raise ConfigError(f"{output} exists and is not empty; give a new directory")
     base = json.loads((adapters / ADAPTER_CONFIG).read_text())["base_model_name_or_path"]
     lm, tokenizer = load_policy(base, device="cpu", dtype="float32")
-    model = PeftModel.from_pretrained(lm, adapters)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*")
+        model = PeftModel.from_pretrained(lm, adapters)
     with quiet_progress():
         model.merge_and_unload().save_pretrained(output, safe_serialization=True)
         tokenizer.save_pretrained(output)
