@@ -1,29 +1,34 @@
-"""The episode's middle, written once: an agent run under its timeout, and the verifier's
-verdict as the trajectory records it.
+"""The episode room: a task's sandbox readied, any agent run under its timeout, the tests
+put in, the verifier run, and how it ended as one value.
 
 ``rock bench`` (a trial: built image, fresh sandbox, recorded commands) and rock's synthesis
-runner (a materialised task in a pooled sandbox; what roll trains on) differ in how a task
-gets its sandbox and where logs go, not in how the agent is run or how a failure is named:
-both call :func:`run_agent` and :func:`verifier_result`, and failures come back as the one
-:class:`ale.trajectory.FailureMode`, with a sentence for people beside it.
+runner (a materialised task in a pooled sandbox; what roll trains on, and the synthesis
+stages) differ only in how a task gets its sandbox, how the tests go in and how the sandbox
+is given back: each says so in a :class:`TaskEnv`, and both run :func:`run_episode`.
+Failures come back as the one :class:`ale.trajectory.FailureMode` (what callers decide by,
+roll's "resample or score" included), with a sentence for people beside it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import time
 import traceback
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
 from ale.agents import BenchAgent
 from ale.sandbox import SandboxVerbs
+from ale.task import Task
 from ale.trajectory import FailureMode, Trajectory, VerifierResult, VerifierTest
-from rock.backends.base import SandboxError
-from rock.bench.verify import VerifierOutcome
+from rock.backends.base import Sandbox, SandboxError
+from rock.bench.verify import VerifierOutcome, run_verifier
 
 AGENT_GRACE_SEC = 5.0
 """How long past its timeout an agent may take to return its trajectory before it is
@@ -102,6 +107,157 @@ async def run_agent(
     return AgentRun(trajectory, seconds=round(time.monotonic() - started, 3))
 
 
+class TaskEnv(Protocol):
+    """Where an episode's task lives: how its sandbox is had with the task in place, how the
+    tests go in after the agent, how the sandbox is given back, and which exceptions of
+    those steps are the infrastructure's (a failure of the episode, not of the caller)."""
+
+    async def open(self, task: Task) -> tuple[Sandbox, str]:
+        """A sandbox holding ``task``, and the directory the agent starts in."""
+        ...
+
+    async def stage_tests(self, task: Task, sandbox: Sandbox) -> None:
+        """Put the task's tests (and the verifier's tools) into ``sandbox``."""
+        ...
+
+    async def close(self, sandbox: Sandbox) -> None:
+        """Give ``sandbox`` back (delete it, return it to its pool, or keep it)."""
+        ...
+
+    def failure_of(self, exc: Exception) -> FailureMode | None:
+        """The failure ``exc`` (raised while opening, staging or verifying) means; None for a
+        fault of the caller's own, which propagates."""
+        ...
+
+
+@dataclass
+class Episode:
+    """How one episode went: the agent's part, the verifier's, and the first failure."""
+
+    trajectory: Trajectory | None = None
+    verdict: VerifierOutcome | None = None
+    verifier_stdout: str = ""
+    failure: FailureMode | None = None
+    """The first thing that failed: the sandbox, the agent (timeout, error) or the verifier;
+    None when it ran through (the trajectory's own end, a turn limit say, is not one)."""
+    error: str | None = None
+    """The same for a person, one sentence."""
+    opened: bool = False
+    """Whether a sandbox was had (a failure before it: nothing ran)."""
+    setup_sec: float = 0.0
+    agent_sec: float = 0.0
+    agent_started_at: datetime | None = None
+    agent_ended_at: datetime | None = None
+    test_started_at: datetime | None = None
+    agent_failure: FailureMode | None = None
+    """The agent's part alone: ``AGENT_TIMEOUT`` or ``AGENT_ERROR`` when it returned no
+    trajectory."""
+    infrastructure_failure: FailureMode | None = None
+    """What an exception of the sandbox (or the daemon) ended the episode with, if one did."""
+
+    @property
+    def reward(self) -> float | None:
+        return self.verdict.reward if self.verdict is not None else None
+
+
+async def run_episode(
+    task: Task,
+    agent: BenchAgent,
+    env: TaskEnv,
+    *,
+    agent_timeout_sec: float,
+    test_timeout_sec: float,
+    verifier_dir: Path,
+    logs_dir: Path | None = None,
+    traceback_dir: Path | None = None,
+    agent_sandbox: Callable[[Sandbox], EpisodeSandbox] | None = None,
+    on_sandbox: Callable[[Sandbox], None] | None = None,
+) -> Episode:
+    """One episode of ``task`` with ``agent`` in ``env``: open, run the agent under its
+    timeout (through ``agent_sandbox``, a recorder say, when given), stage the tests, run the
+    verifier into ``verifier_dir`` (also after an agent timeout or error), and give the
+    sandbox back. Infrastructure failures (``env.failure_of``) end the episode as values;
+    ``on_sandbox`` sees the sandbox before it is given back."""
+    episode = Episode()
+    started = time.monotonic()
+    try:
+        sandbox, workdir = await env.open(task)
+    except Exception as exc:
+        episode.failure = episode.infrastructure_failure = _infrastructure(env, exc)
+        episode.error = f"no sandbox could be had: {exc}"
+        return episode
+    episode.opened = True
+    episode.setup_sec = round(time.monotonic() - started, 3)
+    try:
+        await _agent_and_verifier(
+            episode, task, agent, env, sandbox, workdir, agent_timeout_sec, test_timeout_sec,
+            verifier_dir, logs_dir, traceback_dir, agent_sandbox,
+        )  # fmt: skip
+    except Exception as exc:
+        episode.failure = episode.infrastructure_failure = _infrastructure(env, exc)
+        episode.error = str(exc) if isinstance(exc, SandboxError) else (
+            f"the episode failed: {type(exc).__name__}: {exc}"
+        )  # fmt: skip
+    finally:
+        if on_sandbox is not None:
+            on_sandbox(sandbox)
+        await asyncio.shield(env.close(sandbox))
+    return episode
+
+
+async def _agent_and_verifier(
+    episode: Episode,
+    task: Task,
+    agent: BenchAgent,
+    env: TaskEnv,
+    sandbox: Sandbox,
+    workdir: str,
+    agent_timeout_sec: float,
+    test_timeout_sec: float,
+    verifier_dir: Path,
+    logs_dir: Path | None,
+    traceback_dir: Path | None,
+    agent_sandbox: Callable[[Sandbox], EpisodeSandbox] | None,
+) -> None:
+    options: dict[str, Any] = {}
+    if logs_dir is not None:
+        options["logs_dir"] = logs_dir
+    if workdir != "/app" and "root" in inspect.signature(agent.run).parameters:
+        options["root"] = workdir  # agents that can start elsewhere start in the task's WORKDIR
+    episode.agent_started_at = datetime.now(UTC)
+    ran = await run_agent(
+        agent,
+        task.instruction,
+        agent_sandbox(sandbox) if agent_sandbox is not None else sandbox,
+        timeout_sec=agent_timeout_sec,
+        traceback_dir=traceback_dir,
+        **options,
+    )
+    episode.agent_ended_at = datetime.now(UTC)
+    episode.agent_sec = ran.seconds
+    episode.trajectory = ran.trajectory
+    episode.agent_failure = episode.failure = ran.failure
+    episode.error = ran.error
+    await env.stage_tests(task, sandbox)
+    episode.test_started_at = datetime.now(UTC)
+    verdict = await asyncio.to_thread(
+        run_verifier, task, sandbox, verifier_dir, timeout_sec=test_timeout_sec
+    )
+    episode.verdict = verdict
+    stdout = verifier_dir / "stdout.txt"
+    episode.verifier_stdout = stdout.read_text(errors="replace") if stdout.is_file() else ""
+    if episode.failure is None and verdict.failure_mode != FailureMode.NONE:
+        episode.failure = verdict.failure_mode
+        episode.error = verdict.error or f"the verifier failed ({verdict.failure_mode})"
+
+
+def _infrastructure(env: TaskEnv, exc: Exception) -> FailureMode:
+    failure = env.failure_of(exc)
+    if failure is None:
+        raise exc
+    return failure
+
+
 def verifier_result(
     verdict: VerifierOutcome, *, stdout: str | None = None, failure: FailureMode | None = None
 ) -> VerifierResult:
@@ -128,4 +284,14 @@ def _status(value: str) -> TestStatus:
     return _STATUSES.get(value.lower(), "error")
 
 
-__all__ = ["AGENT_GRACE_SEC", "AgentRun", "episode_threads", "run_agent", "verifier_result"]
+__all__ = [
+    "AGENT_GRACE_SEC",
+    "AgentRun",
+    "Episode",
+    "EpisodeSandbox",
+    "TaskEnv",
+    "episode_threads",
+    "run_agent",
+    "run_episode",
+    "verifier_result",
+]

@@ -36,7 +36,7 @@ from ale.agents import BenchAgent
 from ale.task import Task, TaskFormatError, detect_format, load_task
 from ale.trajectory import Trajectory, Usage
 from rock import __version__
-from rock.backends.base import Backend, SandboxError
+from rock.backends.base import Backend, Sandbox, SandboxError
 from rock.bench.agents import RecordingSandbox, agent_factory
 from rock.bench.images import ImageBuilder, TaskImageError
 from rock.bench.results import (
@@ -50,8 +50,8 @@ from rock.bench.results import (
     collect_trials,
 )
 from rock.bench.verifier import toolchain
-from rock.bench.verify import VerifierOutcome, run_verifier, stage
-from rock.episode import episode_threads, run_agent, verifier_result
+from rock.bench.verify import VerifierOutcome, stage
+from rock.episode import Episode, episode_threads, run_episode, verifier_result
 from rock.models import SandboxSpec
 
 DEFAULT_MEMORY_MB = 2048
@@ -286,24 +286,21 @@ class Harness:
             (trial_dir / "build.log").write_text(build.log)
             self.progress("built", {"task": task.id, "tag": build.tag, "sec": build.duration_sec})
 
-        t = clock()
-        try:
-            sandbox = await asyncio.to_thread(
-                self.backend.create, self._spec(task, build.tag, run_id)
-            )
-        except SandboxError as exc:
-            result.failure_mode, result.error = FailureMode.SANDBOX_ERROR, str(exc)
-            return
-        try:
-            await asyncio.to_thread(sandbox.exec, "mkdir -p /logs/agent /logs/verifier", timeout=30)
-            result.setup_sec = round(clock() - t, 3)
-            trajectory = await self._agent_phase(task, agent, sandbox, trial_dir, result, clock)
-            await self._verify_phase(task, sandbox, trial_dir, result, trajectory, clock)
-        except SandboxError as exc:
-            result.failure_mode, result.error = FailureMode.SANDBOX_ERROR, str(exc)
-        finally:
-            if not self.options.keep_sandboxes:
-                await asyncio.shield(asyncio.to_thread(_delete, sandbox))
+        logs = trial_dir / "agent"
+        logs.mkdir()
+        result.recording_path = str(trial_dir / "commands.jsonl")
+        episode = await run_episode(
+            task,
+            agent,
+            _TrialEnv(self, build.tag, run_id),
+            agent_timeout_sec=task.agent_timeout_sec * self.options.timeout_multiplier,
+            test_timeout_sec=task.test_timeout_sec * self.options.timeout_multiplier,
+            verifier_dir=trial_dir / "verifier",
+            logs_dir=logs,
+            traceback_dir=logs,
+            agent_sandbox=lambda sandbox: RecordingSandbox(sandbox, trial_dir / "commands.jsonl"),
+        )
+        _record(episode, task, result, logs)
 
     def _spec(self, task: Task, image: str, run_id: str) -> SandboxSpec:
         env = task.environment
@@ -317,69 +314,64 @@ class Harness:
             labels={LABEL_RUN: run_id, "dev.ale.rock.bench.task": task.id},
         )
 
-    async def _agent_phase(
-        self,
-        task: Task,
-        agent: BenchAgent,
-        sandbox: Any,
-        trial_dir: Path,
-        result: TrialResults,
-        clock: Callable[[], float],
-    ) -> Trajectory | None:
-        timeout = task.agent_timeout_sec * self.options.timeout_multiplier
-        recorder = RecordingSandbox(sandbox, trial_dir / "commands.jsonl")
-        result.recording_path = str(trial_dir / "commands.jsonl")
-        logs = trial_dir / "agent"
-        logs.mkdir()
-        result.agent_started_at = datetime.now(UTC)
-        t = clock()
-        ran = await run_agent(
-            agent,
-            task.instruction,
-            recorder,
-            timeout_sec=timeout,
-            traceback_dir=logs,
-            logs_dir=logs,
-        )
-        trajectory = ran.trajectory
-        if ran.failure is not None:
-            result.failure_mode, result.error = ran.failure, ran.error
-        result.agent_sec = round(clock() - t, 3)
-        result.agent_ended_at = datetime.now(UTC)
-        if trajectory is not None:
-            if trajectory.failure_mode is not None and result.failure_mode == FailureMode.NONE:
-                result.failure_mode = trajectory.failure_mode
-                result.error = trajectory.notes
-            usage = trajectory.usage or _sum_usage(trajectory)
-            result.total_input_tokens = usage.prompt_tokens
-            result.total_output_tokens = usage.completion_tokens
-            result.n_steps = len(trajectory.steps)
-        return trajectory
 
-    async def _verify_phase(
-        self,
-        task: Task,
-        sandbox: Any,
-        trial_dir: Path,
-        result: TrialResults,
-        trajectory: Trajectory | None,
-        clock: Callable[[], float],
-    ) -> None:
+class _TrialEnv:
+    """A trial's :class:`rock.episode.TaskEnv`: a fresh sandbox of the task's built image
+    (its cpus, memory and network policy), deleted after the trial unless asked to keep it."""
+
+    def __init__(self, harness: Harness, image: str, run_id: str) -> None:
+        self.harness, self.image, self.run_id = harness, image, run_id
+
+    async def open(self, task: Task) -> tuple[Sandbox, str]:
+        spec = self.harness._spec(task, self.image, self.run_id)
+        sandbox = await asyncio.to_thread(self.harness.backend.create, spec)
+        try:
+            await asyncio.to_thread(sandbox.exec, "mkdir -p /logs/agent /logs/verifier", timeout=30)
+        except BaseException:
+            await asyncio.shield(self.close(sandbox))
+            raise
+        return sandbox, "/app"
+
+    async def stage_tests(self, task: Task, sandbox: Sandbox) -> None:
         await asyncio.to_thread(stage, task, sandbox)
-        timeout = task.test_timeout_sec * self.options.timeout_multiplier
-        result.test_started_at = datetime.now(UTC)
-        outcome = await asyncio.to_thread(
-            run_verifier, task, sandbox, trial_dir / "verifier", timeout_sec=timeout
-        )
-        result.test_ended_at = outcome.ended_at
-        result.test_sec = outcome.duration_sec
-        result.is_resolved = outcome.is_resolved
-        result.reward = outcome.reward
-        result.parser_results = outcome.parser_results
-        if result.failure_mode == FailureMode.NONE and outcome.failure_mode != FailureMode.NONE:
-            result.failure_mode, result.error = outcome.failure_mode, outcome.error
-        if trajectory is not None:
-            _save_trajectory(trajectory, task, outcome, trial_dir / "agent", result)
+
+    async def close(self, sandbox: Sandbox) -> None:
+        if not self.harness.options.keep_sandboxes:
+            await asyncio.to_thread(_delete, sandbox)
+
+    def failure_of(self, exc: Exception) -> FailureMode | None:
+        return FailureMode.SANDBOX_ERROR if isinstance(exc, SandboxError) else None
+
+
+def _record(episode: Episode, task: Task, result: TrialResults, logs: Path) -> None:
+    """The episode's figures and failure into the trial's results; its trajectory saved."""
+    result.setup_sec = episode.setup_sec
+    result.agent_sec = episode.agent_sec
+    result.agent_started_at, result.agent_ended_at = (
+        episode.agent_started_at,
+        episode.agent_ended_at,
+    )
+    trajectory, verdict = episode.trajectory, episode.verdict
+    result.failure_mode, result.error = episode.failure or FailureMode.NONE, episode.error
+    if trajectory is not None:
+        usage = trajectory.usage or _sum_usage(trajectory)
+        result.total_input_tokens = usage.prompt_tokens
+        result.total_output_tokens = usage.completion_tokens
+        result.n_steps = len(trajectory.steps)
+        # the agent's own end (a turn limit...) before the verifier's failure
+        if trajectory.failure_mode is not None and not (
+            episode.agent_failure or episode.infrastructure_failure
+        ):
+            result.failure_mode, result.error = trajectory.failure_mode, trajectory.notes
+    if verdict is None:
+        return
+    result.test_started_at, result.test_ended_at = episode.test_started_at, verdict.ended_at
+    result.test_sec = verdict.duration_sec
+    result.is_resolved = verdict.is_resolved
+    result.reward = verdict.reward
+    result.parser_results = verdict.parser_results
+    if trajectory is not None:
+        _save_trajectory(trajectory, task, verdict, logs, result)
 
 
 def trial_name(task_id: str, attempt: int, n_attempts: int) -> str:

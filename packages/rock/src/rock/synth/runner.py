@@ -12,12 +12,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import inspect
 import shlex
 import tempfile
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -27,9 +25,9 @@ from ale.task import Task
 from ale.trajectory import FailureMode
 from rock.backends.base import Backend, PoolNotFound, Sandbox, pack_upload
 from rock.bench.verifier import toolchain
-from rock.bench.verify import AGENT_LOGS, TESTS_DIR, VERIFIER_LOGS, run_verifier, stage
+from rock.bench.verify import AGENT_LOGS, TESTS_DIR, VERIFIER_LOGS, stage
 from rock.client import Client
-from rock.episode import run_agent, verifier_result
+from rock.episode import run_episode, verifier_result
 from rock.errors import DaemonUnreachable, PoolExhausted, RockError, ShuttingDown
 from rock.models import SandboxSpec
 
@@ -278,87 +276,79 @@ class PoolRunner:
         *,
         image: str = SYNTH_IMAGE,
         toolchain_ready: bool = True,
-        on_episode: Callable[[float], None] | None = None,
     ) -> None:
         """``image``: what the tasks build FROM; ``toolchain_ready``: the sandboxes' image
         already holds the compiled verifier toolchain (the pool image does)."""
         self.source = source
         self.image = image
         self.toolchain_ready = toolchain_ready
-        self.on_episode = on_episode
         self.episodes = 0
+        """Episodes that had a sandbox."""
 
     async def episode(
         self, task: Task, agent: BenchAgent, *, logs_dir: Path | None = None
     ) -> Outcome:
+        """One episode in :func:`rock.episode.run_episode`, this runner its :class:`TaskEnv`."""
         started = time.monotonic()
-        try:
-            sandbox = await asyncio.to_thread(self.source.acquire)
-        except Exception as exc:
-            return Outcome(
-                failure=_infrastructure(exc), error=f"no sandbox could be had: {exc}", seconds=0.0
-            )
-        try:
-            try:
-                outcome = await self._episode(task, agent, sandbox, logs_dir, started)
-            except Exception as exc:
-                outcome = Outcome(
-                    failure=_infrastructure(exc),
-                    error=f"the episode failed: {type(exc).__name__}: {exc}",
-                    seconds=round(time.monotonic() - started, 3),
-                )
-            lost = getattr(sandbox, "daemon_lost", None)  # before the release: it may fail too
-            if lost:  # the agent or the verifier saw the daemon fail, not the task
-                return Outcome(
-                    failure=FailureMode.DAEMON_UNAVAILABLE,
-                    error=f"{DAEMON_LOST}: {lost}",
-                    seconds=outcome.seconds,
-                )
-            return outcome
-        finally:
-            await asyncio.shield(asyncio.to_thread(self.source.release, sandbox))
-            self.episodes += 1
-            if self.on_episode is not None:
-                self.on_episode(time.monotonic() - started)
+        lost: list[str] = []
 
-    async def _episode(
-        self, task: Task, agent: BenchAgent, sandbox: Sandbox, logs_dir: Path | None, started: float
-    ) -> Outcome:
-        workdir = await asyncio.to_thread(materialize, task, sandbox, image=self.image)
-        options: dict[str, Any] = {}
-        if workdir != "/app" and "root" in inspect.signature(agent.run).parameters:
-            options["root"] = workdir  # agents that can start elsewhere start in the task's WORKDIR
-        ran = await run_agent(
-            agent,
-            task.instruction,
-            sandbox,
-            timeout_sec=task.agent_timeout_sec,
-            traceback_dir=logs_dir,
-            **options,
-        )
-        await asyncio.to_thread(self._stage, task, sandbox)
+        def note_lost(sandbox: Sandbox) -> None:  # before the release: it may fail too
+            if getattr(sandbox, "daemon_lost", None):
+                lost.append(str(sandbox.daemon_lost))  # type: ignore[attr-defined]
+
         with tempfile.TemporaryDirectory(prefix="rock-synth-") as tmp:
-            out_dir = logs_dir / "verifier" if logs_dir is not None else Path(tmp)
-            verdict = await asyncio.to_thread(
-                run_verifier, task, sandbox, out_dir, timeout_sec=task.test_timeout_sec
+            episode = await run_episode(
+                task,
+                agent,
+                self,
+                agent_timeout_sec=task.agent_timeout_sec,
+                test_timeout_sec=task.test_timeout_sec,
+                verifier_dir=logs_dir / "verifier" if logs_dir is not None else Path(tmp),
+                traceback_dir=logs_dir,
+                on_sandbox=note_lost,
             )
-            stdout = (out_dir / "stdout.txt").read_text(errors="replace")
-        failure, error = ran.failure, ran.error
-        if verdict.failure_mode != FailureMode.NONE and failure is None:
-            failure = verdict.failure_mode
-            error = verdict.error or f"the verifier failed ({verdict.failure_mode})"
-        trajectory = ran.trajectory
-        if trajectory is not None:
+        seconds = round(time.monotonic() - started, 3)
+        if lost:  # the agent or the verifier saw the daemon fail, not the task
+            return Outcome(
+                failure=FailureMode.DAEMON_UNAVAILABLE, error=f"{DAEMON_LOST}: {lost[0]}",
+                seconds=seconds,
+            )  # fmt: skip
+        trajectory = episode.trajectory
+        if trajectory is not None and episode.verdict is not None:
             trajectory.task_id = trajectory.task_id or task.id
-            trajectory.reward = verdict.reward
-            trajectory.verifier = verifier_result(verdict, stdout=stdout)
+            trajectory.reward = episode.verdict.reward
+            trajectory.verifier = verifier_result(episode.verdict, stdout=episode.verifier_stdout)
         return Outcome(
-            reward=verdict.reward,
+            reward=episode.reward if episode.verdict is not None else None,
             trajectory=trajectory,
-            failure=failure,
-            error=error,
-            seconds=round(time.monotonic() - started, 3),
+            failure=episode.failure,
+            error=episode.error,
+            seconds=seconds,
         )
+
+    # -- the TaskEnv of rock.episode ----------------------------------------------------------
+
+    async def open(self, task: Task) -> tuple[Sandbox, str]:
+        """A sandbox from the source with the task's Dockerfile applied."""
+        sandbox = await asyncio.to_thread(self.source.acquire)
+        try:
+            workdir = await asyncio.to_thread(materialize, task, sandbox, image=self.image)
+        except BaseException:
+            await asyncio.shield(self.close(sandbox))
+            raise
+        return sandbox, workdir
+
+    async def stage_tests(self, task: Task, sandbox: Sandbox) -> None:
+        await asyncio.to_thread(self._stage, task, sandbox)
+
+    async def close(self, sandbox: Sandbox) -> None:
+        try:
+            await asyncio.to_thread(self.source.release, sandbox)
+        finally:
+            self.episodes += 1  # episodes that had a sandbox
+
+    def failure_of(self, exc: Exception) -> FailureMode:
+        return _infrastructure(exc)
 
     def _stage(self, task: Task, sandbox: Sandbox) -> None:
         if not self.toolchain_ready:
