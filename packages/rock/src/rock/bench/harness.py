@@ -33,6 +33,8 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from ale.agents import BenchAgent
+from ale.atif import write_atif
+from ale.jsonl import write_jsonl
 from ale.task import Task, TaskFormatError, detect_format, load_task
 from ale.trajectory import Trajectory, Usage
 from rock import __version__
@@ -378,7 +380,7 @@ def trial_name(task_id: str, attempt: int, n_attempts: int) -> str:
     return f"{task_id}.{attempt}-of-{n_attempts}"
 
 
-def _delete(sandbox: Any) -> None:
+def _delete(sandbox: Sandbox) -> None:
     with contextlib.suppress(Exception):  # already gone: the engine's clean-up covers it
         sandbox.delete()
 
@@ -397,9 +399,6 @@ def _sum_usage(trajectory: Trajectory) -> Usage:
 def _save_trajectory(
     trajectory: Trajectory, task: Task, outcome: VerifierOutcome, logs: Path, result: TrialResults
 ) -> None:
-    from ale.atif import write_atif
-    from ale.jsonl import write_jsonl
-
     trajectory.task_id = trajectory.task_id or task.id
     trajectory.reward = outcome.reward
     failure = result.failure_mode if result.error else None
