@@ -16,6 +16,7 @@ import json
 import random
 import re
 import textwrap
+from collections.abc import Callable
 
 from ale.synth.expert import Observation, shell, write
 from ale.synth.family import ExpertProgram, Family, TaskDraft, register
@@ -206,40 +207,19 @@ class ChecksumAudit(Family):
         tampered, missing = sorted(chosen[:n_bad]), sorted(chosen[n_bad:])
         extra = sorted(e.format(n=name) for e in rng.sample(_EXTRAS, n_extra))
 
-        lines = []
-        for p in paths:
-            digest = _digest(algo, original[p])
-            if layout == "bsd":
-                lines.append(f"{tag} ({prefix}{p}) = {digest}")
-            else:
-                lines.append(f"{digest} {'*' if layout == 'binary' else ' '}{prefix}{p}")
-        files: dict[str, str | bytes] = {f"{rel}/{manifest}": "\n".join(lines) + "\n"}
-        for p in paths:
-            if p in missing:
-                continue
-            data = original[p]
-            if p in tampered:
-                data = _tamper(rng, data)
-                while _digest(algo, data) == _digest(algo, original[p]):
-                    data = _tamper(rng, data)
-            files[f"{rel}/{p}"] = data
-        for p in extra:
-            files[f"{rel}/{p}"] = _content(rng, p, name)
+        files: dict[str, str | bytes] = {
+            f"{rel}/{manifest}": _manifest_text(algo, layout, prefix, paths, original)
+        }
+        files.update(
+            _release_files(rng, rel, algo, name, paths, original, (tampered, missing, extra))
+        )
 
         cats = ["tampered", "missing"] + (["extra"] if difficulty == "hard" else [])
         keys = {c: rng.choice(_KEYS[c]) for c in cats}
         expected = {keys["tampered"]: tampered, keys["missing"]: missing}
         if "extra" in keys:
             expected[keys["extra"]] = extra
-        as_json = rng.random() < 0.5
-        if as_json:
-            out = rng.choice(["/app/audit.json", "/app/verify-report.json", "/app/out/report.json"])
-            key_list = ", ".join(f"`{keys[c]}`" for c in cats)
-            ask = rng.choice(_JSON_ASK).format(out=out, keys=key_list)
-        else:
-            out = rng.choice(["/app/audit", "/app/report", "/app/results"])
-            file_list = ", ".join(f"`{keys[c]}.txt`" for c in cats)
-            ask = rng.choice(_TEXT_ASK).format(out=out, files=file_list)
+        as_json, out, ask = _draw_report(rng, cats, keys)
         defs = [f"- `{keys[c]}`: {rng.choice(_DEFS[c])}" for c in cats]
         parts = [
             rng.choice(_OPENERS).format(rel=rel, manifest=manifest),
@@ -264,51 +244,12 @@ class ChecksumAudit(Family):
         script += _solution_tail(out, as_json, keys, manifest, layout)
         solution = "\n".join(script) + "\n"
 
-        def expert() -> ExpertProgram:
-            seen: Observation = yield shell(
-                f"ls -la {rel} && cat {rel}/{manifest}",
-                "First I look at the release and its manifest to see which hash it uses.",
-            )
-            found_algo, listed = parse_manifest(seen.output)
-            if found_algo is None:
-                return "I could not tell which checksum the manifest holds."
-            check: Observation = yield shell(
-                f"cd {rel} && {found_algo}sum -c --quiet {manifest} 2>/dev/null",
-                f"The manifest lists {len(listed)} files with {found_algo.upper()} sums; "
-                f"I check them with {found_algo}sum.",
-            )
-            bad, gone = parse_check(check.output)
-            result = {keys["tampered"]: bad, keys["missing"]: gone}
-            note = f"{len(bad)} files fail the check and {len(gone)} are missing."
-            if "extra" in keys:
-                tree: Observation = yield shell(
-                    f"cd {rel} && find . -type f | sed 's|^\\./||' | sort",
-                    note + " Now I list the tree to find files the manifest does not know.",
-                )
-                on_disk = [ln for ln in tree.output.splitlines() if ln]
-                unknown = sorted(set(on_disk) - set(listed) - {manifest})
-                result[keys["extra"]] = unknown
-                note = f"{len(unknown)} files on disk are not in the manifest."
-            if as_json:
-                yield write(out, json.dumps(result, indent=2) + "\n", note + " Writing the report.")
-            else:
-                for i, (key, items) in enumerate(result.items()):
-                    text = "".join(f"{p}\n" for p in items)
-                    yield write(f"{out}/{key}.txt", text, note if i == 0 else f"Now {key}.txt.")
-            shown: Observation = yield shell(
-                f"cat {out}" if as_json else f"head -n 50 {out}/*.txt", "Let me check the report."
-            )
-            if not shown.ok:
-                return "Writing the report failed; see above."
-            counts = ", ".join(f"{len(v)} {k}" for k, v in result.items())
-            return f"Checked {rel} against {manifest}: {counts}."
-
         return TaskDraft(
             instruction=instruction,
             files=files,
             tests=tests,
             solution=solution,
-            expert=expert,
+            expert=_expert(rel, manifest, keys, as_json, out),
             params={
                 "release": rel,
                 "manifest": manifest,
@@ -327,6 +268,110 @@ class ChecksumAudit(Family):
             ],
             tags=["checksums", "integrity"],
         )
+
+
+def _manifest_text(
+    algo: str, layout: str, prefix: str, paths: list[str], original: dict[str, bytes]
+) -> str:
+    """The manifest: one line per listed path, in the drawn layout (draws nothing)."""
+    tag, _ = _ALGOS[algo]
+    lines = []
+    for p in paths:
+        digest = _digest(algo, original[p])
+        if layout == "bsd":
+            lines.append(f"{tag} ({prefix}{p}) = {digest}")
+        else:
+            lines.append(f"{digest} {'*' if layout == 'binary' else ' '}{prefix}{p}")
+    return "\n".join(lines) + "\n"
+
+
+def _release_files(
+    rng: random.Random,
+    rel: str,
+    algo: str,
+    name: str,
+    paths: list[str],
+    original: dict[str, bytes],
+    damage: tuple[list[str], list[str], list[str]],
+) -> dict[str, str | bytes]:
+    """The release tree on disk: originals, tampered copies (drawn in path order), extras."""
+    tampered, missing, extra = damage
+    files: dict[str, str | bytes] = {}
+    for p in paths:
+        if p in missing:
+            continue
+        data = original[p]
+        if p in tampered:
+            data = _tamper(rng, data)
+            while _digest(algo, data) == _digest(algo, original[p]):
+                data = _tamper(rng, data)
+        files[f"{rel}/{p}"] = data
+    for p in extra:
+        files[f"{rel}/{p}"] = _content(rng, p, name)
+    return files
+
+
+def _draw_report(
+    rng: random.Random, cats: list[str], keys: dict[str, str]
+) -> tuple[bool, str, str]:
+    """Whether the report is JSON, its path and the sentence asking for it."""
+    as_json = rng.random() < 0.5
+    if as_json:
+        out = rng.choice(["/app/audit.json", "/app/verify-report.json", "/app/out/report.json"])
+        key_list = ", ".join(f"`{keys[c]}`" for c in cats)
+        ask = rng.choice(_JSON_ASK).format(out=out, keys=key_list)
+    else:
+        out = rng.choice(["/app/audit", "/app/report", "/app/results"])
+        file_list = ", ".join(f"`{keys[c]}.txt`" for c in cats)
+        ask = rng.choice(_TEXT_ASK).format(out=out, files=file_list)
+    return as_json, out, ask
+
+
+def _expert(
+    rel: str, manifest: str, keys: dict[str, str], as_json: bool, out: str
+) -> Callable[[], ExpertProgram]:
+    """The expert: read the manifest, run the matching checker, list extras, write the report."""
+
+    def expert() -> ExpertProgram:
+        seen: Observation = yield shell(
+            f"ls -la {rel} && cat {rel}/{manifest}",
+            "First I look at the release and its manifest to see which hash it uses.",
+        )
+        found_algo, listed = parse_manifest(seen.output)
+        if found_algo is None:
+            return "I could not tell which checksum the manifest holds."
+        check: Observation = yield shell(
+            f"cd {rel} && {found_algo}sum -c --quiet {manifest} 2>/dev/null",
+            f"The manifest lists {len(listed)} files with {found_algo.upper()} sums; "
+            f"I check them with {found_algo}sum.",
+        )
+        bad, gone = parse_check(check.output)
+        result = {keys["tampered"]: bad, keys["missing"]: gone}
+        note = f"{len(bad)} files fail the check and {len(gone)} are missing."
+        if "extra" in keys:
+            tree: Observation = yield shell(
+                f"cd {rel} && find . -type f | sed 's|^\\./||' | sort",
+                note + " Now I list the tree to find files the manifest does not know.",
+            )
+            on_disk = [ln for ln in tree.output.splitlines() if ln]
+            unknown = sorted(set(on_disk) - set(listed) - {manifest})
+            result[keys["extra"]] = unknown
+            note = f"{len(unknown)} files on disk are not in the manifest."
+        if as_json:
+            yield write(out, json.dumps(result, indent=2) + "\n", note + " Writing the report.")
+        else:
+            for i, (key, items) in enumerate(result.items()):
+                text = "".join(f"{p}\n" for p in items)
+                yield write(f"{out}/{key}.txt", text, note if i == 0 else f"Now {key}.txt.")
+        shown: Observation = yield shell(
+            f"cat {out}" if as_json else f"head -n 50 {out}/*.txt", "Let me check the report."
+        )
+        if not shown.ok:
+            return "Writing the report failed; see above."
+        counts = ", ".join(f"{len(v)} {k}" for k, v in result.items())
+        return f"Checked {rel} against {manifest}: {counts}."
+
+    return expert
 
 
 def _solution_tail(

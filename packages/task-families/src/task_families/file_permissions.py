@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import random
 import textwrap
+from collections.abc import Callable
 from typing import Any
 
 from ale.synth.expert import Observation, shell
@@ -166,91 +167,27 @@ class FilePermissions(Family):
         if difficulty == "hard":
             areas += ["logs", "public"]
         dirs = {a: rng.choice(_DIRS[a]) for a in areas}
-        per = {"easy": 2, "medium": 3, "hard": 4}[difficulty]
-        files: dict[str, str] = {}
-        placed: dict[str, list[str]] = {}
-        for area in ["base", *areas]:
-            names = rng.sample(_FILES[area], min(per, len(_FILES[area])))
-            if area == "secrets" and difficulty == "hard":
-                names.append("README.txt")
-            prefix = f"{root}/{dirs[area]}" if area != "base" else root
-            placed[area] = [f"{prefix}/{n}" for n in sorted(names)]
-            for path in placed[area]:
-                files[path] = _content(path.rsplit("/", 1)[-1], proj, rng)
+        files, placed = _place_files(rng, difficulty, root, proj, areas, dirs)
         all_dirs = sorted(
             {root} | {p.rsplit("/", 1)[0] for p in files} | {f"{root}/{d}" for d in dirs.values()}
         )
 
-        expected: dict[str, list[object]] = {}
-        for d in all_dirs:
-            expected[d] = [owner, team, 0o750]
-        for p in files:
-            expected[p] = [owner, team, 0o640]
-
-        def subtree(area: str) -> list[str]:
-            top = f"{root}/{dirs[area]}"
-            return [p for p in [*all_dirs, *files] if p == top or p.startswith(top + "/")]
-
         secret_owner = svc if difficulty == "hard" else owner
-        for area in areas:
-            for p in subtree(area):
-                is_dir = p in all_dirs
-                if area == "bin" and not is_dir:
-                    expected[p][2] = 0o750
-                elif area == "secrets":
-                    expected[p] = [secret_owner, team, 0o700 if is_dir else 0o600]
-                elif area == "shared":
-                    expected[p][2] = 0o2770 if is_dir else 0o660
-                elif area in ("conf", "logs"):
-                    expected[p][0] = "root" if area == "conf" else svc
-                elif area == "public":
-                    expected[p][2] = 0o755 if is_dir else 0o644
+        expected = _policy_state(
+            root, areas, dirs, all_dirs, files, (owner, team, svc, secret_owner)
+        )
         exceptions: list[tuple[str, str]] = []
         if difficulty == "hard":
-            for area in rng.sample(sorted(_EXCEPTIONS), 3):
-                pick = (
-                    f"{root}/{dirs[area]}/README.txt"
-                    if area == "secrets"
-                    else rng.choice(placed[area])
-                )
-                expected[pick] = {
-                    "bin": [owner, team, 0o700],
-                    "secrets": [owner, team, 0o640],
-                    "shared": [owner, team, 0o440],
-                    "public": [owner, team, 0o640],
-                }[area]
-                exceptions.append((area, pick))
+            exceptions = _draw_exceptions(rng, root, dirs, placed)
+            for area, pick in exceptions:
+                expected[pick] = [owner, team, _EXCEPTION_MODES[area]]
 
-        users = [owner] + ([svc] if difficulty == "hard" else [])
-        setup = [f"groupadd {team}"]
-        setup += [f"useradd -M -g {team} -s /bin/bash {u}" for u in users]
-        setup.append(f"useradd -M -s /bin/bash {stray}")
-        modes = {p: rng.choice(_FILE_MODES) for p in sorted(files)}
-        dir_cmds = " && ".join(f"chmod {rng.choice(_DIR_MODES)} {d}" for d in all_dirs)
-        setup.append(f"chown -R root:root {root} && {dir_cmds}")
-        strays = rng.sample(sorted(files), {"easy": 1, "medium": 2, "hard": 4}[difficulty])
-        setup.append(f"chown {stray} " + " ".join(strays))
+        setup, modes = _draw_setup(
+            rng, difficulty, root, files, all_dirs, (owner, team, svc, stray)
+        )
 
         rel = {a: dirs[a] for a in areas}
-        rules = [
-            rng.choice(_RULES[a]).format(d=rel[a], owner=owner, team=team, svc=svc) for a in areas
-        ]
-        if difficulty == "hard":
-            rules.append(
-                rng.choice(_SECRET_SVC).format(d=rel["secrets"], svc=svc, team=team, owner=owner)
-            )
-        rng.shuffle(rules)
-        base_rule = rng.choice(_BASE_RULE).format(root=root, owner=owner, team=team)
-        lines = [rng.choice(_OPENERS).format(root=root), "", rng.choice(_POLICY_INTRO), ""]
-        lines += [f"- {base_rule}"] + [f"- {r}" for r in rules]
-        if exceptions:
-            lines += ["", rng.choice(_EXC_INTRO), ""]
-            lines += [
-                "- " + _EXCEPTIONS[a].format(p=p[len(root) + 1 :], owner=owner, team=team)
-                for a, p in exceptions
-            ]
-        lines += ["", "All paths above are relative to `" + root + "`. " + rng.choice(_CLOSERS)]
-        instruction = "\n".join(lines)
+        instruction = _instruction(rng, difficulty, root, rel, exceptions, (owner, team, svc))
 
         want = {p: [o, g, m] for p, (o, g, m) in sorted(expected.items())}
         tests = _tests(want)
@@ -268,25 +205,6 @@ class FilePermissions(Family):
                 )
             )
 
-        def expert() -> ExpertProgram:
-            seen: Observation = yield shell(
-                f"find {root} -printf '%M %u:%g %p\\n' | sort -k3",
-                "First I look at the tree and its current owners and modes.",
-            )
-            count = len(seen.output.splitlines())
-            yield shell(steps[0][1], f"There are {count} paths. {steps[0][0]}")
-            for thought, command in steps[1:]:
-                yield shell(command, thought)
-            check: Observation = yield shell(
-                f"find {root} -printf '%m %u:%g %p\\n' | sort -k3",
-                "Now I check the result against the policy.",
-            )
-            lines = check.output.splitlines()
-            wrong = [p for p, (o, g, m) in want.items() if f"{m:o} {o}:{g} {p}" not in lines]
-            if wrong:
-                return "These paths still differ from the policy: " + ", ".join(wrong)
-            return f"Owners and modes under {root} now follow the policy."
-
         return TaskDraft(
             instruction=instruction,
             files=dict(files),
@@ -294,7 +212,7 @@ class FilePermissions(Family):
             setup=setup,
             tests=tests,
             solution=solution,
-            expert=expert,
+            expert=_expert(root, steps, want),
             params={
                 "root": root,
                 "owner": owner,
@@ -310,6 +228,158 @@ class FilePermissions(Family):
             ],
             tags=["permissions", "chmod", "chown"],
         )
+
+
+_EXCEPTION_MODES = {"bin": 0o700, "secrets": 0o640, "shared": 0o440, "public": 0o640}
+"""The mode an exception gives its path (owned by the general owner and team)."""
+
+
+def _place_files(
+    rng: random.Random,
+    difficulty: str,
+    root: str,
+    proj: str,
+    areas: list[str],
+    dirs: dict[str, str],
+) -> tuple[dict[str, str], dict[str, list[str]]]:
+    """The tree's files with their contents, and the paths placed in each area."""
+    per = {"easy": 2, "medium": 3, "hard": 4}[difficulty]
+    files: dict[str, str] = {}
+    placed: dict[str, list[str]] = {}
+    for area in ["base", *areas]:
+        names = rng.sample(_FILES[area], min(per, len(_FILES[area])))
+        if area == "secrets" and difficulty == "hard":
+            names.append("README.txt")
+        prefix = f"{root}/{dirs[area]}" if area != "base" else root
+        placed[area] = [f"{prefix}/{n}" for n in sorted(names)]
+        for path in placed[area]:
+            files[path] = _content(path.rsplit("/", 1)[-1], proj, rng)
+    return files, placed
+
+
+def _policy_state(
+    root: str,
+    areas: list[str],
+    dirs: dict[str, str],
+    all_dirs: list[str],
+    files: dict[str, str],
+    who: tuple[str, str, str, str],
+) -> dict[str, list[object]]:
+    """[owner, group, mode] of every path under the rules (exceptions not yet applied)."""
+    owner, team, svc, secret_owner = who
+    expected: dict[str, list[object]] = {}
+    for d in all_dirs:
+        expected[d] = [owner, team, 0o750]
+    for p in files:
+        expected[p] = [owner, team, 0o640]
+
+    def subtree(area: str) -> list[str]:
+        top = f"{root}/{dirs[area]}"
+        return [p for p in [*all_dirs, *files] if p == top or p.startswith(top + "/")]
+
+    for area in areas:
+        for p in subtree(area):
+            is_dir = p in all_dirs
+            if area == "bin" and not is_dir:
+                expected[p][2] = 0o750
+            elif area == "secrets":
+                expected[p] = [secret_owner, team, 0o700 if is_dir else 0o600]
+            elif area == "shared":
+                expected[p][2] = 0o2770 if is_dir else 0o660
+            elif area in ("conf", "logs"):
+                expected[p][0] = "root" if area == "conf" else svc
+            elif area == "public":
+                expected[p][2] = 0o755 if is_dir else 0o644
+    return expected
+
+
+def _draw_exceptions(
+    rng: random.Random, root: str, dirs: dict[str, str], placed: dict[str, list[str]]
+) -> list[tuple[str, str]]:
+    """Three (area, path) exceptions of a hard draft, in the order they are stated."""
+    exceptions: list[tuple[str, str]] = []
+    for area in rng.sample(sorted(_EXCEPTIONS), 3):
+        pick = f"{root}/{dirs[area]}/README.txt" if area == "secrets" else rng.choice(placed[area])
+        exceptions.append((area, pick))
+    return exceptions
+
+
+def _draw_setup(
+    rng: random.Random,
+    difficulty: str,
+    root: str,
+    files: dict[str, str],
+    all_dirs: list[str],
+    who: tuple[str, str, str, str],
+) -> tuple[list[str], dict[str, int]]:
+    """Setup commands (users, scrambled owners and directory modes) and scrambled file modes."""
+    owner, team, svc, stray = who
+    users = [owner] + ([svc] if difficulty == "hard" else [])
+    setup = [f"groupadd {team}"]
+    setup += [f"useradd -M -g {team} -s /bin/bash {u}" for u in users]
+    setup.append(f"useradd -M -s /bin/bash {stray}")
+    modes = {p: rng.choice(_FILE_MODES) for p in sorted(files)}
+    dir_cmds = " && ".join(f"chmod {rng.choice(_DIR_MODES)} {d}" for d in all_dirs)
+    setup.append(f"chown -R root:root {root} && {dir_cmds}")
+    strays = rng.sample(sorted(files), {"easy": 1, "medium": 2, "hard": 4}[difficulty])
+    setup.append(f"chown {stray} " + " ".join(strays))
+    return setup, modes
+
+
+def _instruction(
+    rng: random.Random,
+    difficulty: str,
+    root: str,
+    rel: dict[str, str],
+    exceptions: list[tuple[str, str]],
+    who: tuple[str, str, str],
+) -> str:
+    """The instruction: opener, the policy as a list of rules, the exceptions, a closer."""
+    owner, team, svc = who
+    rules = [rng.choice(_RULES[a]).format(d=rel[a], owner=owner, team=team, svc=svc) for a in rel]
+    if difficulty == "hard":
+        rules.append(
+            rng.choice(_SECRET_SVC).format(d=rel["secrets"], svc=svc, team=team, owner=owner)
+        )
+    rng.shuffle(rules)
+    base_rule = rng.choice(_BASE_RULE).format(root=root, owner=owner, team=team)
+    lines = [rng.choice(_OPENERS).format(root=root), "", rng.choice(_POLICY_INTRO), ""]
+    lines += [f"- {base_rule}"] + [f"- {r}" for r in rules]
+    if exceptions:
+        lines += ["", rng.choice(_EXC_INTRO), ""]
+        lines += [
+            "- " + _EXCEPTIONS[a].format(p=p[len(root) + 1 :], owner=owner, team=team)
+            for a, p in exceptions
+        ]
+    lines += ["", "All paths above are relative to `" + root + "`. " + rng.choice(_CLOSERS)]
+    return "\n".join(lines)
+
+
+def _expert(
+    root: str, steps: list[tuple[str, str]], want: dict[str, list[Any]]
+) -> Callable[[], ExpertProgram]:
+    """The expert: look at the tree, apply the policy step by step, check against it."""
+
+    def expert() -> ExpertProgram:
+        seen: Observation = yield shell(
+            f"find {root} -printf '%M %u:%g %p\\n' | sort -k3",
+            "First I look at the tree and its current owners and modes.",
+        )
+        count = len(seen.output.splitlines())
+        yield shell(steps[0][1], f"There are {count} paths. {steps[0][0]}")
+        for thought, command in steps[1:]:
+            yield shell(command, thought)
+        check: Observation = yield shell(
+            f"find {root} -printf '%m %u:%g %p\\n' | sort -k3",
+            "Now I check the result against the policy.",
+        )
+        lines = check.output.splitlines()
+        wrong = [p for p, (o, g, m) in want.items() if f"{m:o} {o}:{g} {p}" not in lines]
+        if wrong:
+            return "These paths still differ from the policy: " + ", ".join(wrong)
+        return f"Owners and modes under {root} now follow the policy."
+
+    return expert
 
 
 def _policy_steps(

@@ -16,6 +16,7 @@ import hashlib
 import random
 import re
 import textwrap
+from collections.abc import Callable
 from typing import Any
 
 from ale.synth.expert import Observation, shell
@@ -212,15 +213,7 @@ class FixFailingTest(Family):
         checker = rng.choice(
             [f"check_{mod}.py", f"check_{short}.py", f"{short}_check.py", "run_checks.py"]
         )
-        helper_bugs = [b for b in module.bugs if b.func.startswith("_")]
-        public_bugs = [b for b in module.bugs if not b.func.startswith("_")]
-        if difficulty == "easy":
-            bugs = [rng.choice(public_bugs)]
-        elif difficulty == "medium":
-            bugs = [rng.choice(helper_bugs if rng.random() < 0.5 else public_bugs)]
-        else:
-            first = rng.choice(helper_bugs)
-            bugs = [first, rng.choice([b for b in public_bugs if b.func != first.func])]
+        bugs = _draw_bugs(rng, module, difficulty)
         per_func = {"easy": 1, "medium": 2, "hard": 3}[difficulty]
         checked = _pick_cases(rng, module, bugs, per_func)
         hidden = _pick_cases(rng, module, bugs, 4)
@@ -238,91 +231,20 @@ class FixFailingTest(Family):
             "purpose": module.purpose,
             "purpose_cap": module.purpose[:1].upper() + module.purpose[1:],
         }
-        parts = [
-            rng.choice(_OPENERS).format(**fill),
-            rng.choice(_ASKS).format(**fill),
-            rng.choice(_NOTES).format(**fill),
-            rng.choice(_HIDDEN),
-        ]
-        if difficulty in _HARDER:
-            parts.append(rng.choice(_HARDER[difficulty]))
-        tail = parts[2:]
-        rng.shuffle(tail)
-        instruction = " ".join(parts[:2] + tail)
+        instruction = _instruction(rng, difficulty, fill)
         tests = _tests(mod, checker, checker_sha, hidden)
         broken_lines = [line.strip() for line in broken_source.split("\n")]
         fix = " ".join(
             "-e " + _sed_quote(b.bad, b.good, broken_lines.index(b.bad) + 1) for b in bugs
         )
         solution = f"sed -i {fix} {mod}.py\npython3 {checker}\n"
-        path = f"{mod}.py"
-
-        def expert() -> ExpertProgram:
-            ran: Observation = yield shell(
-                f"python3 {checker}", "First I run the checker to see what fails."
-            )
-            fails = [line for line in ran.output.splitlines() if _FAIL.match(line)]
-            failing: list[str] = []
-            for line in fails:
-                name = _FAIL.match(line).group(1)  # type: ignore[union-attr]
-                if name not in failing:
-                    failing.append(name)
-            if not failing:
-                return "The checker reports no failures, so there is nothing to fix."
-            located: dict[int, int] = {}
-            seen: set[str] = set()
-            todo = list(failing)
-            first = _clip(fails[0][5:])
-            thought = f"`{failing[0]}` fails ({first}). Let me read its code."
-            if len(failing) > 1:
-                thought = (
-                    f"{len(fails)} cases fail, in {', '.join(failing)} (first: {first}). "
-                    "I read those functions."
-                )
-            for _round in range(3):
-                seen.update(todo)
-                view = yield shell(_grep_defs(todo, path), thought)
-                lines = _numbered(view.output)
-                for i, bug in enumerate(bugs):
-                    for number, text in lines:
-                        if i not in located and text.strip() == bug.bad:
-                            located[i] = number
-                if len(located) == len(bugs):
-                    break
-                todo = _callees(lines, seen)[:4]
-                if not todo:
-                    break
-                called = ", ".join(f"`{n}`" for n in todo)
-                thought = (
-                    f"Those bodies do not explain every failure; they call {called}, "
-                    "so I read that code next."
-                )
-                if located:
-                    thought = (
-                        f"Line {min(located.values())} looks wrong, but that does not explain "
-                        f"every failure; the code also calls {called}, so I read that next."
-                    )
-            if len(located) < len(bugs):
-                return "I could not find the faulty line from what the checker shows."
-            notes = "; ".join(
-                f"line {located[i]} `{b.bad}` should be `{b.good}` ({b.kind})"
-                for i, b in enumerate(bugs)
-            )
-            exprs = " ".join(
-                "-e " + _sed_quote(b.bad, b.good, located[i]) for i, b in enumerate(bugs)
-            )
-            yield shell(f"sed -i {exprs} {path}", f"Found it: {notes}. I fix it in place.")
-            again = yield shell(f"python3 {checker}", "Now I re-run the checker.")
-            if not again.ok:
-                return "The checker still fails after my fix; see the output above."
-            return f"Fixed {mod}.py ({notes}); {checker} now passes."
 
         return TaskDraft(
             instruction=instruction,
             files={f"/app/{mod}.py": broken_source, f"/app/{checker}": checker_text},
             tests=tests,
             solution=solution,
-            expert=expert,
+            expert=_expert(mod, checker, bugs),
             params={
                 "module": mod,
                 "topic": module.topic,
@@ -338,6 +260,104 @@ class FixFailingTest(Family):
             ],
             tags=["python", "debugging"],
         )
+
+
+def _draw_bugs(rng: random.Random, module: _Module, difficulty: str) -> list[_Bug]:
+    """The injected bugs: a public one (easy), either kind (medium), helper + public (hard)."""
+    helper_bugs = [b for b in module.bugs if b.func.startswith("_")]
+    public_bugs = [b for b in module.bugs if not b.func.startswith("_")]
+    if difficulty == "easy":
+        return [rng.choice(public_bugs)]
+    if difficulty == "medium":
+        return [rng.choice(helper_bugs if rng.random() < 0.5 else public_bugs)]
+    first = rng.choice(helper_bugs)
+    return [first, rng.choice([b for b in public_bugs if b.func != first.func])]
+
+
+def _instruction(rng: random.Random, difficulty: str, fill: dict[str, str]) -> str:
+    """The instruction: opener and ask, then the notes in a drawn order."""
+    parts = [
+        rng.choice(_OPENERS).format(**fill),
+        rng.choice(_ASKS).format(**fill),
+        rng.choice(_NOTES).format(**fill),
+        rng.choice(_HIDDEN),
+    ]
+    if difficulty in _HARDER:
+        parts.append(rng.choice(_HARDER[difficulty]))
+    tail = parts[2:]
+    rng.shuffle(tail)
+    return " ".join(parts[:2] + tail)
+
+
+def _failures(output: str) -> tuple[list[str], list[str]]:
+    """The checker's FAIL lines and the functions they name, in first-seen order."""
+    fails = [line for line in output.splitlines() if _FAIL.match(line)]
+    failing: list[str] = []
+    for line in fails:
+        name = _FAIL.match(line).group(1)  # type: ignore[union-attr]
+        if name not in failing:
+            failing.append(name)
+    return fails, failing
+
+
+def _expert(mod: str, checker: str, bugs: list[_Bug]) -> Callable[[], ExpertProgram]:
+    """The expert: run the checker, read the failing functions and their callees, fix, rerun."""
+    path = f"{mod}.py"
+
+    def expert() -> ExpertProgram:
+        ran: Observation = yield shell(
+            f"python3 {checker}", "First I run the checker to see what fails."
+        )
+        fails, failing = _failures(ran.output)
+        if not failing:
+            return "The checker reports no failures, so there is nothing to fix."
+        located: dict[int, int] = {}
+        seen: set[str] = set()
+        todo = list(failing)
+        first = _clip(fails[0][5:])
+        thought = f"`{failing[0]}` fails ({first}). Let me read its code."
+        if len(failing) > 1:
+            thought = (
+                f"{len(fails)} cases fail, in {', '.join(failing)} (first: {first}). "
+                "I read those functions."
+            )
+        for _round in range(3):
+            seen.update(todo)
+            view = yield shell(_grep_defs(todo, path), thought)
+            lines = _numbered(view.output)
+            for i, bug in enumerate(bugs):
+                for number, text in lines:
+                    if i not in located and text.strip() == bug.bad:
+                        located[i] = number
+            if len(located) == len(bugs):
+                break
+            todo = _callees(lines, seen)[:4]
+            if not todo:
+                break
+            called = ", ".join(f"`{n}`" for n in todo)
+            thought = (
+                f"Those bodies do not explain every failure; they call {called}, "
+                "so I read that code next."
+            )
+            if located:
+                thought = (
+                    f"Line {min(located.values())} looks wrong, but that does not explain "
+                    f"every failure; the code also calls {called}, so I read that next."
+                )
+        if len(located) < len(bugs):
+            return "I could not find the faulty line from what the checker shows."
+        notes = "; ".join(
+            f"line {located[i]} `{b.bad}` should be `{b.good}` ({b.kind})"
+            for i, b in enumerate(bugs)
+        )
+        exprs = " ".join("-e " + _sed_quote(b.bad, b.good, located[i]) for i, b in enumerate(bugs))
+        yield shell(f"sed -i {exprs} {path}", f"Found it: {notes}. I fix it in place.")
+        again = yield shell(f"python3 {checker}", "Now I re-run the checker.")
+        if not again.ok:
+            return "The checker still fails after my fix; see the output above."
+        return f"Fixed {mod}.py ({notes}); {checker} now passes."
+
+    return expert
 
 
 def _tests(mod: str, checker: str, sha: str, cases: list[tuple[str, Args, Any]]) -> str:

@@ -15,6 +15,7 @@ import json
 import random
 import re
 import textwrap
+from collections.abc import Callable
 
 from ale.synth.expert import Observation, shell, write
 from ale.synth.family import ExpertProgram, Family, TaskDraft, register
@@ -331,62 +332,15 @@ class LogSummary(Family):
         mixed = difficulty != "easy"
         noisy = difficulty == "hard"
 
-        entries: list[tuple[str, str]] = []
-        lines: list[str] = []
-        t = rng.randrange(0, 20000)
-        month = rng.randint(1, 12)
-        weights = [_WEIGHTS[lv] for lv in levels]
-        for _ in range(n):
-            t += rng.randint(1, 400)
-            level = rng.choices(levels, weights)[0]
-            comp = rng.choice(comps)
-            shown = level.upper() if upper_in_log else level
-            if mixed and rng.random() < 0.25:
-                shown = rng.choice([level.upper(), level.capitalize(), level])
-            entries.append((level, comp))
-            host = f"web-{rng.randint(1, 4)}"
-            msg = rng.choice(_MESSAGES)
-            lines.append(_render(fmt, keys, order_keys, (month, t), shown, comp, msg, host))
-            if mixed and rng.random() < 0.04:
-                lines.append("")
-            if noisy and level in ("error", "fatal") and rng.random() < 0.5:
-                if fmt == "json":
-                    cut = _render(fmt, keys, order_keys, (month, t), shown, comp, msg, host)
-                    lines.append(cut[: rng.randint(10, len(cut) // 2)])
-                else:
-                    lines.extend(_NOISE[: rng.randint(2, 4)])
-            if noisy and rng.random() < 0.01:
-                lines.append("--- log rotated ---")
+        entries, lines = _draw_log(
+            rng, n, (fmt, keys, order_keys), levels, comps, (upper_in_log, mixed, noisy)
+        )
 
         filt: tuple[str, str | list[str]] | None = None
         counted = entries
         filter_text = ""
         if noisy:
-            if key == "component":
-                occurring = sorted({lv for lv, _ in entries}, key=_LEVELS.index)
-                present = [lv for lv in occurring if lv in ("warn", "error", "fatal")] or occurring
-                chosen = sorted(
-                    rng.sample(present, rng.randint(1, len(present))), key=_LEVELS.index
-                )
-                filt = ("level", chosen)
-                counted = [e for e in entries if e[0] in chosen]
-                names = " or ".join(f"`{c.upper() if case == 'upper' else c}`" for c in chosen)
-                filter_text = rng.choice(
-                    [
-                        f"Only count entries whose level is {names} (in any case).",
-                        f"Leave out everything except entries at level {names}, whatever the case.",
-                    ]
-                )
-            else:
-                comp = rng.choice(sorted({c for _, c in entries}))
-                filt = ("component", comp)
-                counted = [e for e in entries if e[1] == comp]
-                filter_text = rng.choice(
-                    [
-                        f"Only count the entries of the `{comp}` component.",
-                        f"Restrict the count to entries logged by `{comp}`.",
-                    ]
-                )
+            filt, counted, filter_text = _draw_filter(rng, key, case, entries)
         counts: dict[str, int] = {}
         for level, comp in counted:
             name = (level.upper() if case == "upper" else level) if key == "level" else comp
@@ -418,34 +372,9 @@ class LogSummary(Family):
             ]
         )
         label = "level" if key == "level" else "component"
-        ask = (
-            rng.choice(_ASKS[key])
-            + " "
-            + rng.choice(_FORMATS_OUT[style]).format(
-                out=out, key=label, order=rng.choice(_ORDERS[order])
-            )
+        instruction = _instruction(
+            rng, (key, case, style, order), (log, app, out, label), noisy, filter_text
         )
-        ask = ask.replace(" ;", ";")
-        parts = [rng.choice(_OPENERS).format(log=log, app=app), ask]
-        extra = []
-        if key == "level":
-            extra.append(rng.choice(_CASE_NOTES[case]))
-        if noisy:
-            extra += [rng.choice(_NOISE_NOTES), filter_text]
-        extra.append(
-            rng.choice(
-                [
-                    f"Only include {label}s that actually occur.",
-                    f"Leave out any {label} with no entries.",
-                    "Do not list names with a count of zero.",
-                    "Names that never occur must not be listed.",
-                    f"Every {label} that appears at least once must be in the report.",
-                ]
-            )
-        )
-        extra.append(rng.choice(_WHY).format(key=label))
-        rng.shuffle(extra)
-        instruction = " ".join(p for p in parts + extra if p)
         script = _script(
             log, out, _parse_code(fmt, level_key, comp_key), key, case, style, order, filt
         )
@@ -455,34 +384,12 @@ class LogSummary(Family):
         )
         tests = _tests(out, style, key, expected)
 
-        def expert() -> ExpertProgram:
-            seen: Observation = yield shell(
-                f"head -n 8 {log}; echo; wc -l {log}",
-                "First I look at how the log lines are written.",
-            )
-            found = _detect(seen.output)
-            if found is None:
-                return "I could not recognise the line format of the log."
-            got_fmt, lk, ck = found
-            if got_fmt in ("json", "logfmt"):
-                note = f"The log is {_DESCRIBE[got_fmt]}; the level is under `{lk}` and the component under `{ck}`."
-            else:
-                note = f"Each line is {_DESCRIBE[got_fmt]}, so a regular expression will do."
-            program = _script(log, out, _parse_code(got_fmt, lk, ck), key, case, style, order, filt)
-            yield write("/app/count_log.py", program, note + " I write a small script for it.")
-            ran = yield shell(
-                f"python3 /app/count_log.py && cat {out}", "Now I run it and check the report."
-            )
-            if not ran.ok:
-                return "The script failed; see the output above."
-            return f"Wrote the per-{label} counts of {log} to {out}."
-
         return TaskDraft(
             instruction=instruction,
             files={log: "\n".join(lines) + "\n"},
             tests=tests,
             solution=solution,
-            expert=expert,
+            expert=_expert(log, out, (key, case, style, order), filt),
             params={
                 "format": fmt,
                 "key": key,
@@ -503,6 +410,147 @@ class LogSummary(Family):
             ],
             tags=["logs", "text"],
         )
+
+
+def _draw_log(
+    rng: random.Random,
+    n: int,
+    layout: tuple[str, dict[str, str], list[str]],
+    levels: list[str],
+    comps: list[str],
+    flags: tuple[bool, bool, bool],
+) -> tuple[list[tuple[str, str]], list[str]]:
+    """``n`` (level, component) entries and the log lines showing them, noise included."""
+    fmt, keys, order_keys = layout
+    upper_in_log, mixed, noisy = flags
+    entries: list[tuple[str, str]] = []
+    lines: list[str] = []
+    t = rng.randrange(0, 20000)
+    month = rng.randint(1, 12)
+    weights = [_WEIGHTS[lv] for lv in levels]
+    for _ in range(n):
+        t += rng.randint(1, 400)
+        level = rng.choices(levels, weights)[0]
+        comp = rng.choice(comps)
+        shown = level.upper() if upper_in_log else level
+        if mixed and rng.random() < 0.25:
+            shown = rng.choice([level.upper(), level.capitalize(), level])
+        entries.append((level, comp))
+        host = f"web-{rng.randint(1, 4)}"
+        msg = rng.choice(_MESSAGES)
+        lines.append(_render(fmt, keys, order_keys, (month, t), shown, comp, msg, host))
+        if mixed and rng.random() < 0.04:
+            lines.append("")
+        if noisy and level in ("error", "fatal") and rng.random() < 0.5:
+            if fmt == "json":
+                cut = _render(fmt, keys, order_keys, (month, t), shown, comp, msg, host)
+                lines.append(cut[: rng.randint(10, len(cut) // 2)])
+            else:
+                lines.extend(_NOISE[: rng.randint(2, 4)])
+        if noisy and rng.random() < 0.01:
+            lines.append("--- log rotated ---")
+    return entries, lines
+
+
+def _draw_filter(
+    rng: random.Random, key: str, case: str, entries: list[tuple[str, str]]
+) -> tuple[tuple[str, str | list[str]], list[tuple[str, str]], str]:
+    """A hard draft's filter (on the other key), the entries it keeps and its sentence."""
+    if key == "component":
+        occurring = sorted({lv for lv, _ in entries}, key=_LEVELS.index)
+        present = [lv for lv in occurring if lv in ("warn", "error", "fatal")] or occurring
+        chosen = sorted(rng.sample(present, rng.randint(1, len(present))), key=_LEVELS.index)
+        names = " or ".join(f"`{c.upper() if case == 'upper' else c}`" for c in chosen)
+        filter_text = rng.choice(
+            [
+                f"Only count entries whose level is {names} (in any case).",
+                f"Leave out everything except entries at level {names}, whatever the case.",
+            ]
+        )
+        return ("level", chosen), [e for e in entries if e[0] in chosen], filter_text
+    comp = rng.choice(sorted({c for _, c in entries}))
+    filter_text = rng.choice(
+        [
+            f"Only count the entries of the `{comp}` component.",
+            f"Restrict the count to entries logged by `{comp}`.",
+        ]
+    )
+    return ("component", comp), [e for e in entries if e[1] == comp], filter_text
+
+
+def _instruction(
+    rng: random.Random,
+    report: tuple[str, str, str, str],
+    where: tuple[str, str, str, str],
+    noisy: bool,
+    filter_text: str,
+) -> str:
+    """The instruction: opener and ask, then the notes in a drawn order."""
+    key, case, style, order = report
+    log, app, out, label = where
+    ask = (
+        rng.choice(_ASKS[key])
+        + " "
+        + rng.choice(_FORMATS_OUT[style]).format(
+            out=out, key=label, order=rng.choice(_ORDERS[order])
+        )
+    )
+    ask = ask.replace(" ;", ";")
+    parts = [rng.choice(_OPENERS).format(log=log, app=app), ask]
+    extra = []
+    if key == "level":
+        extra.append(rng.choice(_CASE_NOTES[case]))
+    if noisy:
+        extra += [rng.choice(_NOISE_NOTES), filter_text]
+    extra.append(
+        rng.choice(
+            [
+                f"Only include {label}s that actually occur.",
+                f"Leave out any {label} with no entries.",
+                "Do not list names with a count of zero.",
+                "Names that never occur must not be listed.",
+                f"Every {label} that appears at least once must be in the report.",
+            ]
+        )
+    )
+    extra.append(rng.choice(_WHY).format(key=label))
+    rng.shuffle(extra)
+    return " ".join(p for p in parts + extra if p)
+
+
+def _expert(
+    log: str,
+    out: str,
+    report: tuple[str, str, str, str],
+    filt: tuple[str, str | list[str]] | None,
+) -> Callable[[], ExpertProgram]:
+    """The expert: look at the log's format, write a counting script for it, run it."""
+    key, case, style, order = report
+    label = "level" if key == "level" else "component"
+
+    def expert() -> ExpertProgram:
+        seen: Observation = yield shell(
+            f"head -n 8 {log}; echo; wc -l {log}",
+            "First I look at how the log lines are written.",
+        )
+        found = _detect(seen.output)
+        if found is None:
+            return "I could not recognise the line format of the log."
+        got_fmt, lk, ck = found
+        if got_fmt in ("json", "logfmt"):
+            note = f"The log is {_DESCRIBE[got_fmt]}; the level is under `{lk}` and the component under `{ck}`."
+        else:
+            note = f"Each line is {_DESCRIBE[got_fmt]}, so a regular expression will do."
+        program = _script(log, out, _parse_code(got_fmt, lk, ck), key, case, style, order, filt)
+        yield write("/app/count_log.py", program, note + " I write a small script for it.")
+        ran = yield shell(
+            f"python3 /app/count_log.py && cat {out}", "Now I run it and check the report."
+        )
+        if not ran.ok:
+            return "The script failed; see the output above."
+        return f"Wrote the per-{label} counts of {log} to {out}."
+
+    return expert
 
 
 def _tests(out: str, style: str, key: str, expected: list[tuple[str, int]]) -> str:

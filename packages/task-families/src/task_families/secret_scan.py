@@ -17,6 +17,7 @@ import random
 import re
 import string
 import textwrap
+from collections.abc import Callable
 from typing import Any
 
 from ale.synth.expert import Observation, shell, write
@@ -275,81 +276,20 @@ class SecretScan(Family):
         n_real += rng.randint(0, 1)
         hosts = rng.sample(_HOSTS, {"easy": 3, "medium": 4, "hard": 6}[difficulty])
         hosts = [(p.format(pkg=pkg), f) for p, f in hosts]
-        # host path -> list of (line text, secret value or None)
-        slots: dict[str, list[tuple[str, str | None]]] = {p: [] for p, _ in hosts}
-        fmt_of = dict(hosts)
         flat_kinds = [k for k in kinds if k != "pem"]
-        real_kinds = flat_kinds + [rng.choice(flat_kinds) for _ in range(n_real - len(kinds))]
-        used: set[tuple[str, str]] = set()
+        slots = _place_secrets(rng, hosts, kinds, n_real, n_decoy)
 
-        def place(kind: str) -> tuple[str, str]:
-            """A host file and a key name not used in it yet."""
-            options = [(p, k) for p in sorted(slots) for k in _KEYS[kind] if (p, k) not in used]
-            path, key = rng.choice(options)
-            used.add((path, key))
-            return path, key
-
-        for kind in real_kinds:
-            path, key = place(kind)
-            value = _token(rng, kind)
-            slots[path].append((_render(fmt_of[path], key, value), value))
-        for _ in range(n_decoy):
-            kind = rng.choice(flat_kinds)
-            path, key = place(kind)
-            value = rng.choice(_PLACEHOLDERS[kind])
-            if kind == "password" and fmt_of[path] == "py" and rng.random() < 0.5:
-                value = rng.choice([f'os.environ["{key}"]', f'os.getenv("{key}")'])
-            slots[path].append((_render(fmt_of[path], key, value), None))
-
-        files: dict[str, str] = {}
-        redacted: dict[str, str] = {}
-        report: list[str] = []
-        secrets: dict[str, list[str]] = {}
         marker = rng.choice(_MARKERS)
-        for path, fmt in hosts:
-            filler = [f.format(proj=proj) for f in _FILLER[fmt]]
-            body: list[tuple[str, str | None]] = [
-                (f, None) for f in rng.sample(filler, rng.randint(3, len(filler)))
-            ]
-            for slot in slots[path]:
-                body.insert(rng.randint(0, len(body)), slot)
-            first = _FIRST.get(fmt, [])
-            head = [(first[0], None)] if fmt == "sh" else []
-            head.append((f"# {proj}: {path.rsplit('/', 1)[-1]}", None))
-            head += [(line, None) for line in first[len(head) - 1 :]]
-            lines = head + body
-            files[path] = "\n".join(t for t, _ in lines) + "\n"
-            for i, (_text, secret) in enumerate(lines, 1):
-                if secret is not None:
-                    report.append(f"{path}:{i}")
-                    secrets.setdefault(path, []).append(secret)
-            if path in secrets:
-                redacted[path] = (
-                    "\n".join(t.replace(v, marker) if v else t for t, v in lines) + "\n"
-                )
+        files, redacted, report, secrets = _host_files(rng, proj, hosts, slots, marker)
         if "pem" in kinds:
-            path = rng.choice(_PEM_PATHS)
-            block = _pem(rng, rng.choice(_PEM_TYPES))
+            path, block, pub, pub_text = _draw_pem_pair(rng)
             files[path] = "\n".join(block) + "\n"
             redacted[path] = marker + "\n"
             report.append(f"{path}:1")
             secrets[path] = block[1:-1]
-            pub = rng.choice(["keys/signing.pub", "certs/server.crt", "certs/ca.pem"])
-            label = "PUBLIC KEY" if pub.endswith(".pub") else "CERTIFICATE"
-            files[pub] = "\n".join(_pem(rng, label)) + "\n"
+            files[pub] = pub_text
         if difficulty != "easy":
-            fixture = rng.choice(["tests/fixtures/credentials.env", "tests/fixtures/fake.env"])
-            fixture_lines = [rng.choice(_FIXTURE_HEADERS)]
-            for kind in rng.sample(flat_kinds, len(flat_kinds)):
-                fixture_lines.append(_render("env", rng.choice(_KEYS[kind]), _token(rng, kind)))
-            files[fixture] = "\n".join(fixture_lines) + "\n"
-            example = (
-                "\n".join(
-                    _render("env", _KEYS[k][0], rng.choice(_PLACEHOLDERS[k])) for k in flat_kinds
-                )
-                + "\n"
-            )
-            files[".env.example"] = example
+            files.update(_fixture_files(rng, flat_kinds))
         files["README.md"] = (
             f"# {proj}\n\nInternal service. Configure it through environment variables"
             + ("; see `.env.example`.\n" if ".env.example" in files else ".\n")
@@ -359,24 +299,7 @@ class SecretScan(Family):
         proj_dir = f"/app/{proj}"
         abs_files: dict[str, str | bytes] = {f"{proj_dir}/{p}": c for p, c in sorted(files.items())}
         out = rng.choice(_REPORTS)
-        descs = [rng.choice(_KIND_DESC[k]).format() for k in kinds]
-        rng.shuffle(descs)
-        parts = [
-            rng.choice(_OPENERS).format(proj=proj),
-            "",
-            rng.choice(_LOOK_FOR),
-            "",
-            *[f"- {d}" for d in descs],
-            "",
-            rng.choice(_NOT_SECRET).format()
-            + (" " + rng.choice(_FIXTURE) if difficulty != "easy" else ""),
-            "",
-            rng.choice(_REPORT).format(report=f"/app/{out}", proj=proj),
-            rng.choice(_REDACT).format(marker=marker),
-        ]
-        if "pem" in kinds:
-            parts.append(rng.choice(_PEM_REDACT).format(marker=marker))
-        instruction = "\n".join(parts)
+        instruction = _instruction(rng, difficulty, proj, kinds, out, marker)
 
         untouched = {
             f"{proj_dir}/{p}": _sha(c) for p, c in sorted(files.items()) if p not in redacted
@@ -386,62 +309,13 @@ class SecretScan(Family):
         )
         solution = _solution(proj_dir, f"/app/{out}", marker, sorted(report), secrets)
 
-        def expert() -> ExpertProgram:
-            hits: Observation = yield shell(
-                f"{GREP} {proj} 2>/dev/null",
-                "I grep the tree for the credential patterns and password assignments.",
-            )
-            found = []
-            for row in hits.output.splitlines():
-                name, _, rest = row.partition(":")
-                line, _, content = rest.partition(":")
-                if line.isdigit():
-                    found.append((name, int(line), content))
-            names = sorted({n for n, _, _ in found})
-            if not names:
-                return "grep found nothing that looks like a credential."
-            heads: Observation = yield shell(
-                "head -n 1 " + " ".join(names) + " 2>/dev/null",
-                f"{len(found)} hits in {len(names)} files. Before deciding, I check the file "
-                "headers for test fixtures.",
-            )
-            fake = set()
-            current = names[0] if len(names) == 1 else ""
-            for row in heads.output.splitlines():
-                m = re.match(r"==> (.*) <==", row)
-                if m:
-                    current = m.group(1)
-                elif "fake" in row.lower() and current:
-                    fake.add(current)
-            real: list[list[Any]] = []
-            for name, line_no, content in found:
-                got = None if name in fake else classify(content)
-                if got is not None:
-                    real.append([name, line_no, got[0], got[1]])
-            rel = [f"{n[len(proj) + 1 :]}:{ln}" for n, ln, _, _ in real]
-            skipped = len(found) - len(real)
-            yield write(
-                f"/app/{out}",
-                "\n".join(rel) + "\n",
-                f"{len(real)} hits are real; {skipped} are placeholders, env lookups or fake "
-                f"fixtures ({', '.join(sorted(fake)) or 'none'}). I write the report first.",
-            )
-            yield write("/tmp/redact.py", _redactor(real, marker), "Now a small redaction script.")
-            check: Observation = yield shell(
-                f"python3 /tmp/redact.py && {GREP} {proj}; cat /app/{out}",
-                "I run it and grep again: only the look-alikes should be left.",
-            )
-            if "Traceback" in check.output:
-                return "The redaction script failed; see above."
-            return f"Reported {len(real)} leaks in /app/{out} and replaced them with {marker}."
-
         return TaskDraft(
             instruction=instruction,
             files=abs_files,
             modes={f"{proj_dir}/{p}": 0o755 for p, f in hosts if f == "sh"},
             tests=tests,
             solution=solution,
-            expert=expert,
+            expert=_expert(proj, out, marker),
             params={
                 "project": proj_dir,
                 "kinds": kinds,
@@ -456,6 +330,173 @@ class SecretScan(Family):
             ],
             tags=["secrets", "grep", "sed"],
         )
+
+
+def _place_secrets(
+    rng: random.Random, hosts: list[tuple[str, str]], kinds: list[str], n_real: int, n_decoy: int
+) -> dict[str, list[tuple[str, str | None]]]:
+    """Host path -> its planted lines: (line text, secret value, or None for a decoy)."""
+    slots: dict[str, list[tuple[str, str | None]]] = {p: [] for p, _ in hosts}
+    fmt_of = dict(hosts)
+    flat_kinds = [k for k in kinds if k != "pem"]
+    real_kinds = flat_kinds + [rng.choice(flat_kinds) for _ in range(n_real - len(kinds))]
+    used: set[tuple[str, str]] = set()
+
+    def place(kind: str) -> tuple[str, str]:
+        """A host file and a key name not used in it yet."""
+        options = [(p, k) for p in sorted(slots) for k in _KEYS[kind] if (p, k) not in used]
+        path, key = rng.choice(options)
+        used.add((path, key))
+        return path, key
+
+    for kind in real_kinds:
+        path, key = place(kind)
+        value = _token(rng, kind)
+        slots[path].append((_render(fmt_of[path], key, value), value))
+    for _ in range(n_decoy):
+        kind = rng.choice(flat_kinds)
+        path, key = place(kind)
+        value = rng.choice(_PLACEHOLDERS[kind])
+        if kind == "password" and fmt_of[path] == "py" and rng.random() < 0.5:
+            value = rng.choice([f'os.environ["{key}"]', f'os.getenv("{key}")'])
+        slots[path].append((_render(fmt_of[path], key, value), None))
+    return slots
+
+
+def _host_files(
+    rng: random.Random,
+    proj: str,
+    hosts: list[tuple[str, str]],
+    slots: dict[str, list[tuple[str, str | None]]],
+    marker: str,
+) -> tuple[dict[str, str], dict[str, str], list[str], dict[str, list[str]]]:
+    """Host files (filler plus planted lines), their redacted texts, leak lines and secrets."""
+    files: dict[str, str] = {}
+    redacted: dict[str, str] = {}
+    report: list[str] = []
+    secrets: dict[str, list[str]] = {}
+    for path, fmt in hosts:
+        filler = [f.format(proj=proj) for f in _FILLER[fmt]]
+        body: list[tuple[str, str | None]] = [
+            (f, None) for f in rng.sample(filler, rng.randint(3, len(filler)))
+        ]
+        for slot in slots[path]:
+            body.insert(rng.randint(0, len(body)), slot)
+        first = _FIRST.get(fmt, [])
+        head = [(first[0], None)] if fmt == "sh" else []
+        head.append((f"# {proj}: {path.rsplit('/', 1)[-1]}", None))
+        head += [(line, None) for line in first[len(head) - 1 :]]
+        lines = head + body
+        files[path] = "\n".join(t for t, _ in lines) + "\n"
+        for i, (_text, secret) in enumerate(lines, 1):
+            if secret is not None:
+                report.append(f"{path}:{i}")
+                secrets.setdefault(path, []).append(secret)
+        if path in secrets:
+            redacted[path] = "\n".join(t.replace(v, marker) if v else t for t, v in lines) + "\n"
+    return files, redacted, report, secrets
+
+
+def _draw_pem_pair(rng: random.Random) -> tuple[str, list[str], str, str]:
+    """A leaked private key (path, PEM lines) and a public look-alike (path, text)."""
+    path = rng.choice(_PEM_PATHS)
+    block = _pem(rng, rng.choice(_PEM_TYPES))
+    pub = rng.choice(["keys/signing.pub", "certs/server.crt", "certs/ca.pem"])
+    label = "PUBLIC KEY" if pub.endswith(".pub") else "CERTIFICATE"
+    return path, block, pub, "\n".join(_pem(rng, label)) + "\n"
+
+
+def _fixture_files(rng: random.Random, flat_kinds: list[str]) -> dict[str, str]:
+    """A test fixture of fake tokens (marked as fake) and a `.env.example` of placeholders."""
+    fixture = rng.choice(["tests/fixtures/credentials.env", "tests/fixtures/fake.env"])
+    fixture_lines = [rng.choice(_FIXTURE_HEADERS)]
+    for kind in rng.sample(flat_kinds, len(flat_kinds)):
+        fixture_lines.append(_render("env", rng.choice(_KEYS[kind]), _token(rng, kind)))
+    files = {fixture: "\n".join(fixture_lines) + "\n"}
+    files[".env.example"] = (
+        "\n".join(_render("env", _KEYS[k][0], rng.choice(_PLACEHOLDERS[k])) for k in flat_kinds)
+        + "\n"
+    )
+    return files
+
+
+def _instruction(
+    rng: random.Random, difficulty: str, proj: str, kinds: list[str], out: str, marker: str
+) -> str:
+    """The instruction: what to look for, what is not a secret, the report, the redaction."""
+    descs = [rng.choice(_KIND_DESC[k]).format() for k in kinds]
+    rng.shuffle(descs)
+    parts = [
+        rng.choice(_OPENERS).format(proj=proj),
+        "",
+        rng.choice(_LOOK_FOR),
+        "",
+        *[f"- {d}" for d in descs],
+        "",
+        rng.choice(_NOT_SECRET).format()
+        + (" " + rng.choice(_FIXTURE) if difficulty != "easy" else ""),
+        "",
+        rng.choice(_REPORT).format(report=f"/app/{out}", proj=proj),
+        rng.choice(_REDACT).format(marker=marker),
+    ]
+    if "pem" in kinds:
+        parts.append(rng.choice(_PEM_REDACT).format(marker=marker))
+    return "\n".join(parts)
+
+
+def _expert(proj: str, out: str, marker: str) -> Callable[[], ExpertProgram]:
+    """The expert: grep for credentials, check file headers for fakes, report, redact, recheck."""
+
+    def expert() -> ExpertProgram:
+        hits: Observation = yield shell(
+            f"{GREP} {proj} 2>/dev/null",
+            "I grep the tree for the credential patterns and password assignments.",
+        )
+        found = []
+        for row in hits.output.splitlines():
+            name, _, rest = row.partition(":")
+            line, _, content = rest.partition(":")
+            if line.isdigit():
+                found.append((name, int(line), content))
+        names = sorted({n for n, _, _ in found})
+        if not names:
+            return "grep found nothing that looks like a credential."
+        heads: Observation = yield shell(
+            "head -n 1 " + " ".join(names) + " 2>/dev/null",
+            f"{len(found)} hits in {len(names)} files. Before deciding, I check the file "
+            "headers for test fixtures.",
+        )
+        fake = set()
+        current = names[0] if len(names) == 1 else ""
+        for row in heads.output.splitlines():
+            m = re.match(r"==> (.*) <==", row)
+            if m:
+                current = m.group(1)
+            elif "fake" in row.lower() and current:
+                fake.add(current)
+        real: list[list[Any]] = []
+        for name, line_no, content in found:
+            got = None if name in fake else classify(content)
+            if got is not None:
+                real.append([name, line_no, got[0], got[1]])
+        rel = [f"{n[len(proj) + 1 :]}:{ln}" for n, ln, _, _ in real]
+        skipped = len(found) - len(real)
+        yield write(
+            f"/app/{out}",
+            "\n".join(rel) + "\n",
+            f"{len(real)} hits are real; {skipped} are placeholders, env lookups or fake "
+            f"fixtures ({', '.join(sorted(fake)) or 'none'}). I write the report first.",
+        )
+        yield write("/tmp/redact.py", _redactor(real, marker), "Now a small redaction script.")
+        check: Observation = yield shell(
+            f"python3 /tmp/redact.py && {GREP} {proj}; cat /app/{out}",
+            "I run it and grep again: only the look-alikes should be left.",
+        )
+        if "Traceback" in check.output:
+            return "The redaction script failed; see above."
+        return f"Reported {len(real)} leaks in /app/{out} and replaced them with {marker}."
+
+    return expert
 
 
 def _redactor(real: list[list[Any]], marker: str) -> str:

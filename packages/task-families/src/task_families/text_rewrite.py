@@ -182,7 +182,10 @@ _OUT_INPLACE = [
 ]
 
 
-def _rewrite(text: str, cfg: dict) -> str:
+# The tasks' oracle (and the expert's script) embed this function's source, so it stays
+# as written: splitting it would change every generated text-rewrite task. _script strips
+# the noqa marker below from the embedded copy, so the generated files stay the same.
+def _rewrite(text: str, cfg: dict) -> str:  # noqa: C901
     """Apply the rules in ``cfg`` to ``text`` (outside fenced code blocks)."""
     import re
 
@@ -524,7 +527,8 @@ class TextRewrite(Family):
 
 
 def _script(src: str, out: str, cfg: dict) -> str:
-    body = inspect.getsource(_rewrite)
+    # the lint marker on the def line is not part of the oracle the tasks ship
+    body = inspect.getsource(_rewrite).replace("  # noqa: C901", "", 1)
     return (
         "import os\n\n\n"
         + body
