@@ -44,6 +44,16 @@ class CommandOutcome(Protocol):
     @property
     def timed_out(self) -> bool: ...
 
+    @property
+    def oom_killed(self) -> bool:
+        """The sandbox's memory limit killed the command."""
+        ...
+
+    @property
+    def ok(self) -> bool:
+        """It exited 0 within its time."""
+        ...
+
 
 class SandboxVerbs(Protocol):
     """One isolated place to run commands and move files (rock's ``Sandbox``)."""

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from ale.agents import AgentConfigError
+from ale.sandbox import SandboxVerbs
 from ale.trajectory import Trajectory
 from iflow.bench import IflowAgent
 from iflow.errors import ConfigError as IflowConfigError
@@ -152,7 +153,7 @@ class PolicyAgent:
     async def run(
         self,
         instruction: str,
-        sandbox: Any,
+        sandbox: SandboxVerbs,
         *,
         logs_dir: Path | None = None,
         timeout_sec: float | None = None,

@@ -11,6 +11,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Protocol
 
+from ale.sandbox import SandboxVerbs
 from rock.errors import RockError
 from rock.models import DEFAULT_MAX_OUTPUT, ExecRequest, ExecResult, SandboxSpec, SessionResult
 
@@ -104,15 +105,11 @@ class Sandbox(abc.ABC):
 
     def upload(self, local: Path, remote: str) -> None:
         """Copy a local file or tree to ``remote`` (a tree's contents go under it), keeping modes."""
-        local = Path(local)
-        if not local.exists():
-            raise SandboxError(f"{local} does not exist on this machine; check the path.")
-        data, target = pack_upload(local, remote)
-        self.put_archive(target, data)
+        upload(self, local, remote)
 
     def download(self, remote: str, local: Path) -> None:
         """Copy a file or tree from the sandbox to ``local``, keeping modes."""
-        unpack_download(self.get_archive(remote), Path(local))
+        download(self, remote, local)
 
     def status(self) -> dict[str, Any]:
         """What the backend knows of the sandbox: ``state`` (running, exited, deleted…) and more."""
@@ -168,6 +165,21 @@ class Backend(abc.ABC):
     def images(self) -> builtins.list[dict[str, Any]]:
         """Images sandboxes can start from: dicts with id, tags, size_mb, created."""
         return []
+
+
+def upload(sandbox: SandboxVerbs, local: Path, remote: str) -> None:
+    """Copy a local file or tree to ``remote`` in any sandbox (a tree's contents go under
+    it), keeping modes: :meth:`Sandbox.upload` for a sandbox known only by its verbs."""
+    local = Path(local)
+    if not local.exists():
+        raise SandboxError(f"{local} does not exist on this machine; check the path.")
+    data, target = pack_upload(local, remote)
+    sandbox.put_archive(target, data)
+
+
+def download(sandbox: SandboxVerbs, remote: str, local: Path) -> None:
+    """Copy a file or tree from any sandbox to ``local``, keeping modes."""
+    unpack_download(sandbox.get_archive(remote), Path(local))
 
 
 def pack_upload(local: Path, remote: str, *, mtime: int | None = None) -> tuple[bytes, str]:

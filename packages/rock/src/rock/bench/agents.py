@@ -20,8 +20,10 @@ from typing import Any
 import yaml
 
 from ale.agents import BenchAgent, load_agent
+from ale.sandbox import SandboxVerbs
 from ale.task import Task
 from ale.trajectory import AgentInfo, FailureMode, Role, Step, ToolCall, ToolResult, Trajectory
+from rock.backends.base import upload
 from rock.models import DEFAULT_MAX_OUTPUT, ExecRequest, ExecResult, SessionResult
 
 BUILTIN_AGENTS = ("oracle", "nop")
@@ -39,7 +41,7 @@ class NopAgent:
     async def run(
         self,
         instruction: str,
-        sandbox: Any,
+        sandbox: SandboxVerbs,
         *,
         logs_dir: Path | None = None,
         timeout_sec: float | None = None,
@@ -61,7 +63,7 @@ class OracleAgent:
     async def run(
         self,
         instruction: str,
-        sandbox: Any,
+        sandbox: SandboxVerbs,
         *,
         logs_dir: Path | None = None,
         timeout_sec: float | None = None,
@@ -105,15 +107,15 @@ class OracleAgent:
                 break
         return trajectory
 
-    def _stage(self, sandbox: Any, solution: Path) -> list[str]:
+    def _stage(self, sandbox: SandboxVerbs, solution: Path) -> list[str]:
         """Upload the solution; return the commands that run it."""
         if solution.name == "solution.yaml":
             steps = yaml.safe_load(solution.read_text()) or []
             return [str(s["command"]) for s in steps if isinstance(s, dict) and s.get("command")]
         if self.task.source_format == "tb2":
-            sandbox.upload(solution.parent, SOLUTION_DIR)
+            upload(sandbox, solution.parent, SOLUTION_DIR)
             return [f"bash {SOLUTION_DIR}/{solution.name}"]
-        sandbox.upload(solution, f"{ORACLE_DIR}/{solution.name}")
+        upload(sandbox, solution, f"{ORACLE_DIR}/{solution.name}")
         return [f"bash {ORACLE_DIR}/{solution.name}"]
 
 

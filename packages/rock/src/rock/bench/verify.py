@@ -19,7 +19,9 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from ale.sandbox import SandboxVerbs
 from ale.task import Task
+from rock.backends.base import download, upload
 from rock.bench.results import FailureMode
 from rock.bench.verifier import toolchain
 
@@ -100,17 +102,19 @@ def read_reward(text: str, *, json_form: bool) -> float:
     raise ValueError("reward.json holds neither a number nor an object with a 'reward' key")
 
 
-def stage(task: Task, sandbox: Any) -> None:
+def stage(task: Task, sandbox: SandboxVerbs) -> None:
     """Copy the tests and the toolchain in; make the log directories."""
     sandbox.exec(f"mkdir -p {TESTS_DIR} {VERIFIER_LOGS} {AGENT_LOGS}", timeout=60)
     if task.tests_dir is not None and task.tests_dir.is_dir():
-        sandbox.upload(task.tests_dir, TESTS_DIR)
+        upload(sandbox, task.tests_dir, TESTS_DIR)
     if task.source_format == "tb1":
-        sandbox.upload(task.test_script, f"{TESTS_DIR}/run-tests.sh")
+        upload(sandbox, task.test_script, f"{TESTS_DIR}/run-tests.sh")
     toolchain.install(sandbox)
 
 
-def run_verifier(task: Task, sandbox: Any, out_dir: Path, *, timeout_sec: float) -> VerifierOutcome:
+def run_verifier(
+    task: Task, sandbox: SandboxVerbs, out_dir: Path, *, timeout_sec: float
+) -> VerifierOutcome:
     """Run the task's tests in ``sandbox``; write stdout/stderr (and /logs/verifier) to
     ``out_dir``."""
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -168,6 +172,6 @@ def run_verifier(task: Task, sandbox: Any, out_dir: Path, *, timeout_sec: float)
     return outcome
 
 
-def _fetch_logs(sandbox: Any, out_dir: Path) -> None:
+def _fetch_logs(sandbox: SandboxVerbs, out_dir: Path) -> None:
     with contextlib.suppress(Exception):  # empty or missing: the reward check says enough
-        sandbox.download(VERIFIER_LOGS, out_dir / "logs")
+        download(sandbox, VERIFIER_LOGS, out_dir / "logs")

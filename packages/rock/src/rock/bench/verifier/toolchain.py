@@ -31,6 +31,7 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
+from ale.sandbox import SandboxVerbs
 from rock.errors import RockError
 
 TOOLCHAIN_DIR = "/opt/rock-verifier"
@@ -201,7 +202,7 @@ def archive(*, wheels: Path | None = None) -> bytes:
         return _packed[key]
 
 
-def install(sandbox: Any) -> None:
+def install(sandbox: SandboxVerbs) -> None:
     """Unpack the toolchain at :data:`TOOLCHAIN_DIR` in ``sandbox`` and make it importable."""
     sandbox.put_archive(TOOLCHAIN_DIR, archive())
     sandbox.exec(PTH_SETUP, timeout=60)
