@@ -11,9 +11,14 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
+from ale.chunking import chunk_ids  # noqa: E402
 from iflow.models.tiny import build_tiny_model  # noqa: E402
+from roll.algo.batch import Sample  # noqa: E402
+from roll.algo.losses import LossSpec  # noqa: E402
+from roll.config import OptimConfig  # noqa: E402
 from roll.errors import GenerationError  # noqa: E402
 from roll.generation import GenerationBackend, HFBackend, SamplingParams  # noqa: E402
+from roll.update import Updater  # noqa: E402
 
 TEXTS = [
     "hello world",
@@ -408,3 +413,38 @@ def test_session_fits_the_batch_bounds(backend: HFBackend, prompts: list[list[in
     assert session.fits([500], [100])  # alone in an empty session, as in a sub-batch
     session.admit([prompts[0]], [20])
     assert not session.fits([10, 10], [1, 1])
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_the_trainer_scores_the_policy_that_sampled(
+    backend: HFBackend, prompts: list[list[int]], temperature: float
+) -> None:
+    """RL at temperature T trains the tempered policy: the updater's log-probs of the sampled
+    tokens are the sampler's (ratio 1 before any update), and T=1 ones would not be."""
+    params = SamplingParams(max_new_tokens=8, temperature=temperature, seed=9)
+    gens = backend.generate(prompts[:2], params)
+    samples = [
+        Sample(
+            input_ids=list(prompt) + list(gen.token_ids),
+            rl_mask=[False] * len(prompt) + [True] * len(gen.token_ids),
+            chunk_ids=chunk_ids(
+                list(prompt) + list(gen.token_ids),
+                [False] * len(prompt) + [True] * len(gen.token_ids),
+            ),
+        )
+        for prompt, gen in zip(prompts[:2], gens, strict=True)
+    ]
+    lm = copy.deepcopy(backend.model)
+
+    def scored(at: float) -> list[float]:
+        updater = Updater(
+            lm, OptimConfig(lr=1e-3), total_steps=1, spec=LossSpec(), pad_id=0,
+            micro_batch_tokens=4096, max_bad_steps=1, temperature=at,
+        )  # fmt: skip
+        return [v for s, row in zip(samples, updater.logprobs(samples), strict=True)
+                for v, m in zip(row, s.rl_mask, strict=True) if m]  # fmt: skip
+
+    sampled = [v for gen in gens for v in gen.logprobs]
+    assert scored(temperature) == pytest.approx(sampled, abs=1e-4)
+    if temperature != 1.0:
+        assert scored(1.0) != pytest.approx(sampled, abs=1e-3)

@@ -75,8 +75,24 @@ def _head_is_linear(config: Any) -> bool:
     )
 
 
+def tempered_logprobs(logits: Any, temperature: float = 1.0) -> Any:
+    """``log_softmax`` of ``logits / temperature`` in float32: the log-probs of the policy that
+    samples at ``temperature`` (RL trains that policy; 1 is the model itself)."""
+    logits = logits.float()
+    if temperature != 1.0:
+        logits = logits / temperature
+    return torch.log_softmax(logits, dim=-1)
+
+
 def _scored_logprobs(
-    lm: Any, input_ids: Any, attention_mask: Any, rows: Any, cols: Any, targets: Any, entropy: bool
+    lm: Any,
+    input_ids: Any,
+    attention_mask: Any,
+    rows: Any,
+    cols: Any,
+    targets: Any,
+    entropy: bool,
+    temperature: float = 1.0,
 ) -> tuple[Any, Any]:
     if rows.numel() == 0:
         zero = sum(p.sum() for p in lm.parameters()) * 0.0  # keeps every parameter in the graph
@@ -89,7 +105,7 @@ def _scored_logprobs(
         logits = head(hidden[rows, cols - 1])
     else:
         logits = lm(input_ids=input_ids, attention_mask=attention_mask).logits[rows, cols - 1]
-    logps = torch.log_softmax(logits.float(), dim=-1)
+    logps = tempered_logprobs(logits, temperature)
     chosen = logps.gather(-1, targets[:, None]).squeeze(-1)
     ent = None
     if entropy:
@@ -97,8 +113,11 @@ def _scored_logprobs(
     return chosen, ent
 
 
-def scored_logprobs(lm: Any, collated: Any, *, entropy: bool = False) -> tuple[Any, Any]:
-    """Log-probs (and entropies) of a collated micro-batch's scored tokens under ``lm``."""
+def scored_logprobs(
+    lm: Any, collated: Any, *, entropy: bool = False, temperature: float = 1.0
+) -> tuple[Any, Any]:
+    """Log-probs (and entropies) of a collated micro-batch's scored tokens under ``lm``
+    sampling at ``temperature``."""
     return _scored_logprobs(
         lm,
         collated.input_ids,
@@ -107,4 +126,5 @@ def scored_logprobs(lm: Any, collated: Any, *, entropy: bool = False) -> tuple[A
         collated.cols,
         collated.targets,
         entropy,
+        temperature,
     )

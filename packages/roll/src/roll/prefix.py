@@ -29,7 +29,7 @@ from typing import Any
 import torch
 
 from roll.algo.batch import Collated, Sample, collate
-from roll.models import scored_logprobs
+from roll.models import scored_logprobs, tempered_logprobs
 
 MIN_SHARED = 16
 """Shorter common prefixes are not worth a second forward call."""
@@ -193,29 +193,33 @@ def shared_hidden(lm: Any, col: SharedCollated) -> torch.Tensor:
     return torch.where(in_prefix[:, None], prefix_h, suffix_h)
 
 
-def shared_scored_logprobs(lm: Any, col: SharedCollated, entropy: bool = False) -> tuple[Any, Any]:
+def shared_scored_logprobs(
+    lm: Any, col: SharedCollated, entropy: bool = False, temperature: float = 1.0
+) -> tuple[Any, Any]:
     """Log-probs (and entropies) of ``col.plain``'s scored tokens, prefixes run once."""
     if col.plain.rows.numel() == 0:
-        return scored_logprobs(lm, col.plain, entropy=entropy)
+        return scored_logprobs(lm, col.plain, entropy=entropy, temperature=temperature)
     head = lm.get_output_embeddings()
     logits = head(shared_hidden(lm, col))
-    logps = torch.log_softmax(logits.float(), dim=-1)
+    logps = tempered_logprobs(logits, temperature)
     chosen = logps.gather(-1, col.plain.targets[:, None]).squeeze(-1)
     ent = -(logps.exp() * logps).sum(-1) if entropy else None
     return chosen, ent
 
 
 class ScoredForward(torch.nn.Module):
-    """The policy as the trainer differentiates it: ids in, scored tokens' log-probs out."""
+    """The policy as the trainer differentiates it: ids in, scored tokens' log-probs out
+    (of the policy that samples at ``temperature``, as the rollouts did)."""
 
-    def __init__(self, lm: Any) -> None:
+    def __init__(self, lm: Any, temperature: float = 1.0) -> None:
         super().__init__()
         self.lm = lm
+        self.temperature = temperature
 
     def forward(
         self, collated: Collated | SharedCollated, entropy: bool = False
     ) -> tuple[Any, Any]:
         """A plain micro-batch, or a shared one whose group prefixes run once."""
         if isinstance(collated, SharedCollated):
-            return shared_scored_logprobs(self.lm, collated, entropy)
-        return scored_logprobs(self.lm, collated, entropy=entropy)
+            return shared_scored_logprobs(self.lm, collated, entropy, self.temperature)
+        return scored_logprobs(self.lm, collated, entropy=entropy, temperature=self.temperature)

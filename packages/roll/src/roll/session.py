@@ -75,6 +75,14 @@ def ensure_model(model: ModelConfig) -> Path:
     return path
 
 
+def trained_temperature(config: TrainConfig | SFTConfig) -> float:
+    """The temperature whose policy RL trains: the rollouts' (greedy rollouts, 0, train the
+    model itself); SFT trains the model itself."""
+    if isinstance(config, TrainConfig) and config.rollout.temperature > 0:
+        return config.rollout.temperature
+    return 1.0
+
+
 def check_model(config: TrainConfig | SFTConfig) -> int | None:
     """Check the model directory is complete (with a chat template where trajectories or an
     agent's prompts are rendered); the model's context window, when its config names one."""
@@ -212,6 +220,7 @@ class Session:
             amp_dtype=self.amp_dtype,
             parallel=config.run.parallel,
             share_prefix=config.run.share_prefix,
+            temperature=trained_temperature(config),
         )
         if self.resume and self.existing is not None:
             set_model = set_optimizer = None

@@ -196,6 +196,7 @@ def _update(
                 updater.micro_batch_tokens,
                 session.device,
                 updater._autocast,
+                temperature=updater.temperature,
             )
             for sample, ref in zip(mine, refs, strict=True):
                 sample.ref = ref

@@ -77,8 +77,12 @@ class Updater:
         amp_dtype: torch.dtype | None = None,
         parallel: Parallel = "ddp",
         share_prefix: bool = False,
+        temperature: float = 1.0,
     ) -> None:
+        """``temperature``: the rollouts' sampling temperature; the trained log-probs are
+        those of ``lm``'s logits divided by it (the policy that sampled them)."""
         self.lm = lm
+        self.temperature = temperature
         self.world = world or World()
         self.device = device
         self.spec = spec
@@ -92,7 +96,7 @@ class Updater:
         """Group prefixes run once per micro-batch (see :mod:`roll.prefix`); not under FSDP,
         whose layers would be gathered twice per forward."""
         """The parameters are sharded between the processes (FSDP): ``lm``'s are DTensors."""
-        self.module = wrap_model(ScoredForward(lm), self.world, device, parallel)
+        self.module = wrap_model(ScoredForward(lm, temperature), self.world, device, parallel)
         self.optimizer, self.scheduler = make_optimizer(lm, optim, total_steps)
         self.bad_steps = 0
         self.updates = 0
@@ -213,7 +217,13 @@ class Updater:
         elsewhere): the old log-probs before several updates, or the reference's."""
         if not self.sharded:
             return scored_logprobs_of(
-                self.lm, samples, self.pad_id, self.micro_batch_tokens, self.device, self._autocast
+                self.lm,
+                samples,
+                self.pad_id,
+                self.micro_batch_tokens,
+                self.device,
+                self._autocast,
+                temperature=self.temperature,
             )
         # sharded: through the root module, every process as many micro-batches
         was_training = self.lm.training
@@ -247,8 +257,11 @@ def scored_logprobs_of(
     micro_batch_tokens: int,
     device: str,
     autocast: Any = contextlib.nullcontext,
+    *,
+    temperature: float = 1.0,
 ) -> list[list[float]]:
-    """Log-probs of each sample's scored tokens under ``lm``, laid out per position."""
+    """Log-probs of each sample's scored tokens under ``lm`` (sampling at ``temperature``),
+    laid out per position."""
     was_training = lm.training
     lm.eval()
     out: dict[int, list[float]] = {}
@@ -256,7 +269,7 @@ def scored_logprobs_of(
         for batch in micro_batches(samples, micro_batch_tokens):
             col = collate(batch, pad_id=pad_id, device=device)
             with autocast():
-                logp, _ = scored_logprobs(lm, col)
+                logp, _ = scored_logprobs(lm, col, temperature=temperature)
             out.update(_by_position(batch, col, logp))
     finally:
         lm.train(was_training)
