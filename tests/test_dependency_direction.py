@@ -96,3 +96,64 @@ def test_the_checker_catches_an_upward_import(tmp_path: Path) -> None:
     bad = tmp_path / "bad.py"
     bad.write_text("import rock.engine\nfrom iflow import cli\nfrom . import sibling\n")
     assert _imports(bad) == {"rock", "iflow"}
+
+
+def _module_name(src: Path, path: Path) -> str:
+    parts = list(path.relative_to(src.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _top_level_imports(path: Path, known: set[str]) -> set[str]:
+    """The package's own modules ``path`` imports when it is imported (not inside functions,
+    not under ``if TYPE_CHECKING:``): ``from a.b import c`` counts ``a.b.c`` when it is a module."""
+    found: set[str] = set()
+
+    def visit(statements: list[ast.stmt]) -> None:
+        for node in statements:
+            if isinstance(node, ast.If):
+                test = ast.unparse(node.test)
+                if "TYPE_CHECKING" not in test:
+                    visit(node.body)
+                    visit(node.orelse)
+            elif isinstance(node, ast.Try):
+                visit(node.body)
+            elif isinstance(node, ast.Import):
+                found.update(a.name for a in node.names if a.name in known)
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                for alias in node.names:
+                    child = f"{node.module}.{alias.name}"
+                    if child in known:
+                        found.add(child)
+                    elif node.module in known:
+                        found.add(node.module)
+
+    visit(ast.parse(path.read_text(), filename=str(path)).body)
+    return found
+
+
+@pytest.mark.parametrize("dist", list(PACKAGES))
+def test_no_import_cycles_inside_a_package(dist: str) -> None:
+    """A cycle is broken by moving the shared piece down, never by an import inside a
+    function: so the modules' top-level imports of their own package form no cycle."""
+    src = ROOT / "packages" / dist / "src" / PACKAGES[dist]
+    paths = {_module_name(src, p): p for p in src.rglob("*.py")}
+    graph = {m: _top_level_imports(p, set(paths)) - {m} for m, p in paths.items()}
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    cycles: list[list[str]] = []
+
+    def walk(module: str, path: list[str]) -> None:
+        state[module] = 1
+        for dep in sorted(graph[module]):
+            if state.get(dep) == 1:
+                cycles.append([*path[path.index(dep) :], dep])
+            elif dep not in state:
+                walk(dep, [*path, dep])
+        state[module] = 2
+
+    for module in sorted(graph):
+        if module not in state:
+            walk(module, [module])
+    # a package's __init__ re-exporting its modules, which import siblings through it, is
+    # Python's usual package shape: only cycles between modules count
+    real = [c for c in cycles if not any(paths[m].name == "__init__.py" for m in c)]
+    assert not real, "import cycles: " + "; ".join(" -> ".join(c) for c in real)
