@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import importlib.util
+import io
+import tarfile
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -122,7 +124,8 @@ class FakeSandbox:
         self.result = result
         self.files = files or {}
         self.commands: list[tuple[Any, dict[str, Any]]] = []
-        self.uploads: list[tuple[Path, str]] = []
+        self.archives: list[tuple[str, list[str]]] = []
+        """Each ``put_archive``: the directory and the archive's member names."""
 
     def exec(self, command: Any, **kwargs: Any) -> ExecResult:
         self.commands.append((command, kwargs))
@@ -137,11 +140,15 @@ class FakeSandbox:
             raise FileNotFoundError(path)
         return self.files[path]
 
-    def download(self, src: str, dest: Path) -> None:
-        dest.mkdir(parents=True, exist_ok=True)
+    def put_archive(self, directory: str, data: bytes) -> None:
+        with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+            self.archives.append((directory, sorted(tar.getnames())))
 
-    def upload(self, src: Path, dest: str) -> None:
-        self.uploads.append((Path(src), dest))
+    def get_archive(self, path: str) -> bytes:
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w"):
+            pass  # nothing there: an empty archive
+        return buf.getvalue()
 
 
 def tb2_task(tmp_path: Path) -> Task:

@@ -184,7 +184,8 @@ async def test_oracle_runs_the_solution_script(tmp_path: Path) -> None:
     task = load_task(make_task(tmp_path, "solved", solution="#!/bin/bash\necho done\n"))
     sandbox = FakeSandbox(ExecResult(exit_code=0, stdout=b"done\n"))
     trajectory = await agent_factory("oracle")(task).run(task.instruction, sandbox, timeout_sec=100)
-    assert sandbox.uploads == [(task.path / "solution", "/solution")]
+    (archive,) = sandbox.archives  # the solution folder put at /solution
+    assert archive[0] == "/solution" and "solve.sh" in archive[1]
     assert [c for c, _ in sandbox.commands] == ["bash /solution/solve.sh"]
     assert [s.role for s in trajectory.steps] == [Role.USER, Role.ASSISTANT, Role.TOOL]
     result = trajectory.steps[2].tool_results[0]
