@@ -434,7 +434,7 @@ class HFDecodeSession:
         was_training = model.training
         model.eval()
         try:
-            with torch.inference_mode():
+            with torch.inference_mode(), _decode_attention(model):
                 yield model
         finally:
             model.train(was_training)
@@ -499,6 +499,21 @@ def _generator(device: Any, seed: int | None) -> torch.Generator:
     else:
         generator.manual_seed(seed)
     return generator
+
+
+def _decode_attention(model: Any) -> contextlib.AbstractContextManager[Any]:
+    """On CUDA, attention (SDPA) without its cuDNN backend. PyTorch picks cuDNN for bf16, and
+    cuDNN builds an execution plan for every new key length: about 2 ms of CPU per layer
+    call, which each decode step is (on an H200, bf16 generation ran 10x slower than fp32 for
+    it; benchmarks/roll_gpu.py). Flash and memory-efficient attention have no such cost."""
+
+    if next(model.parameters()).device.type != "cuda":
+        return contextlib.nullcontext()
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    return sdpa_kernel(
+        [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
+    )
 
 
 def _sample(
