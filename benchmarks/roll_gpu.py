@@ -1,8 +1,9 @@
 """roll on a GPU: generation tokens/s GPU vs CPU, and update tokens/s in bf16 autocast vs fp32.
 
 Setup on a GPU machine (no internet and no model hub are needed: every model is built here
-with random weights). Expected: a Python with torch (a CUDA build) and transformers 5.x, plus
-pydantic and pyyaml (roll's configuration); then, from the repository root:
+with random weights). Expected: a Python with torch (a CUDA build) and transformers 5.24 (the
+version constraints.txt pins; the HF backend reads the ``cache`` output, which 5.24 has and
+5.17 lacks), plus pydantic and pyyaml (roll's configuration); then, from the repository root:
 
     python -m pip install -e packages/ale-core -e packages/iflow-cli -e packages/roll --no-deps
     python benchmarks/roll_gpu.py

@@ -293,8 +293,9 @@ class PoolRunner:
         lost: list[str] = []
 
         def note_lost(sandbox: Sandbox) -> None:  # before the release: it may fail too
-            if getattr(sandbox, "daemon_lost", None):
-                lost.append(str(sandbox.daemon_lost))  # type: ignore[attr-defined]
+            why = getattr(sandbox, "daemon_lost", None)  # a RemoteSandbox's; others have none
+            if why:
+                lost.append(str(why))
 
         with tempfile.TemporaryDirectory(prefix="rock-synth-") as tmp:
             episode = await run_episode(
@@ -319,7 +320,7 @@ class PoolRunner:
             trajectory.reward = episode.verdict.reward
             trajectory.verifier = verifier_result(episode.verdict, stdout=episode.verifier_stdout)
         return Outcome(
-            reward=episode.reward if episode.verdict is not None else None,
+            reward=episode.reward,
             trajectory=trajectory,
             failure=episode.failure,
             error=episode.error,

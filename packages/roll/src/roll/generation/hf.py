@@ -293,6 +293,7 @@ class HFDecodeSession:
         self.params = params
         model = backend._live_model()
         device = backend._device_of(model)
+        self._on_cuda = torch.device(device).type == "cuda"
         self._generator = generator or _generator(device, params.seed)
         stops = sorted({*backend.eos_token_ids, *params.stop_token_ids})
         self._stops = torch.tensor(stops, dtype=torch.long, device=device)
@@ -434,7 +435,7 @@ class HFDecodeSession:
         was_training = model.training
         model.eval()
         try:
-            with torch.inference_mode(), _decode_attention(model):
+            with torch.inference_mode(), _decode_attention(self._on_cuda):
                 yield model
         finally:
             model.train(was_training)
@@ -501,13 +502,12 @@ def _generator(device: Any, seed: int | None) -> torch.Generator:
     return generator
 
 
-def _decode_attention(model: Any) -> contextlib.AbstractContextManager[Any]:
+def _decode_attention(on_cuda: bool) -> contextlib.AbstractContextManager[Any]:
     """On CUDA, attention (SDPA) without its cuDNN backend. PyTorch picks cuDNN for bf16, and
     cuDNN builds an execution plan for every new key length: about 2 ms of CPU per layer
     call, which each decode step is (on an H200, bf16 generation ran 10x slower than fp32 for
     it; benchmarks/roll_gpu.py). Flash and memory-efficient attention have no such cost."""
-
-    if next(model.parameters()).device.type != "cuda":
+    if not on_cuda:
         return contextlib.nullcontext()
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
