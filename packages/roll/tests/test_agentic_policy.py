@@ -288,3 +288,40 @@ def test_a_task_dataset_that_is_not_one_is_one_sentence(tmp_path: Path) -> None:
     repo = Path(__file__).resolve().parents[3]
     tasks = load_tasks(repo / "datasets" / "synth-mini")
     assert len(tasks) == 200 and [t.id for t in tasks] == sorted(t.id for t in tasks)
+
+
+def _tagged(task_id: str, *tags: str) -> Any:
+    from ale.task.models import Task, TaskMetadata
+
+    return Task(
+        id=task_id,
+        source_format="tb2",
+        path=Path(task_id),
+        instruction="do it",
+        test_script=Path("tests/test.sh"),
+        metadata=TaskMetadata(tags=list(tags)),
+    )
+
+
+def test_a_balanced_draw_gives_every_kind_its_turn_and_every_task_before_a_repeat() -> None:
+    from roll.agentic.collector import TaskDraw
+
+    many = [_tagged(f"upper-{i}", "text-transform", "upper") for i in range(7)]
+    few = [
+        _tagged("first-0", "text-transform", "first"),
+        _tagged("first-1", "first", "text-transform"),
+    ]
+    lone = [_tagged("untagged")]
+    draw = TaskDraw(many + few + lone, "balanced", seed=3)
+    assert len(draw.kinds) == 3  # tags in any order are one kind; an untagged task its own
+    drawn = [draw().id for _ in range(30)]
+    for turn in range(10):  # each round of three draws visits each kind once
+        round_ = drawn[3 * turn : 3 * turn + 3]
+        assert sorted(t.split("-")[0] for t in round_) == ["first", "untagged", "upper"]
+    uppers = [t for t in drawn if t.startswith("upper")]
+    assert sorted(uppers[:7]) == sorted(t.id for t in many)  # no repeat before all were drawn
+    again, other = (TaskDraw(many + few + lone, "balanced", seed=s) for s in (3, 4))
+    assert [again().id for _ in range(30)] == drawn  # reproducible from the seed
+    assert [other().id for _ in range(30)] != drawn
+    uniform = TaskDraw(many + few + lone, "random", seed=3)
+    assert sum(uniform().id.startswith("upper") for _ in range(300)) > 150  # by task, not kind

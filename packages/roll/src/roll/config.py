@@ -221,6 +221,11 @@ class TasksConfig(_Section):
     daemon_wait: float = Field(default=60.0, gt=0)
     """Seconds an attempt waits for a rock daemon that went away (a restart) to take requests
     again before it fails; episodes its absence broke run again (``infra/daemon_unavailable``)."""
+    draw: Literal["random", "balanced"] = "random"
+    """How a group's task is drawn: uniformly at random (``random``), or ``balanced`` over
+    kinds: tasks with the same ``metadata.tags`` are one kind, the kinds take turns in a
+    shuffled order, and within a kind its tasks come in a shuffled order before any repeats,
+    so a kind with few tasks is trained as often as a kind with many."""
     max_staleness: int = Field(default=0, ge=0)
     """How many policy versions old a group may be when it is trained on: 0 is synchronous
     (a step's episodes start after the previous update); above 0 the next steps' episodes

@@ -45,6 +45,35 @@ def load_tasks(dataset: str | Path) -> list[Task]:
     return tasks
 
 
+class TaskDraw:
+    """The tasks groups are run on, one draw at a time, reproducibly from ``seed``: uniform
+    with replacement (``random``) or ``balanced`` over kinds (see ``TasksConfig.draw``)."""
+
+    def __init__(self, tasks: list[Task], how: str, seed: int) -> None:
+        self.how = how
+        self._rng = random.Random(f"{seed}:tasks")
+        self.tasks = tasks
+        kinds: dict[tuple[str, ...], list[Task]] = {}
+        for task in tasks:
+            kinds.setdefault(tuple(sorted(task.metadata.tags)) or (task.id,), []).append(task)
+        self.kinds = list(kinds.values())
+        self._turns: list[int] = []
+        self._decks: list[list[Task]] = [[] for _ in self.kinds]
+
+    def __call__(self) -> Task:
+        if self.how == "random":
+            return self._rng.choice(self.tasks)
+        if not self._turns:
+            self._turns = list(range(len(self.kinds)))
+            self._rng.shuffle(self._turns)
+        kind = self._turns.pop()
+        deck = self._decks[kind]
+        if not deck:
+            deck.extend(self.kinds[kind])
+            self._rng.shuffle(deck)
+        return deck.pop()
+
+
 REFILL_LIMIT = 3
 """At most this many refills per group of a step: while the policy solves nothing (or
 everything), uniform groups are taken after that rather than waiting forever."""
@@ -90,7 +119,7 @@ class TaskRollouts:
         self.counts = EpisodeCounts()
         self.stale_dropped = 0
         self.launched = 0
-        self._rng = random.Random(f"{seed}:tasks")
+        self.draw = TaskDraw(self.tasks, config.draw, seed)
         self._stack = contextlib.ExitStack()
         self.runner: Any = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -213,12 +242,9 @@ class TaskRollouts:
 
     # -- groups --------------------------------------------------------------------------------
 
-    def _next_task(self) -> Task:
-        return self._rng.choice(self.tasks)
-
     def _launch(self) -> None:
         assert self._ready is not None
-        task = self._next_task()
+        task = self.draw()
         index = self.launched
         self.launched += 1
         self._inflight += 1
