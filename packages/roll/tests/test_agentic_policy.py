@@ -325,3 +325,50 @@ def test_a_balanced_draw_gives_every_kind_its_turn_and_every_task_before_a_repea
     assert [other().id for _ in range(30)] != drawn
     uniform = TaskDraw(many + few + lone, "random", seed=3)
     assert sum(uniform().id.startswith("upper") for _ in range(300)) > 150  # by task, not kind
+
+
+async def test_a_rewritten_history_starts_a_segment_the_trainer_samples_apart(tiny: Path) -> None:
+    from ale.chunking import TokenViewError, split_segments
+    from ale.trajectory import Step, Trajectory
+    from roll.algo.batch import sample_from_trajectory
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny)
+    backend = ScriptedBackend(tokenizer, {"r": [SCRIPT[0], SCRIPT[0], SCRIPT[1]]})
+    system = Step(role=Role.SYSTEM, content="You are in episode r.")
+    user = Step(role=Role.USER, content="Write out.txt.")
+    steps: list[Step] = [system, user]
+
+    async def turn(model: PolicyModel, history: list[Step]) -> Step:
+        answer = await model.complete(history, [])
+        return Step(
+            role=Role.ASSISTANT,
+            content=answer.content,
+            tool_calls=answer.tool_calls,
+            prompt_token_ids=answer.prompt_token_ids,
+            token_ids=answer.token_ids,
+            logprobs=answer.logprobs,
+            extra=answer.extra,
+        )
+
+    async with GenerationQueue(backend, SamplingParams(max_new_tokens=200)) as queue:
+        model = PolicyModel(queue, tokenizer, context_limit=100_000)
+        steps.append(await turn(model, steps))
+        steps.append(Step(role=Role.USER, content="a.txt b.txt"))
+        assert model.extends(steps)
+        steps.append(await turn(model, steps))
+        # the agent shortens an earlier observation and keeps the message count: a rewrite
+        steps.append(Step(role=Role.USER, content="[output elided]"))
+        edited = [*steps[:3], Step(role=Role.USER, content="a.txt"), *steps[4:]]
+        assert not model.extends(edited)
+        steps = [*steps, await turn(model, edited)]
+    assert steps[-1].extra == {"roll": {"rewritten": True}}
+    trajectory = Trajectory(agent={"name": "iflow"}, task_id="t", steps=steps, reward=1.0)
+    with pytest.raises(TokenViewError):
+        token_view(trajectory)
+    parts = split_segments(trajectory)
+    assert [p.extra["segment"] for p in parts] == [0, 1]
+    assert [sum(s.role is Role.ASSISTANT for s in p.steps) for p in parts] == [2, 1]
+    assert parts[1].steps[0].content == "[output elided]"  # the observations open the part
+    samples = [sample_from_trajectory(p) for p in parts]
+    assert all(s.reward == 1.0 and s.group == trajectory.trajectory_id for s in samples)
+    assert split_segments(parts[0]) == [parts[0]]

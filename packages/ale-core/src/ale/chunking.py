@@ -10,6 +10,7 @@ This module is the one place that defines chunks; SFT and IPA in roll both call 
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -128,3 +129,36 @@ def token_view(trajectory: Trajectory) -> TokenView:
         logprobs.extend(step_lp)
         owner.extend([index] * len(step.token_ids))
     return TokenView(token_ids=tokens, policy_mask=mask, logprobs=logprobs, step_index=owner)
+
+
+def split_segments(trajectory: Trajectory) -> list[Trajectory]:
+    """The trajectory cut where a sampled step's prompt does not extend the tokens before it
+    (the history was rewritten: compression, truncation, a sub-agent, a forked call), so that
+    each part has a :func:`token_view` of its own. A trajectory that needs no cut comes back
+    alone and unchanged; each part keeps the trajectory's ids, reward and outcome, and says
+    which part it is in ``extra["segment"]`` (0, 1, ...). The environment steps between two
+    parts open the later one."""
+    cuts: list[int] = []
+    tokens: list[int] = []
+    start = 0
+    for index, step in enumerate(trajectory.steps):
+        if step.role is not Role.ASSISTANT or step.token_ids is None:
+            continue
+        prompt = step.prompt_token_ids or []
+        if tokens and prompt[: len(tokens)] != tokens:
+            cuts.append(start)
+            tokens = []
+        tokens = [*prompt, *step.token_ids]
+        start = index + 1
+    if not cuts:
+        return [trajectory]
+    bounds = [0, *cuts, len(trajectory.steps)]
+    return [
+        trajectory.model_copy(
+            update={
+                "steps": trajectory.steps[lo:hi],
+                "extra": {**trajectory.extra, "segment": part},
+            }
+        )
+        for part, (lo, hi) in enumerate(itertools.pairwise(bounds))
+    ]

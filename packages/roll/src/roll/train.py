@@ -27,6 +27,7 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
+from ale.chunking import split_segments
 from ale.jsonl import write_jsonl
 from ale.trajectory import Role, Trajectory
 from roll.algo.batch import Sample, assign_advantages, sample_from_trajectory, set_weights
@@ -118,7 +119,10 @@ def run_train(config: TrainConfig, *, resume: bool = False, log: Any = None) -> 
             if world.is_main:
                 rollouts_dir.mkdir(parents=True, exist_ok=True)
                 write_jsonl(rollouts_dir / f"step-{step + 1:06d}.jsonl", trajectories)
-            samples = [sample_from_trajectory(t) for t in trajectories]
+            # a rewritten history (compression, a sub-agent, a forked gateway call) is a
+            # separate sample from where its prompt stops extending the tokens before it
+            samples = [sample_from_trajectory(p) for t in trajectories for p in split_segments(t)]
+            metrics["rollout/extra_segments"] = float(len(samples) - len(trajectories))
             groups = _group_rewards(samples)
             uniform = {g for g, r in groups.items() if len(set(r)) <= 1}
             metrics["rollout/uniform_groups"] = float(len(uniform))

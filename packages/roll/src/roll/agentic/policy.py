@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import json
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -313,8 +314,9 @@ class PolicyModel:
         """The episode's token sequence so far (prompts and sampled ids)."""
         self._seen = 0
         """How many messages the transcript covers (the last one our own answer)."""
-        self._rendered = ""
-        """The template's text for those messages."""
+        self._history: list[tuple[Any, ...]] = []
+        """What those messages said (:func:`said`): a call continues the transcript only
+        when its first ``_seen`` messages say the same."""
         self._stopped = True
         """Whether the last answer ended with an end-of-turn token."""
         self._eos = set(_eos_ids(tokenizer))
@@ -340,12 +342,19 @@ class PolicyModel:
         text = self._render(probe, tools, gen=False)
         return text[text.index(_MARK) + len(_MARK) :]
 
+    def extends(self, messages: list[Step]) -> bool:
+        """Whether ``messages`` continue this transcript: they begin with the messages of the
+        last call and its answer (however the client wrote the answer's tool calls back)."""
+        if not self._seen or len(messages) <= self._seen:
+            return False
+        return [said(m) for m in messages[: self._seen]] == self._history
+
     def prompt_ids(
         self, messages: list[Step], tools: list[dict[str, Any]]
     ) -> tuple[list[int], bool]:
         """The prompt's ids extending the transcript, and whether the history was rewritten."""
         full = self._render(messages, tools, gen=True)
-        if self._seen and len(messages) > self._seen:
+        if self.extends(messages):
             answered = self._render(messages[: self._seen], tools, gen=False)
             if full.startswith(answered):
                 eot = self._end_of_turn(messages, tools)
@@ -386,6 +395,7 @@ class PolicyModel:
         self._stopped = bool(token_ids) and token_ids[-1] in self._eos
         self.policy_versions.append(version)
         raw = self.tokenizer.decode(token_ids, skip_special_tokens=True)
+        self._history = [*map(said, messages), said(Step(role=Role.ASSISTANT, content=raw))]
         content, calls, errors = parse_tool_calls(raw)
         if on_delta is not None and content:
             on_delta(content)
@@ -403,6 +413,19 @@ class PolicyModel:
             raw=raw if raw != content else None,
             extra=extra,
         )
+
+
+def said(message: Step) -> tuple[Any, ...]:
+    """What a message says, to tell a continued history from a rewritten one: an assistant
+    turn's text and tool calls (names and arguments; native or as markup in the text, as the
+    client chose to write them back), any other message as it is."""
+    if message.role is Role.ASSISTANT:
+        content, calls, _ = parse_tool_calls(message.content)
+        named = [(c.name, json.dumps(c.arguments, sort_keys=True)) for c in message.tool_calls]
+        named += [(c.name, json.dumps(c.arguments, sort_keys=True)) for c in calls]
+        return (message.role.value, content.strip(), tuple(named))
+    results = tuple((r.call_id, r.content) for r in message.tool_results)
+    return (message.role.value, message.content, results)
 
 
 def _eos_ids(tokenizer: Any) -> list[int]:
