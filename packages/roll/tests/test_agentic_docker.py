@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ from rock.synth.runner import DaemonPool, PoolRunner
 from rock.synth.wiring import private_daemon
 from roll.agentic.episodes import AgenticEpisodes, AgentSettings
 from roll.agentic.policy import GenerationQueue
+from roll.gateway import Gateway, GatewayEpisodes
 from roll.generation.base import Generation, SamplingParams
 
 pytestmark = pytest.mark.docker
@@ -74,18 +76,33 @@ def daemon() -> Any:
 
 
 async def _run(
-    client: Any, tiny: Path, backend: Any, size: int = 2
+    client: Any,
+    tiny: Path,
+    backend: Any,
+    size: int = 2,
+    *,
+    gateway: bool = False,
+    agent: str = "iflow",
 ) -> tuple[AgenticEpisodes, list]:
+    """A group of ``size`` episodes of the first task: iflow in-process, or over HTTP through
+    the policy gateway (which ``backend.gateway`` then names, for fault injection)."""
     task = load_task(sorted(TASKS.iterdir())[0])
     source = DaemonPool(client, f"roll-{uuid.uuid4().hex[:4]}", size=size)
     source.wait_ready()
     try:
         tokenizer = AutoTokenizer.from_pretrained(tiny)
         async with GenerationQueue(backend, SamplingParams(max_new_tokens=64)) as queue:
-            episodes = AgenticEpisodes(
-                PoolRunner(source), queue, tokenizer, agent=AgentSettings(max_turns=3)
-            )
-            trajectories = await episodes.group(task, size, "g0")
+            settings = AgentSettings(max_turns=3, name=agent)
+            if gateway:
+                settings.gateway = backend.gateway = Gateway(GatewayEpisodes(queue, tokenizer))
+                backend.loop = asyncio.get_running_loop()
+                await settings.gateway.start()
+            try:
+                episodes = AgenticEpisodes(PoolRunner(source), queue, tokenizer, agent=settings)
+                trajectories = await episodes.group(task, size, "g0")
+            finally:
+                if settings.gateway is not None:
+                    await settings.gateway.stop()
     finally:
         source.close()
     return episodes, trajectories
@@ -104,6 +121,116 @@ async def test_the_policy_s_own_failure_is_scored(daemon: Any, tiny: Path) -> No
         )
     assert episodes.counts.started == 2 and episodes.counts.scored == 2
     assert episodes.counts.retried == 0
+
+
+async def test_over_the_gateway_the_policy_s_failure_is_scored_with_its_tokens(
+    daemon: Any, tiny: Path
+) -> None:
+    client, _ = daemon
+    tokenizer = AutoTokenizer.from_pretrained(tiny)
+    episodes, trajectories = await _run(client, tiny, ReplyBackend(tokenizer, FINISH), gateway=True)
+    assert len(trajectories) == 2 and episodes.counts.scored == 2
+    assert episodes.counts.gateway_calls == 2 and episodes.counts.without_calls == 0
+    for trajectory in trajectories:
+        assert trajectory.reward == 0.0 and trajectory.agent.name == "iflow"
+        view = token_view(trajectory)  # recorded by the gateway, token-exact
+        assert sum(view.policy_mask) == len(ReplyBackend(tokenizer, FINISH).ids)
+
+
+async def test_a_gateway_restarted_mid_episode_resamples_the_episode(
+    daemon: Any, tiny: Path
+) -> None:
+    client, _ = daemon
+    tokenizer = AutoTokenizer.from_pretrained(tiny)
+    shell = (
+        '<tool_call>\n{"name": "run_shell_command", "arguments": {"command": "ls"}}\n</tool_call>'
+    )
+
+    def restart_on_first(call: int) -> None:
+        if call == 1:  # the agent waits for its first answer: the gateway restarts under it
+            backend.restarted = asyncio.run_coroutine_threadsafe(
+                backend.gateway.restart(), backend.loop
+            )
+
+    backend = ReplyBackend(tokenizer, shell, on_call=restart_on_first)
+    episodes, trajectories = await _run(client, tiny, backend, size=1, gateway=True)
+    counts = episodes.counts
+    assert backend.gateway.restarts == 1
+    assert counts.reasons["model_error"] >= 1 and counts.retried >= 1  # run again, not a zero
+    assert counts.started == counts.scored + counts.retried + counts.abandoned
+    assert len(trajectories) == 1 and token_view(trajectories[0]).policy_mask
+
+
+class TurnsBackend(ReplyBackend):
+    """Answers with one scripted text per call, in order."""
+
+    def __init__(self, tokenizer: Any, texts: list[str]) -> None:
+        super().__init__(tokenizer, texts[0])
+        self.turns = [
+            [*tokenizer.encode(t, add_special_tokens=False), tokenizer.eos_token_id] for t in texts
+        ]
+
+    def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Generation]:
+        self.ids = self.turns[min(self.calls, len(self.turns) - 1)]
+        return super().generate(prompts, params)
+
+
+def _bash(command: str) -> str:
+    return f'<tool_call>\n{{"name": "bash", "arguments": {{"command": "{command}"}}}}\n</tool_call>'
+
+
+async def test_mini_swe_agent_unmodified_runs_in_the_sandbox_through_the_gateway(
+    daemon: Any, tiny: Path
+) -> None:
+    """The PyPI mini-swe-agent, pointed at the gateway: its bash tool calls run in the
+    episode's sandbox, its submit ends the episode, and the gateway records every call of the
+    episode as one token sequence."""
+    client, _ = daemon
+    tokenizer = AutoTokenizer.from_pretrained(tiny)
+    backend = TurnsBackend(
+        tokenizer,
+        ["I look first.\n" + _bash("ls /app"), _bash("echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT")],
+    )
+    episodes, trajectories = await _run(
+        client, tiny, backend, size=1, gateway=True, agent="mini-swe-agent"
+    )
+    assert episodes.counts.scored == 1 and episodes.counts.gateway_calls == 2
+    (trajectory,) = trajectories
+    assert trajectory.agent.name == "mini-swe-agent" and trajectory.failure_mode is None
+    assert trajectory.reward == 0.0  # it only looked: the verifier scored that
+    view = token_view(trajectory)
+    assert sum(view.policy_mask) == sum(len(t) for t in backend.turns)
+    text = tokenizer.decode(view.token_ids)
+    assert "Please solve this issue" in text and "cask-4.11.3" in text  # ls ran in the sandbox
+
+
+async def test_agents_that_never_call_or_crash_end_by_today_s_rules_and_are_counted(
+    daemon: Any, tiny: Path
+) -> None:
+    client, _ = daemon
+    tokenizer = AutoTokenizer.from_pretrained(tiny)
+    silent, kept = await _run(
+        client,
+        tiny,
+        ReplyBackend(tokenizer, FINISH),
+        size=1,
+        gateway=True,
+        agent="policy_fakes:SilentAgent",
+    )
+    # it did nothing and the verifier said so: scored, no tokens to train on, counted
+    assert silent.counts.scored == 1 and silent.counts.without_calls == 1
+    assert kept[0].reward == 0.0 and not token_view(kept[0]).token_ids
+    crashing, lost = await _run(
+        client,
+        tiny,
+        ReplyBackend(tokenizer, FINISH),
+        size=1,
+        gateway=True,
+        agent="policy_fakes:CrashingAgent",
+    )
+    counts = crashing.counts  # an agent's crash is not a score: run again, then abandoned
+    assert counts.gateway_calls == counts.started == 3 and counts.abandoned == 1
+    assert counts.reasons["unknown_agent_error"] == 3 and lost == []
 
 
 async def test_garbage_tool_calls_are_the_policy_s_failure(daemon: Any, tiny: Path) -> None:
@@ -140,8 +267,19 @@ async def test_a_sandbox_killed_mid_episode_is_resampled(daemon: Any, tiny: Path
     assert len(trajectories) == 1 and trajectories[0].reward == 0.0
 
 
-@pytest.mark.parametrize("staleness", [0, 1], ids=["sync", "async"])
-def test_roll_train_on_tasks_in_sandboxes(tmp_path: Path, tiny: Path, staleness: int) -> None:
+@pytest.mark.parametrize(
+    ("staleness", "agent", "steps"),
+    [
+        (0, "tasks.agent=iflow", 1),
+        (1, "tasks.agent=iflow", 2),
+        (0, "tasks.agent={name: iflow, transport: gateway}", 2),
+        (0, "tasks.agent={name: mini-swe-agent, kwargs: {step_limit: 2}}", 2),
+    ],
+    ids=["sync", "async", "iflow-over-http", "mini-swe-agent"],
+)
+def test_roll_train_on_tasks_in_sandboxes(
+    tmp_path: Path, tiny: Path, staleness: int, agent: str, steps: int
+) -> None:
     import shutil
 
     from roll.config import TrainConfig, load_config
@@ -164,7 +302,9 @@ def test_roll_train_on_tasks_in_sandboxes(tmp_path: Path, tiny: Path, staleness:
             "rollout.group_size=2",
             "rollout.max_new_tokens=16",
             f"tasks.max_staleness={staleness}",
-            f"run.steps={1 + staleness}",
+            agent,
+            "algorithm.name=ipa",
+            f"run.steps={steps}",
             "run.progress=false",
             "run.tensorboard=false",
         ],
@@ -172,7 +312,7 @@ def test_roll_train_on_tasks_in_sandboxes(tmp_path: Path, tiny: Path, staleness:
     out = run_train(config, log=lambda _m: None)
     assert (out / "model.safetensors").is_file()
     records = read_metrics(tmp_path / "run")
-    assert len(records) == 1 + staleness
+    assert len(records) == steps
     record = records[-1]
     assert record["rollout/episodes"] == 2
     # every episode started is accounted for: scored, retried after an infrastructure
@@ -182,6 +322,9 @@ def test_roll_train_on_tasks_in_sandboxes(tmp_path: Path, tiny: Path, staleness:
         assert record["episodes/groups_in_flight"] + record["episodes/stale_dropped_groups"] >= 1
     rollouts = (tmp_path / "run" / "rollouts" / "step-000001.jsonl").read_text().splitlines()
     assert len(rollouts) == 2
+    assert record["train/tokens"] > 0  # the episodes' sampled tokens were trained on
+    if "iflow," in agent or "mini" in agent:
+        assert record["episodes/gateway_calls"] >= 2
 
 
 def _copy_task(tmp_path: Path, name: str = "task") -> Path:

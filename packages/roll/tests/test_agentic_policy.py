@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from policy_fakes import SCRIPT, ScriptedBackend
 from transformers import AutoTokenizer
 
 from ale.chunking import token_view
@@ -22,52 +23,6 @@ from roll.generation.base import Generation, SamplingParams
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_tiny_model(tmp_path_factory.mktemp("tiny"), hidden_size=32, layers=1, heads=2)
-
-
-class ScriptedBackend:
-    """A generation backend at its seam: replies with scripted texts, chosen by the prompt's
-    episode marker, and records every batch it was given."""
-
-    name = "scripted"
-
-    def __init__(self, tokenizer: Any, scripts: dict[str, list[str]], *, cut: int | None = None):
-        self.tokenizer = tokenizer
-        self.scripts = {k: list(v) for k, v in scripts.items()}
-        self.policy_version = 3
-        self.batches: list[int] = []
-        self.cut = cut
-
-    def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Generation]:
-        self.batches.append(len(prompts))
-        out = []
-        for prompt in prompts:
-            text = self.tokenizer.decode(prompt)
-            key = next(k for k in self.scripts if f"episode {k}" in text)
-            reply = self.scripts[key].pop(0)
-            ids = self.tokenizer.encode(reply, add_special_tokens=False)
-            ids.append(self.tokenizer.eos_token_id)
-            reason = "stop"
-            if self.cut is not None and len(ids) > self.cut:
-                ids, reason = ids[: self.cut], "length"
-            out.append(Generation(token_ids=ids, logprobs=[-0.25] * len(ids), finish_reason=reason))
-        return out
-
-    def sync_weights(self, model: Any, version: int) -> None:
-        self.policy_version = version
-
-    def close(self) -> None:
-        pass
-
-
-def _call(name: str, args: str) -> str:
-    return f'<tool_call>\n{{"name": "{name}", "arguments": {args}}}\n</tool_call>'
-
-
-SCRIPT = [
-    "Let me look." + "\n" + _call("run_shell_command", '{"command": "ls"}'),
-    _call("write_file", '{"path": "out.txt", "content": "done\\n"}'),
-    _call("finish", '{"summary": "wrote out.txt"}'),
-]
 
 
 async def _episode(tmp: Path, tiny: Path, queue: GenerationQueue, key: str) -> Any:

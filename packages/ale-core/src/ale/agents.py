@@ -10,6 +10,7 @@ task instruction and a sandbox (:class:`ale.sandbox.SandboxVerbs`: rock's ``Sand
 
 from __future__ import annotations
 
+import importlib
 import json
 from importlib.metadata import entry_points
 from pathlib import Path
@@ -56,23 +57,37 @@ def available_agents() -> list[str]:
 
 
 def load_agent(name: str, **kwargs: Any) -> BenchAgent:
-    """The agent registered as ``name``, built with ``kwargs``; :class:`ale.plugins.PluginLoadError`
-    (one sentence) when its package fails to import."""
+    """The agent registered as ``name`` (or the class ``package.module:Class``), built with
+    ``kwargs``; :class:`ale.plugins.PluginLoadError` (one sentence) when its package fails to
+    import."""
+    if ":" in name and not any(ep.name == name for ep in entry_points(group=GROUP)):
+        module, _, attr = name.partition(":")
+        try:
+            factory = getattr(importlib.import_module(module), attr)
+        except (ImportError, AttributeError) as exc:
+            raise AgentNotFound(
+                f"{name!r} names no agent class that can be imported ({type(exc).__name__}: "
+                f"{exc}); check the module path and that its package is installed."
+            ) from None
+        return _build(name, factory, kwargs)
     for ep in entry_points(group=GROUP):
         if ep.name == name:
-            factory = load_entry_point(ep, "agent")
-            if not callable(factory):
-                raise AgentNotFound(
-                    f"the agent {name!r} ({ep.value}) is registered as something that cannot "
-                    "be built; its package must register a class or factory function."
-                )
-            agent: BenchAgent = factory(**kwargs)
-            return agent
+            return _build(name, load_entry_point(ep, "agent"), kwargs, ep.value)
     known = ", ".join(available_agents()) or "none"
     raise AgentNotFound(
         f"no agent named {name!r} is installed (installed agents: {known}); "
         "install the package that provides it, e.g. iflow-cli for 'iflow'."
     )
+
+
+def _build(name: str, factory: object, kwargs: dict[str, Any], where: str = "") -> BenchAgent:
+    if not callable(factory):
+        raise AgentNotFound(
+            f"the agent {name!r}{f' ({where})' if where else ''} is something that cannot be "
+            "built; its package must register a class or factory function."
+        )
+    agent: BenchAgent = factory(**kwargs)
+    return agent
 
 
 def parse_agent_kwargs(pairs: list[str]) -> dict[str, Any]:

@@ -196,8 +196,41 @@ class EnvConfig(_Section):
     """First environment seed; group ``i`` of step ``s`` uses a seed drawn from this and (s, i)."""
 
 
+class AgentConfig(_Section):
+    """The agent that plays the episodes of ``tasks:``."""
+
+    name: str = "iflow"
+    """``iflow``, an agent registered in ``ale.agents`` (what ``rock bench --agent`` takes,
+    e.g. ``mini-swe-agent``) or ``package.module:Class``."""
+    transport: Literal["auto", "in-process", "gateway"] = "auto"
+    """``in-process``: iflow with the policy as its model object (iflow only); ``gateway``: the
+    agent calls roll's OpenAI-compatible policy gateway with the base URL and key its episode
+    is given (``base_url``, ``api_key`` and ``model`` arguments); ``auto``: in-process for
+    iflow, the gateway for any other agent."""
+    kwargs: dict[str, Any] = Field(default_factory=dict)
+    """More arguments for the agent (as ``rock bench --agent-kwarg``)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_name(cls, value: Any) -> Any:
+        return {"name": value} if isinstance(value, str) else value
+
+    @model_validator(mode="after")
+    def _check(self) -> AgentConfig:
+        if self.transport == "auto":
+            object.__setattr__(
+                self, "transport", "in-process" if self.name == "iflow" else "gateway"
+            )
+        if self.transport == "in-process" and self.name != "iflow":
+            raise ValueError(
+                f"only iflow runs in-process; set tasks.agent.transport: gateway for {self.name!r}"
+            )
+        return self
+
+
 class TasksConfig(_Section):
-    """Agentic RL: episodes of the iflow agent on tasks in rock sandboxes (instead of ``env``)."""
+    """Agentic RL: episodes of an agent (iflow by default) on tasks in rock sandboxes
+    (instead of ``env``)."""
 
     dataset: str
     """A dataset directory of Terminal-Bench 2.0 tasks (``DIR/tasks/*``), e.g. from ``rock synth``."""
@@ -209,6 +242,7 @@ class TasksConfig(_Section):
     home: str | None = None
     """The rock home of that daemon, where ``rock serve`` keeps its address and token
     (``--home``); default: the token from ``$ROCK_TOKEN``, else ``$ROCK_HOME`` or ``~/.rock``."""
+    agent: AgentConfig = Field(default_factory=AgentConfig)
     prompt_profile: Literal["compact", "default"] = "compact"
     tool_format: Literal["text", "brief"] = "text"
     """How the policy sees the tools: ``<tool_call>`` markup with the tools' JSON schemas
@@ -298,6 +332,15 @@ class TrainConfig(_Section):
 
     @model_validator(mode="after")
     def _check_ray(self) -> TrainConfig:
+        if (
+            self.ray is not None
+            and self.tasks is not None
+            and self.tasks.agent.transport == "gateway"
+        ):
+            raise ValueError(
+                "with ray: the episodes run in Ray actors, which do not serve the policy "
+                "gateway yet; remove the ray: section or use tasks.agent: iflow in-process"
+            )
         if self.ray is not None and self.tasks is not None and self.rollout.backend != "hf":
             raise ValueError(
                 "with ray: and tasks: the policy samples in a Ray actor, which has only the hf "

@@ -26,6 +26,7 @@ from roll.agentic.episodes import AgenticEpisodes, AgentSettings, EpisodeCounts
 from roll.agentic.policy import GenerationQueue
 from roll.config import TasksConfig
 from roll.errors import ConfigError, RollError, TrainingAborted
+from roll.gateway import Gateway, GatewayEpisodes
 from roll.generation.base import GenerationBackend, SamplingParams
 
 
@@ -128,6 +129,7 @@ class TaskRollouts:
         self._episodes: AgenticEpisodes | None = None
         self._ready: asyncio.Queue[list[Trajectory]] | None = None
         self._inflight = 0
+        self._gateway: Gateway | None = None
 
     # -- life cycle ----------------------------------------------------------------------------
 
@@ -200,16 +202,30 @@ class TaskRollouts:
         return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result()
 
     def _agent_settings(self) -> AgentSettings:
+        agent = self.config.agent
         return AgentSettings(
             prompt_profile=self.config.prompt_profile,
             tool_format=self.config.tool_format,
             max_turns=self.config.max_turns,
             context_limit=self.config.context_limit,
             max_new_tokens=self.params.max_new_tokens,
+            name=agent.name,
+            extra=dict(agent.kwargs),
+            gateway=self._gateway,
         )
 
     async def _setup(self) -> None:
         self._queue = GenerationQueue(self.backend, self.params, seed=self.params.seed or 0)
+        if self.config.agent.transport == "gateway":
+            episodes = GatewayEpisodes(
+                self._queue,
+                self.tokenizer,
+                context_limit=self.config.context_limit,
+                max_new_tokens=self.params.max_new_tokens,
+                tool_format=self.config.tool_format,
+            )
+            self._gateway = Gateway(episodes)
+            await self._gateway.start()
         self._episodes = AgenticEpisodes(
             self.runner,
             self._queue,
@@ -225,6 +241,8 @@ class TaskRollouts:
             return
 
         async def cancel() -> None:
+            if self._gateway is not None:  # first: its server's tasks end on their own
+                await self._gateway.stop()
             tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
             for task in tasks:
                 task.cancel()

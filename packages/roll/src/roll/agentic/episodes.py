@@ -25,10 +25,13 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from ale.agents import BenchAgent, load_agent
 from ale.synth.runner import Outcome, SandboxRunner
 from ale.task import Task
 from ale.trajectory import FailureMode, Trajectory
 from roll.agentic.policy import GenerationQueue, PolicyModel
+from roll.gateway import Gateway
+from roll.gateway.openai_api import MODEL_NAME
 
 INFRA_FAILURES = frozenset(
     {
@@ -55,6 +58,10 @@ class EpisodeCounts:
     reasons: Counter[str] = field(default_factory=Counter)
     last_error: str | None = None
     """The last infrastructure failure, as its sentence."""
+    gateway_calls: int = 0
+    """Policy calls served by the gateway (agents behind it)."""
+    without_calls: int = 0
+    """Episodes whose agent never called the gateway."""
 
     def as_metrics(self, prefix: str = "episodes/") -> dict[str, float]:
         out = {
@@ -63,6 +70,9 @@ class EpisodeCounts:
             f"{prefix}infra_retried": float(self.retried),
             f"{prefix}infra_abandoned": float(self.abandoned),
         }
+        if self.gateway_calls or self.without_calls:
+            out[f"{prefix}gateway_calls"] = float(self.gateway_calls)
+            out[f"{prefix}without_calls"] = float(self.without_calls)
         for reason, count in self.reasons.items():
             out[f"{prefix}infra/{reason}"] = float(count)
         return out
@@ -79,6 +89,24 @@ class AgentSettings:
     context_limit: int = 4096
     max_new_tokens: int = 256
     extra: dict[str, Any] = field(default_factory=dict)
+    name: str = "iflow"
+    """The agent (see :class:`roll.config.AgentConfig`); anything but in-process iflow calls
+    the policy through ``gateway``."""
+    gateway: Gateway | None = None
+
+    def remote(self, url: str, key: str) -> BenchAgent:
+        """The agent of one episode, given the gateway's base URL and the episode's key."""
+        kwargs: dict[str, Any] = {"model": MODEL_NAME, "base_url": url, "api_key": key}
+        if self.name == "iflow":  # iflow as over HTTP what it is in-process
+            kwargs |= {
+                "provider": "openai",
+                "tool_format": self.tool_format,
+                "prompt_profile": self.prompt_profile,
+                "max_turns": self.max_turns,
+                "context_limit": self.context_limit,
+                "max_output_tokens": self.max_new_tokens,
+            }
+        return load_agent(self.name, **(kwargs | self.extra))
 
 
 def classify(outcome: Outcome) -> FailureMode | None:
@@ -139,6 +167,28 @@ class AgenticEpisodes:
             **self.agent.extra,
         )
 
+    async def _attempt(self, task: Task, group_id: str) -> Outcome:
+        gateway = self.agent.gateway
+        if gateway is None:
+            return await self.runner.episode(task, self._agent())
+        key = gateway.episodes.open(f"{group_id}/{task.id}")
+        try:
+            outcome = await self.runner.episode(task, self.agent.remote(gateway.url, key))
+        finally:
+            record = gateway.episodes.close(key)
+            gateway.episodes.forget(key)
+        self.counts.gateway_calls += record.calls
+        if record.lost:  # the gateway restarted under it: not a result of the policy's
+            return Outcome(
+                failure=FailureMode.MODEL_ERROR,
+                error="the policy gateway restarted during the episode",
+            )
+        if not record.calls:
+            self.counts.without_calls += 1
+        if outcome.trajectory is not None:  # what the policy sampled, as the gateway saw it
+            outcome.trajectory.steps = record.steps
+        return outcome
+
     async def episode(self, task: Task, group_id: str) -> Trajectory | None:
         """One scored episode of ``task`` (infrastructure failures run again), or ``None``
         when every attempt failed for infrastructure reasons."""
@@ -146,7 +196,7 @@ class AgenticEpisodes:
             if attempt:
                 await asyncio.sleep(self.retry_delay * 2 ** (attempt - 1))
             self.counts.started += 1
-            outcome = await self.runner.episode(task, self._agent())
+            outcome = await self._attempt(task, group_id)
             reason = classify(outcome)
             if reason is None:
                 self.counts.scored += 1

@@ -342,6 +342,26 @@ class PolicyModel:
         text = self._render(probe, tools, gen=False)
         return text[text.index(_MARK) + len(_MARK) :]
 
+    @property
+    def seen(self) -> int:
+        """How many messages the transcript covers (the last one its own answer)."""
+        return self._seen
+
+    def snapshot(self) -> tuple[Any, ...]:
+        """The transcript's state, to :meth:`restore` when an answer was not delivered."""
+        return (
+            list(self.tokens),
+            self._seen,
+            list(self._history),
+            self._stopped,
+            len(self.policy_versions),
+        )
+
+    def restore(self, state: tuple[Any, ...]) -> None:
+        tokens, self._seen, history, self._stopped, versions = state
+        self.tokens, self._history = list(tokens), list(history)
+        del self.policy_versions[versions:]
+
     def extends(self, messages: list[Step]) -> bool:
         """Whether ``messages`` continue this transcript: they begin with the messages of the
         last call and its answer (however the client wrote the answer's tool calls back)."""
