@@ -88,3 +88,35 @@ def test_token_view_refuses_rewritten_context() -> None:
     second = Step(role=Role.ASSISTANT, prompt_token_ids=[9, 9, 9, 4], token_ids=[5])
     with pytest.raises(TokenViewError, match="split the trajectory at that step"):
         token_view(_traj(first, second))
+
+
+def test_split_segments_cuts_where_a_prompt_stops_extending() -> None:
+    from ale.chunking import split_segments
+
+    def answer(prompt: list[int], ids: list[int]) -> Step:
+        return Step(
+            role=Role.ASSISTANT, prompt_token_ids=prompt, token_ids=ids, logprobs=[0.0] * len(ids)
+        )
+
+    steps = [
+        Step(role=Role.USER, content="a"),
+        answer([1, 2], [3]),
+        Step(role=Role.USER, content="b"),
+        answer([1, 2, 3, 4], [5]),  # extends [1, 2, 3]
+        Step(role=Role.USER, content="summary"),
+        answer([1, 9], [6]),  # rewritten: a new part, opened by the observation before it
+        Step(role=Role.USER, content="c"),
+        answer([1, 9, 6, 7], [8]),
+    ]
+    whole = Trajectory(agent=AgentInfo(name="a"), steps=steps, reward=0.5)
+    with pytest.raises(TokenViewError):
+        token_view(whole)
+    first, second = split_segments(whole)
+    assert [s.content for s in first.steps if s.role is Role.USER] == ["a", "b"]
+    assert [s.content for s in second.steps if s.role is Role.USER] == ["summary", "c"]
+    assert token_view(first).token_ids == [1, 2, 3, 4, 5]
+    assert token_view(second).token_ids == [1, 9, 6, 7, 8]
+    assert (first.extra["segment"], second.extra["segment"]) == (0, 1)
+    assert first.reward == second.reward == 0.5
+    assert first.trajectory_id == second.trajectory_id == whole.trajectory_id
+    assert split_segments(first) == [first]  # nothing to cut: the same object back

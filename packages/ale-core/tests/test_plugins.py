@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from ale.agents import load_agent
+from ale.agents import AgentNotFound, load_agent
 from ale.plugins import PluginLoadError
 from ale.synth import family as fam
 
@@ -73,3 +73,18 @@ def test_an_agent_package_that_fails_to_import_is_one_sentence(on_path: Path) ->
     assert str(info.value).startswith("the agent package 'broken-plugin' is installed but failed")
     assert "SyntaxError" in str(info.value)
     assert info.value.distribution == "broken-plugin"
+
+
+def test_an_agent_named_by_module_and_class_is_built_or_one_sentence(on_path: Path) -> None:
+    (on_path / "my_agent_mod.py").write_text(
+        "class Mine:\n    name = 'mine'\n    def __init__(self, **kw):\n        self.kw = kw\n"
+        "NOT_A_CLASS = 3\n"
+    )
+    agent = load_agent("my_agent_mod:Mine", base_url="http://x/v1")
+    assert agent.name == "mine" and agent.kw == {"base_url": "http://x/v1"}  # type: ignore[attr-defined]
+    with pytest.raises(AgentNotFound, match=r"'my_agent_mod:Gone' names no agent class"):
+        load_agent("my_agent_mod:Gone")
+    with pytest.raises(AgentNotFound, match=r"'nowhere_mod:X' names no agent class"):
+        load_agent("nowhere_mod:X")
+    with pytest.raises(AgentNotFound, match="cannot be built"):
+        load_agent("my_agent_mod:NOT_A_CLASS")
