@@ -30,7 +30,13 @@ ALLOWED_FIRST_PARTY = {
 }
 # iflow may use rock only in the sandbox workspace, installed with the `sandbox` extra.
 OPTIONAL_FIRST_PARTY = {"iflow": ({"rock"}, re.compile(r"(^|/)(sandbox|workspace/rock)[^/]*\.py$"))}
-IMPORT_NAME = {"pyyaml": "yaml", "tomli-w": "tomli_w", "ale-core": "ale", "iflow-cli": "iflow"}
+IMPORT_NAME = {
+    "pyyaml": "yaml",
+    "tomli-w": "tomli_w",
+    "ale-core": "ale",
+    "iflow-cli": "iflow",
+    "mini-swe-agent": "minisweagent",
+}
 
 
 def _dist_name(requirement: str) -> str:

@@ -356,4 +356,7 @@ class TaskRollouts:
         out["episodes/groups_in_flight"] = float(self._inflight)
         if self._queue is not None:
             out["generation/mean_batch"] = self._queue.stats.mean_batch
+        if self._gateway is not None:
+            out["gateway/undelivered"] = float(self._gateway.episodes.undelivered)
+            out["gateway/restarts"] = float(self._gateway.restarts)
         return out

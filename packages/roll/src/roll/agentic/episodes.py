@@ -1,9 +1,11 @@
-"""Agentic episodes: the iflow agent, with the policy as its model, on a task in a sandbox.
+"""Agentic episodes: an agent, with the policy as its model, on a task in a sandbox.
 
 An episode takes a sandbox from a :class:`ale.synth.runner.SandboxRunner` (rock's warm
-pool), applies the task's environment, runs the iflow agent loop in the compact prompt
-profile with a :class:`~roll.agentic.policy.PolicyModel`, and scores it with the task's
-verifier. How it ended decides what becomes of it:
+pool), applies the task's environment, runs the agent — the iflow agent loop in the compact
+prompt profile with a :class:`~roll.agentic.policy.PolicyModel`, or any agent calling the
+policy through the gateway (:mod:`roll.gateway`) with its episode's key, whose record then
+replaces the agent's steps — and scores it with the task's verifier. How it ended decides
+what becomes of it:
 
 - **scored**: the verifier ran; the reward stands, whatever the agent did (a finish, a
   format error after garbage tool calls, turns or time used up, a loop): those are the

@@ -225,7 +225,7 @@ class MiniSweAgent:
                 result: tuple[Any, BaseException | None] = (agent.run(instruction), None)
             except BaseException as exc:  # the agent's own failure, reported as such
                 result = (None, exc)
-            loop.call_soon_threadsafe(lambda: done.done() or done.set_result(result))
+            loop.call_soon_threadsafe(_settle, done, result)
 
         threading.Thread(target=work, name="mini-swe-agent", daemon=True).start()
         try:
@@ -242,6 +242,11 @@ class MiniSweAgent:
                 json.dumps(agent.serialize(), default=str)
             )
         return trajectory
+
+
+def _settle(future: asyncio.Future[Any], result: Any) -> None:
+    if not future.done():  # not when the run was cancelled meanwhile
+        future.set_result(result)
 
 
 def to_trajectory(messages: list[dict[str, Any]], error: BaseException | None = None) -> Trajectory:

@@ -189,14 +189,14 @@ class GatewayEpisodes:
             None,
         )
         if segment is None:
-            model = PolicyModel(
+            fresh = PolicyModel(
                 self.queue,
                 self.tokenizer,
                 context_limit=self.context_limit,
                 max_new_tokens=budget,
                 tool_format=self.tool_format,
             )
-            segment = _Segment(chat=model)
+            segment = _Segment(chat=fresh)
             episode.segments.append(segment)
         model = segment.chat
         assert model is not None
