@@ -266,16 +266,34 @@ class TasksConfig(_Section):
     run during the update and older groups are dropped (and counted)."""
 
 
+class ServerConfig(_Section):
+    """An inference server that samples for the policy (``rollout.backend: server``)."""
+
+    url: str
+    """Its OpenAI-compatible base URL, e.g. ``http://127.0.0.1:8000/v1`` (vLLM 0.10.2 or newer
+    started with ``--logprobs-mode processed_logprobs``, or SGLang)."""
+    model: str | None = None
+    """The served model's name (default: the first ``/v1/models`` lists)."""
+    api_key: str | None = None
+    reload: Literal["none", "sglang"] = "none"
+    """How the server gets each update's weights: ``sglang`` writes them to ``weights_dir``
+    and calls ``/update_weights_from_disk``; ``none`` leaves the server's weights alone."""
+    weights_dir: str | None = None
+    """A directory the server can read (``reload: sglang``)."""
+
+
 class RolloutConfig(_Section):
     """Sampling."""
 
-    backend: Literal["hf", "vllm"] = "hf"
+    backend: Literal["hf", "vllm", "server"] = "hf"
     groups_per_step: int = Field(default=4, ge=1)
     group_size: int = Field(default=4, ge=1)
     max_new_tokens: int = Field(default=48, ge=1)
     max_seq_len: int = Field(default=1024, ge=16)
     temperature: float = Field(default=1.0, ge=0)
     top_p: float = Field(default=1.0, gt=0, le=1)
+    server: ServerConfig | None = None
+    """With ``backend: server``: the inference server (see :class:`ServerConfig`)."""
     drop_uniform_groups: bool = False
     """Leave out groups whose rewards are all equal (no group-relative signal); with
     ``tasks:`` each is replaced by a group of another task (at most 3 per group a step)."""
@@ -329,6 +347,15 @@ class TrainConfig(_Section):
     resample: ResampleConfig | None = None
     ray: RayConfig | None = None
     """Run environments or agentic episodes in Ray actors (see :class:`RayConfig`)."""
+
+    @model_validator(mode="after")
+    def _check_server(self) -> TrainConfig:
+        if self.rollout.backend == "server" and self.rollout.server is None:
+            raise ValueError(
+                "rollout.backend: server needs rollout.server.url (the inference server's "
+                "OpenAI-compatible base URL)"
+            )
+        return self
 
     @model_validator(mode="after")
     def _check_ray(self) -> TrainConfig:

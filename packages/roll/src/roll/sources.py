@@ -27,6 +27,7 @@ from roll.envs.registry import make_env
 from roll.errors import ConfigError
 from roll.generation.base import GenerationBackend, SamplingParams
 from roll.generation.hf import HFBackend
+from roll.generation.server import ServerBackend
 from roll.generation.vllm import VLLMBackend
 from roll.ray_engine import EnvWorkers, RemoteEnvEngine
 from roll.resample import ParallelAnchors, SequentialRollback
@@ -109,6 +110,16 @@ def make_backend(config: TrainConfig, session: Session) -> GenerationBackend:
         return RayPolicyBackend.start(session.rollout_lm, session.tokenizer, config.ray)
     if config.rollout.backend == "vllm":
         return VLLMBackend(config.model.path, seed=config.seed)
+    if config.rollout.backend == "server":
+        server = config.rollout.server
+        assert server is not None  # the config requires it with backend: server
+        return ServerBackend(
+            server.url,
+            model=server.model,
+            api_key=server.api_key,
+            reload=server.reload,
+            weights_dir=server.weights_dir,
+        )
     return HFBackend(session.rollout_lm, session.tokenizer)
 
 
