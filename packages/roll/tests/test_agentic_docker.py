@@ -83,6 +83,7 @@ async def _run(
     *,
     gateway: bool = False,
     agent: str = "iflow",
+    kwargs: dict[str, Any] | None = None,
 ) -> tuple[AgenticEpisodes, list]:
     """A group of ``size`` episodes of the first task: iflow in-process, or over HTTP through
     the policy gateway (which ``backend.gateway`` then names, for fault injection)."""
@@ -92,7 +93,7 @@ async def _run(
     try:
         tokenizer = AutoTokenizer.from_pretrained(tiny)
         async with GenerationQueue(backend, SamplingParams(max_new_tokens=64)) as queue:
-            settings = AgentSettings(max_turns=3, name=agent)
+            settings = AgentSettings(max_turns=3, name=agent, extra=dict(kwargs or {}))
             if gateway:
                 settings.gateway = backend.gateway = Gateway(GatewayEpisodes(queue, tokenizer))
                 backend.loop = asyncio.get_running_loop()
@@ -202,6 +203,53 @@ async def test_mini_swe_agent_unmodified_runs_in_the_sandbox_through_the_gateway
     assert sum(view.policy_mask) == sum(len(t) for t in backend.turns)
     text = tokenizer.decode(view.token_ids)
     assert "Please solve this issue" in text and "cask-4.11.3" in text  # ls ran in the sandbox
+
+
+AGENT_PROGRAM = """
+import os, subprocess, sys
+import openai
+
+instruction = sys.stdin.read()
+client = openai.OpenAI()  # OPENAI_BASE_URL and OPENAI_API_KEY: the gateway, this episode
+messages = [{"role": "user", "content": instruction}]
+first = client.chat.completions.create(model=os.environ["OPENAI_MODEL"], messages=messages)
+messages.append({"role": "assistant", "content": first.choices[0].message.content})
+sandbox = os.environ["ROCK_SANDBOX_ID"]
+listing = subprocess.run(
+    [sys.argv[1], "sandbox", "exec", sandbox, "--", "ls", "/app"], capture_output=True, text=True
+)
+messages.append({"role": "user", "content": listing.stdout})
+client.chat.completions.create(model=os.environ["OPENAI_MODEL"], messages=messages)
+print("done", listing.returncode)
+"""
+
+
+async def test_an_agent_program_gets_the_gateway_and_its_sandbox_in_its_environment(
+    daemon: Any, tiny: Path, tmp_path: Path
+) -> None:
+    import sys
+
+    client, _ = daemon
+    tokenizer = AutoTokenizer.from_pretrained(tiny)
+    program = tmp_path / "agent.py"
+    program.write_text(AGENT_PROGRAM)
+    rock = Path(sys.executable).parent / "rock"
+    backend = TurnsBackend(tokenizer, ["I look first.", "Nothing to do."])
+    episodes, trajectories = await _run(
+        client,
+        tiny,
+        backend,
+        size=1,
+        gateway=True,
+        agent="command",
+        kwargs={"command": [sys.executable, str(program), str(rock)]},
+    )
+    assert episodes.counts.scored == 1 and episodes.counts.gateway_calls == 2
+    (trajectory,) = trajectories
+    assert trajectory.agent.name == "command" and trajectory.failure_mode is None
+    assert trajectory.extra["command"]["exit_code"] == 0
+    text = tokenizer.decode(token_view(trajectory).token_ids)
+    assert "cask-4.11.3" in text  # what `rock sandbox exec` saw in the episode's sandbox
 
 
 async def test_agents_that_never_call_or_crash_end_by_today_s_rules_and_are_counted(
