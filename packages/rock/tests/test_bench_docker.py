@@ -62,6 +62,7 @@ def _tb2(
     agent_timeout: float = 120,
     test_timeout: float = 120,
     compose: str | None = None,
+    internet: bool = False,
 ) -> Path:
     task = root / name
     (task / "environment").mkdir(parents=True)
@@ -82,7 +83,7 @@ def _tb2(
             [environment]
             cpus = 1
             memory_mb = 512
-            allow_internet = false
+            allow_internet = {str(internet).lower()}
             """
         )
     )
@@ -308,6 +309,37 @@ def test_cli_show_and_check(dataset: Path, oracle_run: Path, tmp_path: Path) -> 
     ]
     assert offenders == ["too-easy"]
     assert "2 tasks checked, 1 offender(s)" in checked.output
+
+    # the oracle runs under the task's own network policy (nop never has one); its failures
+    # say which tests failed and the verifier's last error line
+    online = "def test_hello():\n    assert open('/app/out.txt').read().strip() == 'hello'\n"
+    policy = tmp_path / "policy"
+    _tb2(
+        policy,
+        "needs-network",
+        internet=True,
+        solve="test -e /sys/class/net/eth0 && echo hello > /app/out.txt\n",
+        tests_py=online,
+    )
+    _tb2(policy, "wrong-oracle", solve="echo goodbye > /app/out.txt\n", tests_py=online)
+    as_asked = runner.invoke(main, ["bench", "check", str(policy), "--output", str(tmp_path / "p")])
+    assert as_asked.exit_code == 1, as_asked.output
+
+    def problems(output: str) -> dict[str, str]:
+        rows = [line.split(maxsplit=1) for line in output.splitlines() if "with oracle" in line]
+        return {task: problem for task, problem in rows}
+
+    found = problems(as_asked.output)
+    assert list(found) == ["wrong-oracle"]  # needs-network had the network it asks for
+    assert "failed: test_hello" in found["wrong-oracle"], found
+    assert "last error: E       AssertionError: assert 'goodbye'" in found["wrong-oracle"], found
+    closed = runner.invoke(
+        main, ["bench", "check", str(policy), "--no-internet", "--output", str(tmp_path / "q")]
+    )
+    assert closed.exit_code == 1 and sorted(problems(closed.output)) == [
+        "needs-network",
+        "wrong-oracle",
+    ]
 
     missing = runner.invoke(main, ["bench", "show", str(tmp_path)])
     assert missing.exit_code == 2 and "run.json" in missing.output

@@ -7,7 +7,9 @@ rewritten after every trial so an interrupted run still has a true one.
 
 from __future__ import annotations
 
+import contextlib
 import math
+import re
 from collections import Counter, defaultdict
 from datetime import datetime
 from pathlib import Path
@@ -224,3 +226,45 @@ def collect_trials(run_dir: Path) -> list[TrialResults]:
         except ValueError:
             continue  # a torn file from a killed run: the trial is redone on --resume
     return out
+
+
+_ERROR_LINES = (
+    re.compile(r"^E\s+\S"),  # pytest's line for the error itself
+    re.compile(r"error|exception|traceback|not found|no such file", re.IGNORECASE),
+)
+"""What the verifier's last error line looks like, in order of preference."""
+_E_LINE = re.compile(r"^\s*E(\s|$)")
+
+
+def failure_reason(result: TrialResults, trial_dir: Path) -> str:
+    """Why a trial was not resolved, for a person: the harness's error when there was one,
+    else the failing tests by name and the verifier's last error line (from its output in
+    ``trial_dir/verifier``), else the reward."""
+    if result.error:
+        return result.error
+    parts = [f"reward {result.reward}"]
+    failed = [name for name, status in (result.parser_results or {}).items() if status != "passed"]
+    if failed:
+        shown = ", ".join(failed[:5]) + (f" and {len(failed) - 5} more" if len(failed) > 5 else "")
+        parts.append(f"failed: {shown}")
+    line = _last_error_line(trial_dir / "verifier")
+    if line:
+        parts.append(f"last error: {line}")
+    return "; ".join(parts)
+
+
+def _last_error_line(verifier_dir: Path) -> str | None:
+    lines: list[str] = []
+    for name in ("stdout.txt", "stderr.txt"):
+        with contextlib.suppress(OSError):
+            lines += (verifier_dir / name).read_text(errors="replace").splitlines()
+    for pattern in _ERROR_LINES:
+        hits = [i for i, line in enumerate(lines) if pattern.search(line.strip())]
+        if hits:
+            first = hits[-1]  # the last error; for pytest, the first line of its E block
+            while pattern is _ERROR_LINES[0] and first and _E_LINE.match(lines[first - 1]):
+                first -= 1
+            while not pattern.search(lines[first].strip()):  # a bare "E" line
+                first += 1
+            return lines[first].strip()[:200]
+    return None

@@ -302,6 +302,11 @@ def _print_summary(results: Any) -> None:
     help="Keep the oracle and nop runs here [default: a temporary directory].",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the offenders as JSON.")
+@click.option(
+    "--no-internet",
+    is_flag=True,
+    help="Run the oracle without a network too [default: as each task's allow_internet says].",
+)
 @_image_options
 def bench_check(
     dataset: Path,
@@ -309,20 +314,26 @@ def bench_check(
     n_concurrent: int,
     output: Path | None,
     as_json: bool,
+    no_internet: bool,
     image_map: tuple[Path, ...],
     map_image: tuple[str, ...],
 ) -> None:
     """The dataset gate: every task must pass with oracle and fail with nop.
 
-    Prints the offenders (and invalid tasks); exit 0 when there are none, 1 otherwise.
+    The oracle runs under each task's own network policy (``allow_internet``; closed with
+    --no-internet), nop always without a network. Prints the offenders (and invalid tasks),
+    an oracle failure with the tests that failed and the verifier's last error line; exit 0
+    when there are none, 1 otherwise.
     """
     from rock.bench.harness import BenchError, BenchOptions
+    from rock.bench.results import failure_reason
 
-    opts = BenchOptions(n_concurrent=n_concurrent, allow_internet=False)
     base = output or Path(tempfile.mkdtemp(prefix="rock-bench-check-"))
     offenders: list[dict[str, str]] = []
     runs: dict[str, Any] = {}
     for agent in ("oracle", "nop"):
+        network = None if agent == "oracle" and not no_internet else False
+        opts = BenchOptions(n_concurrent=n_concurrent, allow_internet=network)
         harness = _harness(opts, image_map, map_image, _Live(f"check: {agent}", quiet=as_json))
         try:
             runs[agent] = asyncio.run(
@@ -334,7 +345,7 @@ def bench_check(
         offenders.append({"task": Path(bad.path).name, "problem": f"invalid: {bad.reason}"})
     for r in runs["oracle"].results:
         if not r.is_resolved:
-            why = r.error or f"reward {r.reward}"
+            why = failure_reason(r, base / "oracle" / r.task_id / r.trial_name)
             offenders.append(
                 {"task": r.task_id, "problem": f"fails with oracle ({r.failure_mode.value}: {why})"}
             )
