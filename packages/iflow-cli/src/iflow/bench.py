@@ -14,11 +14,14 @@ import os
 from pathlib import Path
 from typing import Any
 
+from ale.agents import AgentConfigError
 from ale.sandbox import SandboxVerbs
 from ale.trajectory import Trajectory
+from iflow.errors import ConfigError
+from iflow.models import check_model
 from iflow.models.base import Model
 from iflow.runner import build_agent
-from iflow.settings import load_settings
+from iflow.settings import Settings, load_settings
 
 
 class IflowAgent:
@@ -38,8 +41,7 @@ class IflowAgent:
         """``expert`` (an :class:`ale.synth.expert.ExpertRun`) makes the agent act as that
         expert (synthesis); ``replay`` (a recorded trajectory) makes it issue that
         trajectory's calls again (execution replay). Either replaces the settings' model."""
-        flags = {"model": model, **kwargs, "approval_mode": "yolo"}
-        self.settings = load_settings(cwd=Path.cwd(), env=os.environ, flags=flags)
+        self.settings = self.settings_for(model, **kwargs)
         if expert is not None:
             from iflow.models.expert import ExpertModel
 
@@ -51,6 +53,24 @@ class IflowAgent:
             model_obj = ScriptedModel(replay_script(replay.steps), name=replay.model or "replay")
         self._model = model_obj
         """A model object to use instead of building one from settings (trainers, tests)."""
+        if model_obj is None:  # refused before the first trial, not failed in every one
+            settings = self.settings
+            try:
+                check_model(
+                    settings.provider,
+                    model=settings.model,
+                    model_path=settings.model_path,
+                    script=settings.script,
+                )
+            except ConfigError as exc:
+                raise AgentConfigError(f"iflow cannot start: {exc}") from None
+
+    @staticmethod
+    def settings_for(model: str | None = None, **kwargs: Any) -> Settings:
+        """The settings the agent runs with for these arguments (an
+        :class:`iflow.errors.ConfigError` for a bad one); no model is needed yet."""
+        flags = {"model": model, **kwargs, "approval_mode": "yolo"}
+        return load_settings(cwd=Path.cwd(), env=os.environ, flags=flags)
 
     async def run(
         self,

@@ -145,7 +145,7 @@ class PolicyAgent:
         self.context_limit = int(context_limit)
         self.tool_format = str(tool_format)
         try:  # the iflow settings are checked now, before any trial starts
-            IflowAgent(tool_format=tool_format, **settings)
+            IflowAgent.settings_for(tool_format=tool_format, **settings)
         except IflowConfigError as exc:
             raise AgentConfigError(f"the roll-policy agent's iflow settings: {exc}") from None
         self.settings = settings

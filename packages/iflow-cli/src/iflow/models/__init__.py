@@ -20,6 +20,7 @@ from iflow.models.base import (
     estimate_tokens,
     to_openai_messages,
 )
+from iflow.models.directory import check_model_directory
 from iflow.models.local import LocalModel
 from iflow.models.parsing import parse_tool_calls, render_tools_prompt
 from iflow.models.scripted import ScriptedModel
@@ -58,12 +59,9 @@ def make_model(
     ``None`` means the backend's default. A missing required setting or an option the
     backend does not take is a :class:`ConfigError`.
     """
+    check_model(provider, model=model, model_path=model_path, script=script)
     if provider == "openai":
-        if not model:
-            raise ConfigError(
-                'no model name is set for the openai provider: set "model" in '
-                "~/.iflow/settings.json or .iflow/settings.json, IFLOW_MODEL, or pass --model."
-            )
+        assert model is not None
         from iflow.models.openai_http import OpenAIModel  # openai takes ~1 s to import
 
         options = _options(OpenAIModel, provider, kw)
@@ -73,29 +71,53 @@ def make_model(
             model, base_url=base_url, api_key=api_key, temperature=temperature, **options
         )
     if provider == "local":
-        if model_path is None or not str(model_path).strip():
-            raise ConfigError(
-                'no model directory is set for the local provider: set "modelPath" in '
-                "~/.iflow/settings.json or .iflow/settings.json, IFLOW_MODEL_PATH, or pass "
-                "--model-path."
-            )
+        assert model_path is not None
         options = _given(max_new_tokens=max_tokens, tool_format=tool_format)
         options |= _options(LocalModel, provider, kw)
         options |= _given(temperature=temperature)
         return LocalModel(model_path, context_limit=context_limit, **options)
     if provider == "scripted":
-        if script is None:
-            raise ConfigError(
-                'no script is set for the scripted provider: set "script" in '
-                "~/.iflow/settings.json or .iflow/settings.json, IFLOW_SCRIPT, or pass --script "
-                "(a JSON list of responses)."
-            )
+        assert script is not None
         options = _options(ScriptedModel, provider, kw)
         options |= _given(context_limit=context_limit)
         if isinstance(script, list):
             return ScriptedModel(script, **options)
         return ScriptedModel.from_file(script, **options)
     raise ConfigError(f"unknown model provider {provider!r}; use one of {', '.join(PROVIDERS)}.")
+
+
+def check_model(
+    provider: str,
+    *,
+    model: str | None = None,
+    model_path: str | Path | None = None,
+    script: str | Path | list[Any] | None = None,
+) -> None:
+    """Whether :func:`make_model` has what ``provider`` needs, without building the model
+    (harnesses ask before their first trial); a :class:`ConfigError` naming what is missing."""
+    if provider == "openai" and not model:
+        raise ConfigError(
+            'no model name is set for the openai provider: set "model" in '
+            "~/.iflow/settings.json or .iflow/settings.json, IFLOW_MODEL, or pass --model."
+        )
+    if provider == "local":
+        if model_path is None or not str(model_path).strip():
+            raise ConfigError(
+                'no model directory is set for the local provider: set "modelPath" in '
+                "~/.iflow/settings.json or .iflow/settings.json, IFLOW_MODEL_PATH, or pass "
+                "--model-path."
+            )
+        check_model_directory(model_path)
+    if provider == "scripted" and script is None:
+        raise ConfigError(
+            'no script is set for the scripted provider: set "script" in '
+            "~/.iflow/settings.json or .iflow/settings.json, IFLOW_SCRIPT, or pass --script "
+            "(a JSON list of responses)."
+        )
+    if provider not in PROVIDERS:
+        raise ConfigError(
+            f"unknown model provider {provider!r}; use one of {', '.join(PROVIDERS)}."
+        )
 
 
 def __getattr__(name: str) -> Any:
