@@ -221,6 +221,27 @@ def test_no_reward_file_is_a_verifier_error(oracle_run: Path) -> None:
     assert "reward.txt" in r["error"]
 
 
+def test_named_rewards_are_kept_and_decide_as_the_task_s_rule_says(
+    docker_client: Any, tmp_path: Path
+) -> None:
+    """reward.json with named rewards and no ``reward`` key (as Harbor's verifiers write it):
+    every reward kept, the trial's reward their mean, resolved only when all are met."""
+    root = tmp_path / "named"
+    for name, style in (("all-met", 1), ("half-met", 0.5)):
+        rewards = f'{{"correctness": 1, "style": {style}}}'
+        _tb2(root, name, test_sh=f"#!/bin/bash\necho '{rewards}' > /logs/verifier/reward.json\n")
+    out = tmp_path / "run"
+    asyncio.run(_harness(docker_client, n_concurrent=2).run(root, out, agent="oracle"))
+    met, half = _trial(out, "all-met"), _trial(out, "half-met")
+    assert met["rewards"] == {"correctness": 1.0, "style": 1.0} and met["is_resolved"] is True
+    assert half["rewards"] == {"correctness": 1.0, "style": 0.5} and half["reward"] == 0.75
+    assert half["is_resolved"] is False and half["failure_mode"] == "none"
+    saved = json.loads(
+        (out / "half-met" / "half-met.1-of-1" / "agent" / "trajectory.jsonl").read_text()
+    )
+    assert saved["verifier"]["detail"]["rewards"] == {"correctness": 1.0, "style": 0.5}
+
+
 def test_an_agent_past_its_timeout_is_stopped_and_still_verified(oracle_run: Path) -> None:
     r = _trial(oracle_run, "slow-agent")
     assert r["failure_mode"] == "agent_timeout"

@@ -17,8 +17,9 @@ from rock.bench.verify import (
     REWARD_JSON,
     REWARD_TXT,
     parse_pytest_summary,
-    read_reward,
+    read_rewards,
     run_verifier,
+    verdict_of,
 )
 from rock.models import ExecResult
 
@@ -64,33 +65,54 @@ def test_parse_pytest_summary_without_a_summary_is_empty() -> None:
 @pytest.mark.parametrize(
     ("text", "json_form", "expected"),
     [
-        ("1\n", False, 1.0),
-        ("  0.25  ", False, 0.25),
-        ("0", False, 0.0),
-        ("0.5", True, 0.5),
-        ("1", True, 1.0),
-        ('{"reward": 1}', True, 1.0),
-        ('{"reward": 0.75, "tests": 4}', True, 0.75),
-        ('{"score": 0.3, "name": "x"}', True, 0.3),
+        ("1\n", False, {"reward": 1.0}),
+        ("  0.25  ", False, {"reward": 0.25}),
+        ("0", False, {"reward": 0.0}),
+        ("0.5", True, {"reward": 0.5}),
+        ("1", True, {"reward": 1.0}),
+        ('{"reward": 1}', True, {"reward": 1.0}),
+        ('{"reward": 0.75, "tests": 4}', True, {"reward": 0.75, "tests": 4.0}),
+        ('{"reward": 0.5, "note": "half"}', True, {"reward": 0.5}),
+        ('{"correctness": 1, "style": 0.5}', True, {"correctness": 1.0, "style": 0.5}),
     ],
 )
-def test_read_reward_accepts_numbers_and_objects(
-    text: str, json_form: bool, expected: float
+def test_read_rewards_keeps_every_named_reward(
+    text: str, json_form: bool, expected: dict[str, float]
 ) -> None:
-    assert read_reward(text, json_form=json_form) == pytest.approx(expected)
+    assert read_rewards(text, json_form=json_form) == pytest.approx(expected)
 
 
-@pytest.mark.parametrize("text", ["true", "[1]", '"1"', '{"a": 1, "b": 2}', "{}"])
-def test_read_reward_refuses_json_without_a_reward(text: str) -> None:
-    with pytest.raises(ValueError, match="neither a number nor an object with a 'reward' key"):
-        read_reward(text, json_form=True)
+@pytest.mark.parametrize(
+    ("rewards", "reward", "resolved"),
+    [
+        ({"reward": 1.0, "tests": 4.0}, 1.0, True),  # the reward key decides
+        ({"reward": 0.5}, 0.5, False),
+        ({"correctness": 1.0, "style": 1.0}, 1.0, True),  # without one: all must be met
+        ({"correctness": 1.0, "style": 0.5}, 0.75, False),
+    ],
+)
+def test_named_rewards_give_the_trial_its_reward_and_resolution(
+    rewards: dict[str, float], reward: float, resolved: bool
+) -> None:
+    assert verdict_of(rewards) == (pytest.approx(reward), resolved)
 
 
-def test_read_reward_refuses_text_that_is_not_a_number() -> None:
+@pytest.mark.parametrize("text", ["true", "[1]", '"1"', '{"a": "x"}', "{}", '{"a": 1, "b": true}'])
+def test_read_rewards_refuses_json_without_numeric_rewards(text: str) -> None:
+    with pytest.raises(ValueError, match="neither a number nor an object of named numeric"):
+        read_rewards(text, json_form=True)
+
+
+def test_read_rewards_refuses_a_reward_that_is_not_finite() -> None:
+    with pytest.raises(ValueError, match="'reward' is not a finite number"):
+        read_rewards("nan", json_form=False)
+
+
+def test_read_rewards_refuses_text_that_is_not_a_number() -> None:
     with pytest.raises(ValueError, match="could not convert string to float: 'passed'"):
-        read_reward("passed\n", json_form=False)
+        read_rewards("passed\n", json_form=False)
     with pytest.raises(ValueError):
-        read_reward("{not json", json_form=True)
+        read_rewards("{not json", json_form=True)
 
 
 def test_run_verifier_reads_the_reward_file(tmp_path: Path) -> None:

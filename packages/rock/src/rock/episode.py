@@ -272,7 +272,10 @@ def verifier_result(
             for name, status in (verdict.parser_results or {}).items()
         ],
         stdout=stdout[-4000:] if stdout else None,
-        detail={"failure_mode": failure.value} if failure is not None else {},
+        detail={
+            **({"failure_mode": failure.value} if failure is not None else {}),
+            **({"rewards": verdict.rewards} if set(verdict.rewards or {}) - {"reward"} else {}),
+        },
     )
 
 

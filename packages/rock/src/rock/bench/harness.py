@@ -371,6 +371,7 @@ def _record(episode: Episode, task: Task, result: TrialResults, logs: Path) -> N
     result.test_sec = verdict.duration_sec
     result.is_resolved = verdict.is_resolved
     result.reward = verdict.reward
+    result.rewards = verdict.rewards
     result.parser_results = verdict.parser_results
     if trajectory is not None:
         _save_trajectory(trajectory, task, verdict, logs, result)

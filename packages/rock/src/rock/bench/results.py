@@ -40,6 +40,9 @@ class TrialResults(_Model):
     is_resolved: bool | None = None
     """Whether the verifier passed the task; None when it never ran."""
     reward: float | None = None
+    rewards: dict[str, float] | None = None
+    """Every named reward the verifier wrote (``reward`` for reward.txt's one number); the
+    trial's ``reward`` is the ``reward`` key, else their mean."""
     failure_mode: FailureMode = FailureMode.NONE
     error: str | None = None
     """One sentence on what went wrong, when something did."""

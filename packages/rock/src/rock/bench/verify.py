@@ -1,7 +1,8 @@
 """Running a task's tests after the agent, and reading what they decided.
 
-Terminal-Bench 2.0: ``bash /tests/test.sh``, then the reward from
-``/logs/verifier/reward.txt`` (or ``reward.json``); no reward file is a verifier error.
+Terminal-Bench 2.0: ``bash /tests/test.sh``, then the rewards from
+``/logs/verifier/reward.json`` (named rewards) or ``reward.txt`` (one number), read in
+Harbor's order; no reward file is a verifier error.
 Terminal-Bench 1.0: ``bash /tests/run-tests.sh``, then the pytest summary (``-rA``):
 resolved only when every test passed.
 Both run with the offline toolchain first on PATH (see :mod:`rock.bench.verifier`).
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import re
 import time
 from datetime import UTC, datetime
@@ -44,6 +46,8 @@ _STATUS = {
 
 class VerifierOutcome(BaseModel):
     reward: float | None = None
+    rewards: dict[str, float] | None = None
+    """Every named reward the verifier wrote (reward.txt's one number is ``reward``)."""
     is_resolved: bool = False
     failure_mode: FailureMode = FailureMode.NONE
     error: str | None = None
@@ -85,21 +89,43 @@ def parse_pytest_summary(output: str) -> dict[str, str]:
     return results
 
 
-def read_reward(text: str, *, json_form: bool) -> float:
-    """The reward in reward.txt (a number) or reward.json (a number, or an object with
-    ``reward``); raises ValueError saying what is wrong."""
+def read_rewards(text: str, *, json_form: bool) -> dict[str, float]:
+    """The rewards in reward.txt (one number: ``{"reward": x}``) or reward.json (a number, or
+    an object of named numeric rewards, as Harbor writes and reads them); raises ValueError
+    saying what is wrong."""
     if not json_form:
-        return float(text.strip())
-    data = json.loads(text)
-    if isinstance(data, int | float) and not isinstance(data, bool):
-        return float(data)
-    if isinstance(data, dict):
-        if "reward" in data:
-            return float(data["reward"])
-        numbers = [v for v in data.values() if isinstance(v, int | float)]
-        if len(numbers) == 1:
-            return float(numbers[0])
-    raise ValueError("reward.json holds neither a number nor an object with a 'reward' key")
+        value = float(text.strip())
+        rewards = {"reward": value}
+    else:
+        data = json.loads(text)
+        if _number(data):
+            rewards = {"reward": float(data)}
+        elif isinstance(data, dict) and data and all(_number(v) for v in data.values()):
+            rewards = {str(k): float(v) for k, v in data.items()}
+        elif isinstance(data, dict) and "reward" in data and _number(data["reward"]):
+            rewards = {"reward": float(data["reward"])}  # with non-numeric detail beside it
+        else:
+            raise ValueError(
+                "reward.json holds neither a number nor an object of named numeric rewards"
+            )
+    bad = [k for k, v in rewards.items() if not math.isfinite(v)]
+    if bad:
+        raise ValueError(f"the reward {bad[0]!r} is not a finite number")
+    return rewards
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def verdict_of(rewards: dict[str, float]) -> tuple[float, bool]:
+    """The trial's reward and whether it is resolved: the ``reward`` key when there is one;
+    else the mean of the named rewards, resolved only when every one of them is 1."""
+    if "reward" in rewards:
+        reward = rewards["reward"]
+        return reward, reward >= 1.0 - 1e-9
+    reward = sum(rewards.values()) / len(rewards)
+    return reward, all(v >= 1.0 - 1e-9 for v in rewards.values())
 
 
 def stage(task: Task, sandbox: SandboxVerbs) -> None:
@@ -151,18 +177,18 @@ def run_verifier(
         outcome.reward = 1.0 if outcome.is_resolved else 0.0
         return outcome
     _fetch_logs(sandbox, out_dir)
-    for path, json_form in ((REWARD_TXT, False), (REWARD_JSON, True)):
+    for path, json_form in ((REWARD_JSON, True), (REWARD_TXT, False)):  # Harbor's order
         try:
             text = sandbox.read_file(path).decode("utf-8", "replace")
         except Exception:
             continue
         try:
-            outcome.reward = read_reward(text, json_form=json_form)
+            outcome.rewards = read_rewards(text, json_form=json_form)
         except (ValueError, TypeError) as exc:
             outcome.failure_mode = FailureMode.VERIFIER_ERROR
             outcome.error = f"{path} holds {text.strip()[:60]!r}, not a reward ({exc})"
             return outcome
-        outcome.is_resolved = outcome.reward >= 1.0 - 1e-9
+        outcome.reward, outcome.is_resolved = verdict_of(outcome.rewards)
         return outcome
     outcome.failure_mode = FailureMode.VERIFIER_ERROR
     outcome.error = (
