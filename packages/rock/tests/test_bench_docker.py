@@ -242,6 +242,57 @@ def test_named_rewards_are_kept_and_decide_as_the_task_s_rule_says(
     assert saved["verifier"]["detail"]["rewards"] == {"correctness": 1.0, "style": 0.5}
 
 
+PIP_MIXED = """#!/bin/bash
+pip install pytest==8.4.2 requests psutil pytest-json-ctrf || exit 0
+python3 -c 'import psutil, requests, pytest' && echo 1 > /logs/verifier/reward.txt
+"""
+
+
+def test_pip_installs_what_the_toolchain_holds_and_names_exactly_what_it_lacks(
+    docker_client: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """psutil (compiled) is not in the toolchain: the stand-in says so by name, installs the
+    rest, and with psutil's wheel in the toolchain's wheelhouse the same script passes."""
+    import subprocess
+    import sys
+
+    from rock.bench.verifier import toolchain
+
+    monkeypatch.setattr(toolchain, "wheelhouse", lambda: tmp_path / "wheelhouse")
+    root = tmp_path / "tasks"
+    _tb2(root, "mixed", test_sh=PIP_MIXED)
+    first = tmp_path / "without"
+    asyncio.run(_harness(docker_client).run(root, first, agent="oracle"))
+    stderr = (first / "mixed" / "mixed.1-of-1" / "verifier" / "stderr.txt").read_text()
+    assert "pip could not install psutil:" in stderr, stderr
+    assert _trial(first, "mixed")["is_resolved"] is False
+    wheels = tmp_path / "wheels"
+    got = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--only-binary=:all:",
+            "--no-deps",
+            "--python-version",
+            "3.11",
+            "--platform",
+            "manylinux2014_x86_64",
+            "psutil",
+            "-d",
+            str(wheels),
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert got.returncode == 0, got.stderr
+    assert any("psutil" in name for name in toolchain.add_wheels(wheels))
+    second = tmp_path / "with"
+    asyncio.run(_harness(docker_client).run(root, second, agent="oracle"))
+    assert _trial(second, "mixed")["is_resolved"] is True
+
+
 def test_an_agent_past_its_timeout_is_stopped_and_still_verified(oracle_run: Path) -> None:
     r = _trial(oracle_run, "slow-agent")
     assert r["failure_mode"] == "agent_timeout"

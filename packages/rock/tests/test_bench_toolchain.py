@@ -240,3 +240,34 @@ def test_shim_imports_standalone_with_python_only() -> None:
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
+
+
+def test_shim_leaves_out_what_is_held_and_keeps_options(shim: ModuleType) -> None:
+    args = ["-q", "pytest==8.4.2", "--index-url", "http://x", "requests", "psutil>=5", "./pkg"]
+    assert shim.without(args, {"pytest", "requests"}) == [
+        "-q",
+        "--index-url",
+        "http://x",
+        "psutil>=5",
+        "./pkg",
+    ]
+
+
+def test_shim_held_names_what_the_toolchain_or_python_has(
+    shim: ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(shim, "provided", lambda: {"pytest", "requests"})
+    names = ["pytest", "requests", "pip", "no-such-dist-xyz", None]
+    assert shim.held(names, sys.executable) == {"pytest", "requests", "pip"}
+
+
+def test_add_wheels_fills_the_wheelhouse_or_says_what_to_give(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ROCK_CACHE", str(tmp_path / "cache"))
+    with pytest.raises(toolchain.ToolchainError, match="holds no wheels"):
+        toolchain.add_wheels(tmp_path)
+    (tmp_path / "w").mkdir()
+    (tmp_path / "w" / "demo-1.0-py3-none-any.whl").write_bytes(b"PK")
+    assert toolchain.add_wheels(tmp_path / "w") == ["demo-1.0-py3-none-any.whl"]
+    assert toolchain.info()["wheelhouse"] == ["demo-1.0-py3-none-any.whl"]

@@ -418,13 +418,27 @@ def bench_build(
     default=None,
     help="Build from this folder of wheels instead of PyPI.",
 )
+@click.option(
+    "--wheelhouse",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Add this folder's wheels (compiled ones too) for test scripts that pip-install "
+    "what the toolchain does not hold.",
+)
 @click.option("--rebuild", is_flag=True)
 @click.option("--json", "as_json", is_flag=True)
-def bench_toolchain(wheels: Path | None, rebuild: bool, as_json: bool) -> None:
+def bench_toolchain(
+    wheels: Path | None, wheelhouse: Path | None, rebuild: bool, as_json: bool
+) -> None:
     """Build the offline verifier toolchain (once) and say what it holds."""
     from rock.bench.verifier import toolchain
 
-    toolchain.build(wheels=wheels, force=rebuild)
+    try:
+        toolchain.build(wheels=wheels, force=rebuild)
+        if wheelhouse is not None:
+            toolchain.add_wheels(wheelhouse)
+    except toolchain.ToolchainError as exc:
+        raise BadInput(str(exc)) from None
     info = toolchain.info()
     if as_json:
         click.echo(json.dumps(info, indent=2))
@@ -434,3 +448,5 @@ def bench_toolchain(wheels: Path | None, rebuild: bool, as_json: bool) -> None:
     )
     click.echo("packages: " + ", ".join(info["packages"]))
     click.echo("stand-ins: " + ", ".join(info["shims"]))
+    if info["wheelhouse"]:
+        click.echo("wheelhouse: " + ", ".join(info["wheelhouse"]))

@@ -24,6 +24,8 @@ SITE = os.path.join(ROOT, "site.zip")
 PROVIDED_FILE = os.path.join(ROOT, "provided.json")
 UV_INSTALLER_RE = re.compile(r"^https?://(astral\.sh/uv/|github\.com/astral-sh/uv/).*install\.sh")
 PTH_NAME = "zz-rock-verifier.pth"
+WHEELHOUSE = os.path.join(ROOT, "wheelhouse")
+"""Wheels a user added to the toolchain (compiled ones too): pip installs from here first."""
 
 
 def say(msg):
@@ -83,44 +85,47 @@ def req_name(spec):
     return norm(match.group(1)) if match else None
 
 
+_TAKES_VALUE = {
+    "-r",
+    "--requirement",
+    "-c",
+    "--constraint",
+    "-i",
+    "--index-url",
+    "--extra-index-url",
+    "-f",
+    "--find-links",
+    "--target",
+    "-t",
+    "--prefix",
+    "--root",
+    "-p",
+    "--python",
+    "--cache-dir",
+    "--timeout",
+    "--retries",
+    "-e",
+    "--editable",
+    "--platform",
+    "--python-version",
+    "--implementation",
+    "--abi",
+    "--only-binary",
+    "--no-binary",
+    "--progress-bar",
+    "--log",
+    "--upgrade-strategy",
+    "--trusted-host",
+    "--proxy",
+    "--src",
+    "--index",
+}
+"""pip options followed by a value."""
+
+
 def requirement_names(args, base="."):
     """Requirement names from pip-style arguments (options skipped, -r files read)."""
     names, i = [], 0
-    takes_value = {
-        "-r",
-        "--requirement",
-        "-c",
-        "--constraint",
-        "-i",
-        "--index-url",
-        "--extra-index-url",
-        "-f",
-        "--find-links",
-        "--target",
-        "-t",
-        "--prefix",
-        "--root",
-        "-p",
-        "--python",
-        "--cache-dir",
-        "--timeout",
-        "--retries",
-        "-e",
-        "--editable",
-        "--platform",
-        "--python-version",
-        "--implementation",
-        "--abi",
-        "--only-binary",
-        "--no-binary",
-        "--progress-bar",
-        "--log",
-        "--upgrade-strategy",
-        "--trusted-host",
-        "--proxy",
-        "--src",
-        "--index",
-    }
     while i < len(args):
         arg = args[i]
         if arg in ("-r", "--requirement"):
@@ -133,7 +138,7 @@ def requirement_names(args, base="."):
             names += _read_requirements(os.path.join(base, target))
             i += 1
             continue
-        if arg in takes_value:
+        if arg in _TAKES_VALUE:
             if arg in ("-e", "--editable"):
                 names.append(None)  # an editable install is never provided
             i += 2
@@ -196,25 +201,65 @@ def add_pth(python="python3"):
 
 
 # -- pip ---------------------------------------------------------------------------------
+def held(names, python="python3"):
+    """The names the toolchain provides or ``python`` already has (never an unnamed one)."""
+    have = provided()
+    out = {n for n in names if n is not None and n in have}
+    rest = [n for n in names if n is not None and n not in out]
+    if rest:
+        code = (
+            "import sys\nfrom importlib import metadata\n"
+            "for n in sys.argv[1:]:\n    try:\n        metadata.version(n)\n"
+            "        print(n)\n    except Exception:\n        pass\n"
+        )
+        done = subprocess.run([python, "-c", code, *rest], capture_output=True, text=True)
+        out |= set(done.stdout.split())
+    return out
+
+
+def without(args, names):
+    """pip arguments with the requirements named ``names`` left out (options kept)."""
+    out, i = [], 0
+    while i < len(args):
+        arg = args[i]
+        if arg in _TAKES_VALUE:
+            out += args[i : i + 2]
+            i += 2
+            continue
+        if arg.startswith("-") or req_name(arg) not in names or "/" in arg:
+            out.append(arg)
+        i += 1
+    return out
+
+
 def pip(args, python="python3"):
-    if args and args[0] == "install":
-        names = requirement_names(args[1:])
-        if names and satisfied(names, python):
-            add_pth(python)
-            for name in names:
-                print(f"Requirement already satisfied: {name} (rock verifier toolchain)")
+    if not args or args[0] != "install":
+        return subprocess.call([python, "-m", "pip", *list(args)])
+    names = requirement_names(args[1:])
+    have = held(names, python)
+    lacking = [n for n in names if n not in have]
+    if have:
+        add_pth(python)
+        for name in sorted(have):
+            print(f"Requirement already satisfied: {name} (rock verifier toolchain)")
+    if names and not lacking:
+        return 0
+    rest = without(list(args[1:]), have)
+    env = dict(os.environ, PIP_RETRIES="0", PIP_TIMEOUT="10")
+    sources = [["--no-index", "--find-links", WHEELHOUSE]] if os.path.isdir(WHEELHOUSE) else []
+    code = 1
+    for source in [*sources, []]:  # the toolchain's wheelhouse, then the index (if online)
+        code = subprocess.call([python, "-m", "pip", "install", *source, *rest], env=env)
+        if code == 0:
             return 0
-        env = dict(os.environ, PIP_RETRIES="0", PIP_TIMEOUT="10")
-        code = subprocess.call([python, "-m", "pip", *list(args)], env=env)
-        if code != 0:
-            say(
-                "pip could not install {}; the container is probably offline and the "
-                "toolchain does not hold it. Install it in the task's Dockerfile.".format(
-                    " ".join(n or "?" for n in names)
-                )
-            )
-        return code
-    return subprocess.call([python, "-m", "pip", *list(args)])
+    shown = ", ".join(n or "an unnamed requirement" for n in lacking)
+    say(
+        f"pip could not install {shown}: the toolchain does not hold it and the container is "
+        "probably offline (what the toolchain holds was installed). Add a wheel of it to the "
+        "toolchain with `rock bench toolchain --wheelhouse DIR`, or install it in the task's "
+        "Dockerfile."
+    )
+    return code
 
 
 # -- uv / uvx ----------------------------------------------------------------------------
@@ -345,7 +390,9 @@ def _uv_venv(rest):
 
 def _uv_pip(rest):
     _venv, python = _venv_python()
-    if rest and rest[0] in ("install", "sync"):
+    if rest and rest[0] == "install":
+        return pip(rest, python)
+    if rest and rest[0] == "sync":
         names = requirement_names(rest[1:])
         if names and satisfied(names, python):
             add_pth(python)

@@ -11,7 +11,9 @@ requirement list and the shim's source) and packed once per process into a tar t
 How the harness runs tests with it: ``export PATH=/opt/rock-verifier/bin:$PATH``, a
 ``.pth`` file in the container's site-packages (so ``python -m pytest`` works too), then
 the task's test script. Building needs PyPI (or ``--wheels DIR``, a folder of wheels);
-running never needs a network.
+running never needs a network. Wheels a user adds (``rock bench toolchain --wheelhouse DIR``,
+compiled ones too) travel with it, for the requirements test scripts install that it does
+not hold.
 """
 
 from __future__ import annotations
@@ -188,9 +190,37 @@ _packed: dict[str, bytes] = {}
 _pack_lock = threading.Lock()
 
 
+def wheelhouse() -> Path:
+    """Wheels a user added (:func:`add_wheels`): in containers at ``TOOLCHAIN_DIR/wheelhouse``,
+    where the pip and uv stand-ins install from before they try an index."""
+    return cache_root() / "wheelhouse"
+
+
+def add_wheels(source: Path) -> list[str]:
+    """Copy the wheels in ``source`` (compiled ones too: pip picks those that fit the
+    container's Python) into the wheelhouse; the names of all it holds after."""
+    wheels = sorted(source.glob("*.whl")) if source.is_dir() else []
+    if not wheels:
+        raise ToolchainError(
+            f"{source} holds no wheels (*.whl); fill it with pip download --only-binary=:all: "
+            "--python-version X.Y --platform manylinux2014_x86_64 NAME -d DIR"
+        )
+    target = wheelhouse()
+    target.mkdir(parents=True, exist_ok=True)
+    for wheel in wheels:
+        shutil.copyfile(wheel, target / wheel.name)
+    return sorted(p.name for p in target.glob("*.whl"))
+
+
+def _wheels_key() -> str:
+    found = sorted(wheelhouse().glob("*.whl"))
+    return ",".join(f"{p.name}:{p.stat().st_size}" for p in found)
+
+
 def archive(*, wheels: Path | None = None) -> bytes:
-    """The toolchain as a tar whose members unpack under :data:`TOOLCHAIN_DIR`."""
-    key = digest()
+    """The toolchain as a tar whose members unpack under :data:`TOOLCHAIN_DIR` (with the
+    wheelhouse's wheels under ``wheelhouse/``)."""
+    key = digest() + "|" + _wheels_key()
     with _pack_lock:
         if key not in _packed:
             tree = build(wheels=wheels)
@@ -198,6 +228,9 @@ def archive(*, wheels: Path | None = None) -> bytes:
             with tarfile.open(fileobj=buf, mode="w") as tar:
                 for item in sorted(tree.iterdir()):
                     tar.add(item, arcname=item.name)
+                for wheel in sorted(wheelhouse().glob("*.whl")):
+                    tar.add(wheel, arcname=f"wheelhouse/{wheel.name}")
+            _packed.clear()
             _packed[key] = buf.getvalue()
         return _packed[key]
 
@@ -218,4 +251,5 @@ def info() -> dict[str, Any]:
         "container_path": TOOLCHAIN_DIR,
         "packages": list(REQUIREMENTS),
         "shims": list(SHIM_TOOLS),
+        "wheelhouse": sorted(p.name for p in wheelhouse().glob("*.whl")),
     }
