@@ -293,6 +293,37 @@ def test_pip_installs_what_the_toolchain_holds_and_names_exactly_what_it_lacks(
     assert _trial(second, "mixed")["is_resolved"] is True
 
 
+def test_strict_check_flags_a_task_whose_tests_need_rock_s_stand_ins(tmp_path: Path) -> None:
+    """A test script that calls a bare pytest neither the image nor the script installs passes
+    only because rock's toolchain puts one on PATH; strict mode runs it as Harbor does."""
+    simple = "def test_hello():\n    assert open('/app/out.txt').read().strip() == 'hello'\n"
+    reward = "if [ $? -eq 0 ]; then echo 1; else echo 0; fi > /logs/verifier/reward.txt\n"
+    root = tmp_path / "tasks"
+    _tb2(
+        root,
+        "bare-pytest",
+        tests_py=simple,
+        test_sh="#!/bin/bash\npytest /tests/test_outputs.py -rA\n" + reward,
+    )
+    _tb2(
+        root,
+        "installs-pytest",
+        tests_py=simple,
+        test_sh="#!/bin/bash\npip install pytest==8.4.1\npython -m pytest /tests/test_outputs.py -rA\n"
+        + reward,
+    )
+    runner = CliRunner()
+    plain = runner.invoke(main, ["bench", "check", str(root), "--output", str(tmp_path / "a")])
+    assert plain.exit_code == 0, plain.output  # with the stand-ins both pass
+    strict = runner.invoke(
+        main, ["bench", "check", str(root), "--strict", "--output", str(tmp_path / "b")]
+    )
+    assert strict.exit_code == 1, strict.output
+    flagged = [line for line in strict.output.splitlines() if "passes only with rock" in line]
+    assert len(flagged) == 1 and flagged[0].startswith("bare-pytest"), strict.output
+    assert "last error: /tests/test.sh: line 2: pytest: command not found" in flagged[0]
+
+
 def test_an_agent_past_its_timeout_is_stopped_and_still_verified(oracle_run: Path) -> None:
     r = _trial(oracle_run, "slow-agent")
     assert r["failure_mode"] == "agent_timeout"

@@ -1,7 +1,8 @@
 #!/bin/bash
-# Verifier for find-leaked-secret; uses the pytest found on PATH.
+# Verifier for find-leaked-secret; installs pytest, runs the checks, records the reward.
 mkdir -p /logs/verifier
-pytest /tests/test_outputs.py -rA
+pip install pytest==8.4.1
+python -m pytest /tests/test_outputs.py -rA
 if [ $? -eq 0 ]; then
   echo 1 > /logs/verifier/reward.txt
 else

@@ -1,8 +1,9 @@
 #!/bin/bash
-# Runs the hidden behaviour checks for the pagination package with the pytest on PATH.
+# Runs the hidden behaviour checks for the pagination package, installing pytest first.
 mkdir -p /logs/verifier
 cd /app
-pytest /tests/test_outputs.py -rA
+pip install pytest==8.4.1
+python -m pytest /tests/test_outputs.py -rA
 if [ $? -eq 0 ]; then
   echo 1 > /logs/verifier/reward.txt
 else

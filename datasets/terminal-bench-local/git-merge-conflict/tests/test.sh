@@ -1,8 +1,9 @@
 #!/bin/bash
-# Verifier for git-merge-conflict; pytest is expected on PATH.
+# Verifier for git-merge-conflict; installs pytest, runs the checks, records the reward.
 mkdir -p /logs/verifier
 
-pytest /tests/test_outputs.py -rA
+pip install pytest==8.4.1
+python -m pytest /tests/test_outputs.py -rA
 result=$?
 
 if [ $result -eq 0 ]; then

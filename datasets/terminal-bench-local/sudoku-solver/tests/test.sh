@@ -1,8 +1,9 @@
 #!/bin/bash
-# sudoku-solver verifier: pytest must already be on PATH.
+# sudoku-solver verifier: installs pytest, runs the checks, records the reward.
 mkdir -p /logs/verifier
 cd /app
-pytest /tests/test_outputs.py -rA
+pip install pytest==8.4.1
+python -m pytest /tests/test_outputs.py -rA
 if [ $? -eq 0 ]; then
   echo 1 > /logs/verifier/reward.txt
 else

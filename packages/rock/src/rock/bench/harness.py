@@ -69,7 +69,11 @@ class BenchOptions(BaseModel):
     n_attempts: int = Field(default=1, ge=1)
     timeout_multiplier: float = Field(default=1.0, gt=0)
     allow_internet: bool | None = None
-    """None follows each task's allow_internet; False closes the network for all."""
+    """None follows each task's allow_internet; False closes the network for all, True opens
+    it for all."""
+    strict: bool = False
+    """Run the verifier as the task ships it, without rock's verifier toolchain (its pytest
+    and installer stand-ins): what Harbor does."""
     keep_sandboxes: bool = False
     """Leave each trial's sandbox running (for inspection); they are deleted otherwise."""
 
@@ -306,7 +310,8 @@ class Harness:
 
     def _spec(self, task: Task, image: str, run_id: str) -> SandboxSpec:
         env = task.environment
-        internet = env.allow_internet and self.options.allow_internet is not False
+        wanted = self.options.allow_internet
+        internet = env.allow_internet if wanted is None else wanted
         return SandboxSpec(
             image=image,
             cpus=min(env.cpus or 1.0, float(os.cpu_count() or 1)),
@@ -335,7 +340,7 @@ class _TrialEnv:
         return sandbox, "/app"
 
     async def stage_tests(self, task: Task, sandbox: Sandbox) -> None:
-        await asyncio.to_thread(stage, task, sandbox)
+        await asyncio.to_thread(stage, task, sandbox, stand_ins=not self.harness.options.strict)
 
     async def close(self, sandbox: Sandbox) -> None:
         if not self.harness.options.keep_sandboxes:

@@ -128,14 +128,16 @@ def verdict_of(rewards: dict[str, float]) -> tuple[float, bool]:
     return reward, all(v >= 1.0 - 1e-9 for v in rewards.values())
 
 
-def stage(task: Task, sandbox: SandboxVerbs) -> None:
-    """Copy the tests and the toolchain in; make the log directories."""
+def stage(task: Task, sandbox: SandboxVerbs, *, stand_ins: bool = True) -> None:
+    """Copy the tests in (and the verifier toolchain, unless ``stand_ins`` is false: the
+    strict check); make the log directories."""
     sandbox.exec(f"mkdir -p {TESTS_DIR} {VERIFIER_LOGS} {AGENT_LOGS}", timeout=60)
     if task.tests_dir is not None and task.tests_dir.is_dir():
         upload(sandbox, task.tests_dir, TESTS_DIR)
     if task.source_format == "tb1":
         upload(sandbox, task.test_script, f"{TESTS_DIR}/run-tests.sh")
-    toolchain.install(sandbox)
+    if stand_ins:
+        toolchain.install(sandbox)
 
 
 def run_verifier(

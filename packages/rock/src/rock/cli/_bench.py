@@ -307,6 +307,12 @@ def _print_summary(results: Any) -> None:
     is_flag=True,
     help="Run the oracle without a network too [default: as each task's allow_internet says].",
 )
+@click.option(
+    "--strict",
+    is_flag=True,
+    help="Also run the oracle's verifier as the task ships it, without rock's stand-ins "
+    "(network open, as Harbor runs tests), and flag tasks that pass only with them.",
+)
 @_image_options
 def bench_check(
     dataset: Path,
@@ -315,6 +321,7 @@ def bench_check(
     output: Path | None,
     as_json: bool,
     no_internet: bool,
+    strict: bool,
     image_map: tuple[Path, ...],
     map_image: tuple[str, ...],
 ) -> None:
@@ -331,13 +338,18 @@ def bench_check(
     base = output or Path(tempfile.mkdtemp(prefix="rock-bench-check-"))
     offenders: list[dict[str, str]] = []
     runs: dict[str, Any] = {}
-    for agent in ("oracle", "nop"):
-        network = None if agent == "oracle" and not no_internet else False
-        opts = BenchOptions(n_concurrent=n_concurrent, allow_internet=network)
-        harness = _harness(opts, image_map, map_image, _Live(f"check: {agent}", quiet=as_json))
+    passes: dict[str, tuple[str, BenchOptions]] = {
+        "oracle": ("oracle", BenchOptions(allow_internet=False if no_internet else None)),
+        "nop": ("nop", BenchOptions(allow_internet=False)),
+    }
+    if strict:  # the tests as Harbor runs them: no stand-ins, the network open
+        passes["strict"] = ("oracle", BenchOptions(strict=True, allow_internet=not no_internet))
+    for name, (agent, opts) in passes.items():
+        opts.n_concurrent = n_concurrent
+        harness = _harness(opts, image_map, map_image, _Live(f"check: {name}", quiet=as_json))
         try:
-            runs[agent] = asyncio.run(
-                harness.run(dataset, base / agent, agent=agent, task_ids=tasks, resume=True)
+            runs[name] = asyncio.run(
+                harness.run(dataset, base / name, agent=agent, task_ids=tasks, resume=True)
             )
         except BenchError as exc:
             raise BadInput(str(exc)) from None
@@ -348,6 +360,17 @@ def bench_check(
             why = failure_reason(r, base / "oracle" / r.task_id / r.trial_name)
             offenders.append(
                 {"task": r.task_id, "problem": f"fails with oracle ({r.failure_mode.value}: {why})"}
+            )
+    resolved = {r.task_id for r in runs["oracle"].results if r.is_resolved}
+    for r in runs["strict"].results if strict else []:
+        if r.task_id in resolved and not r.is_resolved:
+            why = failure_reason(r, base / "strict" / r.task_id / r.trial_name)
+            offenders.append(
+                {
+                    "task": r.task_id,
+                    "problem": "passes only with rock's verifier stand-ins (without them: "
+                    f"{why}); install what its tests need in its Dockerfile or test script",
+                }
             )
     for r in runs["nop"].results:
         if r.is_resolved:
