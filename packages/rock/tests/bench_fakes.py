@@ -154,3 +154,28 @@ class FakeSandbox:
 def tb2_task(tmp_path: Path) -> Task:
     """A loaded 2.0 task named hello."""
     return load_task(make_task(tmp_path, "hello"))
+
+
+class KillsItsFirstSandbox:
+    """An agent (``bench_fakes:KillsItsFirstSandbox``) whose first trial loses its sandbox
+    (the container is killed under it: a harness fault) and whose later trials do the work."""
+
+    name = "kills-first"
+    runs = 0
+
+    def __init__(self, **_: Any) -> None:
+        pass
+
+    async def run(self, instruction: str, sandbox: Any, **_: Any) -> Any:
+        import docker
+
+        from ale.trajectory import AgentInfo, Trajectory
+
+        KillsItsFirstSandbox.runs += 1
+        if KillsItsFirstSandbox.runs == 1:
+            engine = docker.from_env()
+            mine = {"label": "dev.ale.rock.bench.task=lost"}  # this test's task only
+            for container in engine.containers.list(filters=mine):
+                container.kill()
+        sandbox.exec("echo hello > /app/out.txt", timeout=30)
+        return Trajectory(agent=AgentInfo(name=self.name))

@@ -324,6 +324,30 @@ def test_strict_check_flags_a_task_whose_tests_need_rock_s_stand_ins(tmp_path: P
     assert "last error: /tests/test.sh: line 2: pytest: command not found" in flagged[0]
 
 
+@pytest.mark.parametrize("max_retries", [0, 1])
+def test_a_harness_fault_is_retried_when_asked_and_counted(
+    docker_client: Any, tmp_path: Path, max_retries: int
+) -> None:
+    from bench_fakes import KillsItsFirstSandbox
+
+    KillsItsFirstSandbox.runs = 0
+    root = tmp_path / "tasks"
+    _tb2(
+        root,
+        "lost",
+        tests_py="def test_hello():\n    assert open('/app/out.txt').read() == 'hello\\n'\n",
+    )
+    out = tmp_path / "run"
+    harness = _harness(docker_client, max_retries=max_retries)
+    results = asyncio.run(harness.run(root, out, agent="bench_fakes:KillsItsFirstSandbox"))
+    trial = _trial(out, "lost")
+    if max_retries:
+        assert trial["is_resolved"] is True and trial["retries"] == 1
+        assert trial["retried_failures"] == ["sandbox_error"] and results.n_retries == 1
+    else:
+        assert trial["failure_mode"] == "sandbox_error" and trial["retries"] == 0
+
+
 def test_an_agent_past_its_timeout_is_stopped_and_still_verified(oracle_run: Path) -> None:
     r = _trial(oracle_run, "slow-agent")
     assert r["failure_mode"] == "agent_timeout"

@@ -76,6 +76,9 @@ class BenchOptions(BaseModel):
     and installer stand-ins): what Harbor does."""
     keep_sandboxes: bool = False
     """Leave each trial's sandbox running (for inspection); they are deleted otherwise."""
+    max_retries: int = Field(default=0, ge=0)
+    """Run a trial again, up to this many times, when the harness failed it (the sandbox
+    failed or went away, the harness raised): never for the agent's own failures."""
 
 
 class DatasetScan(BaseModel):
@@ -251,14 +254,20 @@ class Harness:
         t0 = clock()
         self.progress("trial_start", {"trial": name})
         try:
-            await self._trial(task, make_agent, trial_dir, result, run_id, clock)
+            for retry in range(self.options.max_retries + 1):
+                if retry:  # a harness fault: the trial again, from nothing
+                    result.retried_failures.append(result.failure_mode)
+                    result.retries = retry
+                    fresh = TrialResults.model_validate(_fresh(result))
+                    result.__dict__.update(fresh.__dict__)
+                    shutil.rmtree(trial_dir, ignore_errors=True)
+                    trial_dir.mkdir(parents=True)
+                    self.progress("trial_retry", {"trial": name, "retry": retry})
+                if not await self._attempt(task, make_agent, trial_dir, result, run_id, clock):
+                    break
         except asyncio.CancelledError:
             shutil.rmtree(trial_dir, ignore_errors=True)
             raise
-        except Exception as exc:  # a harness fault fails this trial, never the run
-            result.failure_mode = FailureMode.UNKNOWN
-            result.error = f"the harness failed: {type(exc).__name__}: {exc}"
-            (trial_dir / "error.txt").write_text(traceback.format_exc())
         finally:
             result.trial_ended_at = datetime.now(UTC)
             result.total_sec = round(clock() - t0, 3)
@@ -266,6 +275,26 @@ class Harness:
             result.overhead_sec = round(max(0.0, result.total_sec - spent), 3)
         _atomic_write(trial_dir / RESULTS_FILE, result.model_dump_json(indent=2))
         return result
+
+    async def _attempt(
+        self,
+        task: Task,
+        make_agent: Callable[[Task], BenchAgent],
+        trial_dir: Path,
+        result: TrialResults,
+        run_id: str,
+        clock: Callable[[], float],
+    ) -> bool:
+        """One try of the trial; whether the harness failed it (which a retry may mend)."""
+        try:
+            return await self._trial(task, make_agent, trial_dir, result, run_id, clock)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # a harness fault fails this trial, never the run
+            result.failure_mode = FailureMode.UNKNOWN
+            result.error = f"the harness failed: {type(exc).__name__}: {exc}"
+            (trial_dir / "error.txt").write_text(traceback.format_exc())
+            return True
 
     async def _trial(
         self,
@@ -275,7 +304,7 @@ class Harness:
         result: TrialResults,
         run_id: str,
         clock: Callable[[], float],
-    ) -> None:
+    ) -> bool:
         agent = make_agent(task)
         result.agent = getattr(agent, "name", type(agent).__name__)
         t = clock()
@@ -285,7 +314,7 @@ class Harness:
             result.build_sec = round(clock() - t, 3)
             (trial_dir / "build.log").write_text(exc.log or str(exc))
             result.failure_mode, result.error = FailureMode.BUILD_FAILED, str(exc)
-            return
+            return False
         result.build_sec = round(clock() - t, 3)
         result.image, result.image_built = build.tag, build.built
         if build.built:
@@ -307,6 +336,7 @@ class Harness:
             agent_sandbox=lambda sandbox: RecordingSandbox(sandbox, trial_dir / "commands.jsonl"),
         )
         _record(episode, task, result, logs)
+        return episode.infrastructure_failure is not None
 
     def _spec(self, task: Task, image: str, run_id: str) -> SandboxSpec:
         env = task.environment
@@ -384,6 +414,17 @@ def _record(episode: Episode, task: Task, result: TrialResults, logs: Path) -> N
 
 def trial_name(task_id: str, attempt: int, n_attempts: int) -> str:
     return f"{task_id}.{attempt}-of-{n_attempts}"
+
+
+_KEPT_ON_RETRY = (
+    "id", "trial_name", "task_id", "attempt", "instruction", "category", "difficulty",
+    "source_format", "agent", "model", "trial_started_at", "retries", "retried_failures",
+)  # fmt: skip
+
+
+def _fresh(result: TrialResults) -> dict[str, Any]:
+    """What a retried trial starts from: its identity and its retries, nothing it found."""
+    return {name: getattr(result, name) for name in _KEPT_ON_RETRY}
 
 
 def _delete(sandbox: Sandbox) -> None:

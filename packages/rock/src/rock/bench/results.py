@@ -76,6 +76,10 @@ class TrialResults(_Model):
     """What the harness itself took: total minus build, agent and test time."""
     trajectory_path: str | None = None
     recording_path: str | None = None
+    retries: int = 0
+    """Times the trial ran again after a harness fault (``--max-retries``)."""
+    retried_failures: list[FailureMode] = Field(default_factory=list)
+    """The harness faults that made it run again, in order."""
     """The command log (commands.jsonl) of the agent phase."""
 
 
@@ -100,6 +104,8 @@ class BenchmarkResults(_Model):
     unresolved_ids: list[str] = Field(default_factory=list)
     accuracy: float = 0.0
     """Resolved trials over trials run (Terminal-Bench's accuracy)."""
+    n_retries: int = 0
+    """Trials run again after a harness fault (never after the agent's own failure)."""
     pass_at_k: dict[str, float | None] = Field(default_factory=dict)
     """Mean over tasks of the unbiased pass@k estimate, for k = 1..n_attempts (as
     strings, as in JSON)."""
@@ -114,6 +120,7 @@ class BenchmarkResults(_Model):
         self.resolved_ids = sorted({r.task_id for r in done if r.is_resolved})
         self.unresolved_ids = sorted({r.task_id for r in done} - set(self.resolved_ids))
         self.accuracy = self.n_resolved / len(done) if done else 0.0
+        self.n_retries = sum(r.retries for r in done)
         self.pass_at_k = {str(k): pass_at_k_mean(done, k) for k in range(1, self.n_attempts + 1)}
         return self
 

@@ -159,6 +159,14 @@ def _default_output() -> Path:
 @click.option(
     "--keep-sandboxes", is_flag=True, help="Leave each trial's sandbox running for inspection."
 )
+@click.option(
+    "--max-retries",
+    default=0,
+    show_default=True,
+    type=click.IntRange(0, 10),
+    help="Run a trial again when the harness failed it (its sandbox failed or went away), "
+    "never for the agent's own failures; counted in the results.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the run's results.json at the end.")
 @_image_options
 def bench_run(
@@ -174,6 +182,7 @@ def bench_run(
     timeout_multiplier: float,
     no_internet: bool,
     keep_sandboxes: bool,
+    max_retries: int,
     as_json: bool,
     image_map: tuple[Path, ...],
     map_image: tuple[str, ...],
@@ -198,6 +207,7 @@ def bench_run(
         timeout_multiplier=timeout_multiplier,
         allow_internet=False if no_internet else None,
         keep_sandboxes=keep_sandboxes,
+        max_retries=max_retries,
     )
     harness = _harness(opts, image_map, map_image, _Live(f"rock bench: {agent}"))
     out = output or _default_output()
@@ -266,6 +276,8 @@ def _print_summary(results: Any) -> None:
         f"unresolved {results.n_unresolved}, invalid tasks {s['invalid_tasks']}"
     )
     click.echo(f"accuracy {_pct(s['accuracy'])}")
+    if results.n_retries:
+        click.echo(f"trials run again after a harness fault: {results.n_retries}")
     click.echo("  ".join(f"pass@{k} {_pct(v)}" for k, v in s["pass_at_k"].items()))
     click.echo("")
     rows = [("category", k, v) for k, v in s["by_category"].items()] + [

@@ -60,16 +60,15 @@ class CommandAgent:
         env = {**os.environ, **self.env, "ALE_INSTRUCTION": instruction}
         env["ROCK_SANDBOX_ID"] = sandbox.id
         client = getattr(sandbox, "client", None)  # a daemon's sandbox: how to reach it
-        for name, value in (("ROCK_URL", "url"), ("ROCK_TOKEN", "token")):
-            if getattr(client, value, None):
-                env[name] = str(getattr(client, value))
-        for name, value in (
-            ("OPENAI_BASE_URL", self.base_url),
-            ("OPENAI_API_KEY", self.api_key),
-            ("OPENAI_MODEL", self.model),
-        ):
-            if value:
-                env[name] = value
+        for name, attribute in (("ROCK_URL", "url"), ("ROCK_TOKEN", "token")):
+            if getattr(client, attribute, None):
+                env[name] = str(getattr(client, attribute))
+        server = {
+            "OPENAI_BASE_URL": self.base_url,
+            "OPENAI_API_KEY": self.api_key,
+            "OPENAI_MODEL": self.model,
+        }
+        env |= {name: value for name, value in server.items() if value}
         return env
 
     async def run(
