@@ -55,11 +55,28 @@ def test_external_document_round_trips_exactly() -> None:
     assert traj.usage is not None and traj.usage.prompt_tokens == 120
 
 
+def test_edits_after_importing_a_foreign_document_survive_its_export() -> None:
+    """A document from another writer (no ``extra.ale``) keeps what the mapping cannot
+    reproduce as a patch; an edit made to the trajectory after import wins over the patch."""
+    doc = json.loads(FIXTURE.read_text())
+    traj = from_atif(doc)
+    assert to_atif(traj) == doc  # untouched: given back exactly
+    traj.steps[1].content = "Create /app/goodbye.txt."
+    traj.steps[2].content = "Writing it now."
+    traj.notes = "edited"
+    out = to_atif(traj)
+    assert out["steps"][1]["message"] == "Create /app/goodbye.txt."
+    assert out["steps"][2]["message"] == "Writing it now." and out["notes"] == "edited"
+    assert out["steps"][0] == doc["steps"][0]  # what was not edited is as it came
+    assert from_atif(out).steps[1].content == "Create /app/goodbye.txt."
+
+
 def test_sample_exports_as_one_agent_step_per_round(tmp_path: Path) -> None:
     traj = sample_trajectory(4, steps=10)
     path = write_atif(traj, tmp_path / "t.json")
     doc = json.loads(path.read_text())
-    assert doc["schema_version"] == "ATIF-v1.4" and doc["session_id"] == traj.trajectory_id
+    assert doc["schema_version"] == "ATIF-v1.7" and doc["trajectory_id"] == traj.trajectory_id
+    assert doc["session_id"] == traj.trajectory_id
     assert [s["source"] for s in doc["steps"]] == ["system", "user"] + ["agent"] * 4
     assert [s["step_id"] for s in doc["steps"]] == list(range(1, 7))
     assert (
@@ -68,6 +85,13 @@ def test_sample_exports_as_one_agent_step_per_round(tmp_path: Path) -> None:
     )
     assert doc["final_metrics"]["total_steps"] == 6
     assert read_atif(path) == traj
+
+
+def test_a_document_without_session_or_trajectory_id_is_read_as_v1_7_allows() -> None:
+    doc = {"schema_version": "ATIF-v1.7", "agent": {"name": "a", "version": "1"}, "steps": []}
+    traj = from_atif(doc)
+    assert traj.trajectory_id and traj.steps == []
+    assert to_atif(traj) == doc  # given back as it came
 
 
 @pytest.mark.parametrize(
@@ -84,8 +108,13 @@ def test_sample_exports_as_one_agent_step_per_round(tmp_path: Path) -> None:
             "schema_version",
         ),
         (
-            {"schema_version": "ATIF-v1.4", "agent": {"name": "a", "version": "1"}, "steps": []},
-            "session_id",
+            {
+                "schema_version": "ATIF-v1.7",
+                "trajectory_id": 7,
+                "agent": {"name": "a"},
+                "steps": [],
+            },
+            "trajectory_id",
         ),
         ({"schema_version": "ATIF-v1.4", "session_id": "s", "agent": {}, "steps": []}, "agent"),
         (

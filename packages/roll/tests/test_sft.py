@@ -94,6 +94,24 @@ def test_tokenised_like_the_agent_prompt_with_the_mistake_turn_masked(tiny: Path
     assert not any(sample.rl_mask)
 
 
+def test_a_step_atif_marked_as_copied_context_is_context_not_a_target(tiny: Path) -> None:
+    """``is_copied_context`` (ATIF 1.7) imports as ``extra.copied_context``: no loss on it."""
+    from ale.atif import from_atif, to_atif
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny)
+    doc = to_atif(_trajectory())
+    last_agent = [s for s in doc["steps"] if s["source"] == "agent"][-1]
+    last_agent["is_copied_context"] = True  # the finish turn, a target until now
+    imported = from_atif(doc)
+    marked = [s for s in imported.steps if s.extra.get("copied_context")]
+    assert len(marked) == 1
+    full = tokenize_trajectory(_trajectory(), tokenizer, [], max_seq_len=100_000)
+    copied = tokenize_trajectory(imported, tokenizer, [], max_seq_len=100_000)
+    assert full is not None and copied is not None
+    assert copied.sample.input_ids == full.sample.input_ids
+    assert sum(copied.sample.expert_mask) < sum(full.sample.expert_mask)
+
+
 def test_too_long_trajectories_are_cut_at_a_turn_boundary(tiny: Path) -> None:
     tokenizer = AutoTokenizer.from_pretrained(tiny)
     whole = tokenize_trajectory(_trajectory(), tokenizer, [], max_seq_len=100_000)

@@ -1,4 +1,5 @@
-"""ATIF export and import: Terminal-Bench's Agent Trajectory Interchange Format (v1.4).
+"""ATIF export and import: the Agent Trajectory Interchange Format of Terminal-Bench and Harbor
+(written as v1.7; any v1.x read).
 
 Mapping. An ATIF step is a system, user or agent message; the observation of an
 agent's tool calls rides on the same ATIF step. In the ALE schema the
@@ -20,6 +21,7 @@ Losslessness, both ways:
 from __future__ import annotations
 
 import json
+import uuid
 from pathlib import Path
 from typing import Any, Literal
 
@@ -38,7 +40,7 @@ from ale.trajectory import (
     VerifierResult,
 )
 
-ATIF_VERSION = "ATIF-v1.4"
+ATIF_VERSION = "ATIF-v1.7"
 _PATCH_KEY = "atif"
 _ALE_KEY = "ale"
 _SOURCE_OF = {Role.SYSTEM: "system", Role.USER: "user", Role.ASSISTANT: "agent"}
@@ -49,7 +51,7 @@ class AtifError(ValueError):
     """An ATIF document could not be read."""
 
 
-# --- ATIF v1.4 models (strict: what a conforming writer produces) ------------
+# --- ATIF models (strict: what a conforming writer produces) -----------------
 
 
 class _Atif(BaseModel):
@@ -120,10 +122,12 @@ class AtifFinalMetrics(_Atif):
 
 
 class AtifTrajectory(_Atif):
-    """An ATIF v1.4 document, strictly: use it to check what a writer produced."""
+    """An ATIF document as this module writes it, strictly: use it to check what a writer
+    produced (Harbor's own models are the reference; tests check against them too)."""
 
     schema_version: str
-    session_id: str
+    session_id: str | None = None
+    trajectory_id: str | None = None
     agent: AtifAgent
     steps: list[AtifStep]
     notes: str | None = None
@@ -137,6 +141,9 @@ class AtifTrajectory(_Atif):
 _ABSENT = "$absent"
 _ITEMS = "$items"
 _VALUE = "$value"
+_BASE = "$base"
+"""What the canonical document held where a patch changes it: the patch applies there only
+while the trajectory still gives that (an edit made after import wins over the patch)."""
 
 
 def _diff(target: Any, base: Any) -> Any:
@@ -146,7 +153,7 @@ def _diff(target: Any, base: Any) -> Any:
     if isinstance(target, dict) and isinstance(base, dict):
         patch: dict[str, Any] = {}
         for key in base.keys() - target.keys():
-            patch[key] = {_ABSENT: True}
+            patch[key] = {_ABSENT: True, _BASE: base[key]}
         for key, value in target.items():
             if key not in base:
                 patch[key] = {_VALUE: value}
@@ -162,28 +169,39 @@ def _diff(target: Any, base: Any) -> Any:
             if (sub := _diff(t, b)) is not None
         }
         return {_ITEMS: items} if items else None
-    return {_VALUE: target}
+    return {_VALUE: target, _BASE: base}
+
+
+def _edited(current: Any, patch: dict[str, Any]) -> bool:
+    """Whether the trajectory now gives something other than what the patch was made on."""
+    return _BASE in patch and current != patch[_BASE]
 
 
 def _apply(base: Any, patch: Any) -> Any:
     if patch is None:
         return base
     if _VALUE in patch:
-        return patch[_VALUE]
+        return base if _edited(base, patch) else patch[_VALUE]
     if _ITEMS in patch:
+        if not isinstance(base, list):
+            return base  # edited into something else: the edit wins
         out = list(base)
         for index, sub in patch[_ITEMS].items():
-            out[int(index)] = _apply(out[int(index)], sub)
+            if int(index) < len(out):
+                out[int(index)] = _apply(out[int(index)], sub)
         return out
+    if not isinstance(base, dict):
+        return base
     out_d = dict(base)
     for key, sub in patch.items():
-        if isinstance(sub, dict) and sub.get(_ABSENT) is True and len(sub) == 1:
-            out_d.pop(key, None)
+        if isinstance(sub, dict) and sub.get(_ABSENT) is True:
+            if not _edited(out_d.get(key), sub):
+                out_d.pop(key, None)
         elif key in out_d:
             out_d[key] = _apply(out_d[key], sub)
-        else:
-            out_d[key] = _apply(None, sub)
-    return out_d
+        elif _VALUE in sub and _BASE not in sub:
+            out_d[key] = sub[_VALUE]  # a field the canonical form does not write
+    return out_d  # a key an edit took away stays away
 
 
 # --- export -------------------------------------------------------------------
@@ -247,12 +265,93 @@ def _observation_ale(step: Step) -> dict[str, Any]:
     return ale
 
 
-def _observation(step: Step) -> dict[str, Any]:
+def _observation(step: Step, call_ids: set[str]) -> tuple[dict[str, Any], list[Any] | None]:
+    """The tool step's results as an ATIF observation of a step whose tool calls have
+    ``call_ids`` (a result naming another call leaves ``source_call_id`` out, as ATIF asks),
+    and the results' own call ids when any was left out (kept in ``extra.ale``)."""
+    results = [
+        _drop_none(
+            {
+                "source_call_id": r.call_id if r.call_id in call_ids else None,
+                "content": r.content,
+            }
+        )
+        for r in step.tool_results
+    ]
+    kept = all(r.call_id is None or r.call_id in call_ids for r in step.tool_results)
+    return {"results": results}, None if kept else [r.call_id for r in step.tool_results]
+
+
+def _calls(step: Step) -> list[dict[str, Any]]:
+    return [
+        {"tool_call_id": c.id, "function_name": c.name, "arguments": c.arguments}
+        for c in step.tool_calls
+    ]
+
+
+def _message_step(step: Step) -> dict[str, Any]:
+    """A system, user or agent step. ATIF allows model, reasoning, tool calls and metrics on
+    agent steps only: a system or user step carries them in ``extra.ale``."""
+    agent = step.role is Role.ASSISTANT
+    atif_step = _drop_none(
+        {
+            "timestamp": step.timestamp.isoformat() if step.timestamp else None,
+            "source": _SOURCE_OF[step.role],
+            "message": step.content,
+        }
+    )
+    ale = _step_ale(step)
+    if agent:
+        atif_step |= _drop_none(
+            {
+                "model_name": step.model,
+                "reasoning_effort": step.reasoning_effort,
+                "reasoning_content": step.reasoning,
+                "tool_calls": _calls(step) or None,
+                "metrics": _metrics(step),
+            }
+        )
+    else:
+        ale |= _drop_none(
+            {
+                "model": step.model,
+                "reasoning_effort": step.reasoning_effort,
+                "reasoning": step.reasoning,
+                "tool_calls": _calls(step) or None,
+                "usage": _dump(step.usage) if step.usage is not None else None,
+                "prompt_token_ids": step.prompt_token_ids,
+                "token_ids": step.token_ids,
+                "logprobs": step.logprobs,
+            }
+        )
+        ale.pop("empty_usage", None)  # the usage itself travels, empty or not
+    if ale:
+        atif_step["extra"] = {_ALE_KEY: ale}
+    return atif_step
+
+
+def _tool_atif_step(step: Step, carrier: dict[str, Any] | None) -> dict[str, Any] | None:
+    """Attach a tool step's results to ``carrier`` (the step just before, when it has no
+    observation yet: ATIF lets any step carry one) and return None; else a system step of its
+    own carrying them."""
+    obs_ale = _observation_ale(step)
+    carries_tool = carrier is not None and carrier.get("extra", {}).get(_ALE_KEY, {}).get("role")
+    if carrier is not None and "observation" not in carrier and not carries_tool:
+        ids = {c["tool_call_id"] for c in carrier.get("tool_calls") or []}
+        carrier["observation"], call_ids = _observation(step, ids)
+        if call_ids is not None:
+            obs_ale["call_ids"] = call_ids
+        if obs_ale:
+            carrier.setdefault("extra", {}).setdefault(_ALE_KEY, {})["observation"] = obs_ale
+        return None
+    observation, call_ids = _observation(step, set())
+    if call_ids is not None:
+        obs_ale["call_ids"] = call_ids
     return {
-        "results": [
-            _drop_none({"source_call_id": r.call_id, "content": r.content})
-            for r in step.tool_results
-        ]
+        "source": "system",
+        "message": "",
+        "observation": observation,
+        "extra": {_ALE_KEY: {"role": "tool", "observation": obs_ale}},
     }
 
 
@@ -260,46 +359,15 @@ def _canonical(traj: Trajectory) -> dict[str, Any]:
     steps: list[dict[str, Any]] = []
     for step in traj.steps:
         if step.role is Role.TOOL:
-            previous = steps[-1] if steps else None
-            if (
-                previous is not None
-                and "observation" not in previous
-                and previous["source"] == "agent"
-            ):
-                previous["observation"] = _observation(step)
-                obs_ale = _observation_ale(step)
-                if obs_ale:
-                    previous.setdefault("extra", {}).setdefault(_ALE_KEY, {})["observation"] = (
-                        obs_ale
-                    )
-                continue
-            atif_step: dict[str, Any] = {
-                "source": "system",
-                "message": "",
-                "observation": _observation(step),
-                "extra": {_ALE_KEY: {"role": "tool", "observation": _observation_ale(step)}},
-            }
-        else:
-            atif_step = _drop_none(
-                {
-                    "timestamp": step.timestamp.isoformat() if step.timestamp else None,
-                    "source": _SOURCE_OF[step.role],
-                    "model_name": step.model,
-                    "reasoning_effort": step.reasoning_effort,
-                    "message": step.content,
-                    "reasoning_content": step.reasoning,
-                    "tool_calls": [
-                        {"tool_call_id": c.id, "function_name": c.name, "arguments": c.arguments}
-                        for c in step.tool_calls
-                    ]
-                    or None,
-                    "metrics": _metrics(step),
-                }
-            )
-            ale = _step_ale(step)
-            if ale:
-                atif_step["extra"] = {_ALE_KEY: ale}
-        steps.append(atif_step)
+            own = _tool_atif_step(step, steps[-1] if steps else None)
+            if own is not None:
+                steps.append(own)
+            continue
+        steps.append(_message_step(step))
+    if not steps:  # ATIF wants one step at least: a placeholder import drops again
+        steps.append(
+            {"source": "system", "message": "", "extra": {_ALE_KEY: {"placeholder": True}}}
+        )
     for number, atif_step in enumerate(steps, start=1):
         atif_step["step_id"] = number
 
@@ -316,7 +384,7 @@ def _canonical(traj: Trajectory) -> dict[str, Any]:
             "total_completion_tokens": usage.completion_tokens,
             "total_cached_tokens": usage.cached_tokens,
             "total_cost_usd": usage.cost_usd,
-            "total_steps": len(steps),
+            "total_steps": len(steps) if traj.steps else 0,
         }
     )
     ale_top: dict[str, Any] = _drop_none(
@@ -341,6 +409,7 @@ def _canonical(traj: Trajectory) -> dict[str, Any]:
     doc: dict[str, Any] = {
         "schema_version": ATIF_VERSION,
         "session_id": traj.trajectory_id,
+        "trajectory_id": traj.trajectory_id,
         "agent": agent,
         "steps": steps,
         "final_metrics": final,
@@ -387,11 +456,10 @@ def _tool_step(observation: dict[str, Any], ale: dict[str, Any]) -> Step:
     results = observation.get("results") or []
     errors = ale.get("is_error") or [False] * len(results)
     metadata = ale.get("metadata") or [{}] * len(results)
+    call_ids = ale.get("call_ids") or [r.get("source_call_id") for r in results]
     tool_results = [
-        ToolResult(
-            call_id=r.get("source_call_id"), content=r.get("content") or "", is_error=e, metadata=m
-        )
-        for r, e, m in zip(results, errors, metadata, strict=False)
+        ToolResult(call_id=c, content=r.get("content") or "", is_error=e, metadata=m)
+        for r, c, e, m in zip(results, call_ids, errors, metadata, strict=False)
     ]
     usage = ale.get("usage")
     return Step(
@@ -424,6 +492,8 @@ def _steps_from(atif_steps: list[Any]) -> list[Step]:
         )
         ale = ((raw.get("extra") or {}).get(_ALE_KEY)) or {}
         observation = raw.get("observation")
+        if ale.get("placeholder"):
+            continue
         if ale.get("role") == "tool" and observation is not None:
             steps.append(_tool_step(observation, ale.get("observation", {})))
             continue
@@ -431,27 +501,31 @@ def _steps_from(atif_steps: list[Any]) -> list[Step]:
         usage = _usage_from(metrics)
         if usage is None and ale.get("empty_usage"):
             usage = Usage()
-        extra = ale.get("extra", {})
+        if "usage" in ale:  # a system or user step's own (ATIF has no place for it)
+            usage = Usage(**ale["usage"])
+        extra = dict(ale.get("extra", {}))
+        if raw.get("is_copied_context"):
+            extra["copied_context"] = True
         steps.append(
             Step(
                 role=_ROLE_OF[source],
                 content=_message_text(raw.get("message")),
-                reasoning=raw.get("reasoning_content"),
+                reasoning=raw.get("reasoning_content", ale.get("reasoning")),
                 tool_calls=[
                     ToolCall(
                         id=c["tool_call_id"],
                         name=c["function_name"],
                         arguments=c.get("arguments") or {},
                     )
-                    for c in raw.get("tool_calls") or []
+                    for c in raw.get("tool_calls") or ale.get("tool_calls") or []
                 ],
                 timestamp=raw.get("timestamp"),
-                model=raw.get("model_name"),
-                reasoning_effort=raw.get("reasoning_effort"),
+                model=raw.get("model_name", ale.get("model")),
+                reasoning_effort=raw.get("reasoning_effort", ale.get("reasoning_effort")),
                 usage=usage,
-                prompt_token_ids=metrics.get("prompt_token_ids"),
-                token_ids=metrics.get("completion_token_ids"),
-                logprobs=metrics.get("logprobs"),
+                prompt_token_ids=metrics.get("prompt_token_ids", ale.get("prompt_token_ids")),
+                token_ids=metrics.get("completion_token_ids", ale.get("token_ids")),
+                logprobs=metrics.get("logprobs", ale.get("logprobs")),
                 policy_version=ale.get("policy_version"),
                 reward=ale.get("reward"),
                 extra=extra,
@@ -471,7 +545,8 @@ def from_atif(doc: dict[str, Any]) -> Trajectory:
         "schema_version",
         f"must be 'ATIF-v1.x', got {version!r}",
     )
-    _require(isinstance(doc.get("session_id"), str), "session_id", "is missing or not a string")
+    identity = doc.get("trajectory_id") or doc.get("session_id") or uuid.uuid4().hex
+    _require(isinstance(identity, str), "trajectory_id", "is not a string")
     agent = doc.get("agent")
     _require(
         isinstance(agent, dict) and isinstance(agent.get("name"), str),
@@ -488,7 +563,7 @@ def from_atif(doc: dict[str, Any]) -> Trajectory:
             schema_version=ale.get(
                 "schema_version", Trajectory.model_fields["schema_version"].default
             ),
-            trajectory_id=doc["session_id"],
+            trajectory_id=identity,
             task_id=ale.get("task_id"),
             episode_id=ale.get("episode_id"),
             group_id=ale.get("group_id"),
@@ -511,7 +586,7 @@ def from_atif(doc: dict[str, Any]) -> Trajectory:
         if isinstance(exc, AtifError):
             raise
         raise AtifError(
-            f"ATIF document could not be mapped ({exc}); check it against ATIF v1.4."
+            f"ATIF document could not be mapped ({exc}); check it against ATIF v1.7."
         ) from exc
     patch = _diff(doc, _canonical(traj))
     if patch is not None:

@@ -5,7 +5,8 @@ builds its prompts (:func:`iflow.models.local.prompt_token_ids`, the iflow tool 
 system message), so what is learned is what the agent will see. Every assistant turn's
 tokens are a target unless the turn is marked erroneous or irrelevant (``extra["expert"]``
 is ``mistake``/``irrelevant``, as the synthesis pipeline marks an injected mistake; or
-``extra["roll"]["mask"]``): those carry no loss, and the observation that follows stays as
+``extra["roll"]["mask"]``; or a step ATIF marked ``is_copied_context``, imported as
+``extra["copied_context"]``): those carry no loss, and the observation that follows stays as
 context. The loss is the NLL summed over unmasked tokens divided by their number in the
 batch.
 """

@@ -63,8 +63,8 @@ class Sample:
 
 
 def _masked_step(extra: dict[str, Any]) -> bool:
-    if extra.get("expert") in MASK_MARKS:
-        return True
+    if extra.get("expert") in MASK_MARKS or extra.get("copied_context"):
+        return True  # a marked mistake, or context copied in from elsewhere (ATIF)
     roll = extra.get("roll")
     return isinstance(roll, dict) and (roll.get("mask") in MASK_MARKS or roll.get("mask") is True)
 
