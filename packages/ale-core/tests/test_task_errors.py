@@ -207,3 +207,23 @@ def test_error_is_a_value_error_and_pickles(tb2: Path) -> None:
     assert isinstance(error, TaskError)
     copy = pickle.loads(pickle.dumps(error))
     assert (str(copy), copy.path, copy.field) == (str(error), error.path, error.field)
+
+
+def test_an_unknown_schema_version_is_one_sentence(tb2: Path) -> None:
+    _edit(tb2 / "task.toml", 'version = "1.0"', 'version = "2.0"')
+    error = _error(tb2)
+    assert "declares schema version '2.0', which this loader does not know" in str(error)
+    assert "1.0, 1.1, 1.2, 1.3, 1.4" in str(error)
+
+
+def test_harbor_1_4_names_its_version_schema_version_and_loads(tb2: Path) -> None:
+    _edit(tb2 / "task.toml", 'version = "1.0"', 'schema_version = "1.4"')
+    assert load_task(tb2).source_format == "tb2"
+
+
+def test_a_multi_step_task_is_refused_in_one_sentence_until_rock_runs_them(tb2: Path) -> None:
+    task_file = tb2 / "task.toml"
+    task_file.write_text(
+        task_file.read_text() + '\n[[steps]]\nname = "first"\n\n[[steps]]\nname = "second"\n'
+    )
+    assert "is a multi-step task ([[steps]], Harbor 1.4)" in str(_error(tb2))

@@ -39,6 +39,8 @@ TASK_FILE = "task.toml"
 INSTRUCTION_FILE = "instruction.md"
 _COMPOSE_NAMES = ("docker-compose.yaml", "docker-compose.yml")
 _SECTIONS = ("metadata", "agent", "verifier", "environment")
+KNOWN_VERSIONS = ("1.0", "1.1", "1.2", "1.3", "1.4")
+"""task.toml schema versions read: Terminal-Bench 2.0's 1.0 up to Harbor's 1.4."""
 
 
 def load_tb2(path: str | Path) -> Task:
@@ -58,7 +60,21 @@ def load_tb2(path: str | Path) -> Task:
             task_file,
         )
     data = f.parse_toml(task_file)
-    f.opt_str(task_file, "version", data.pop("version", None))
+    version = f.opt_str(task_file, "version", data.pop("version", None))
+    version = f.opt_str(task_file, "schema_version", data.pop("schema_version", None)) or version
+    if version is not None and version not in KNOWN_VERSIONS:
+        raise TaskFormatError(
+            f"{f.where(task_file)} declares schema version {version!r}, which this loader does "
+            f"not know (it reads {', '.join(KNOWN_VERSIONS)}); upgrade ale-core, or write the "
+            "task in one of those versions.",
+            task_file,
+        )
+    if data.get("steps"):
+        raise TaskFormatError(
+            f"{f.where(task_file)} is a multi-step task ([[steps]], Harbor 1.4), which rock "
+            "does not run yet; give its steps as separate tasks for now.",
+            task_file,
+        )
     sections = {name: f.table(task_file, name, data.pop(name, None)) for name in _SECTIONS}
     unknown: dict[str, Any] = data  # what is left of the top level
 
