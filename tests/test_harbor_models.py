@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -92,3 +93,69 @@ def test_harbor_reads_every_export_edge_cases_included(harbor_python: Path, tmp_
     )
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout) == {}, done.stdout
+
+
+READ_RUNS = """
+import json, sys
+from pathlib import Path
+from harbor.models.job.result import JobResult
+from harbor.models.trial.config import TrialConfig
+from harbor.models.trial.result import TrialResult
+from harbor.models.trajectories import Trajectory
+from harbor.viewer.scanner import JobScanner
+
+jobs = Path(sys.argv[1])
+scanner = JobScanner(jobs)
+out = {}
+for job in scanner.list_jobs():
+    result = JobResult.model_validate_json((jobs / job / "result.json").read_text())
+    assert scanner.get_job_config(job) is not None, job  # its config.json reads too
+    trials = {}
+    for name in scanner.list_trials(job):
+        trial = TrialResult.model_validate_json((jobs / job / name / "result.json").read_text())
+        TrialConfig.model_validate_json((jobs / job / name / "config.json").read_text())
+        path = jobs / job / name / "agent" / "trajectory.json"
+        steps = len(Trajectory.model_validate_json(path.read_text()).steps) if path.exists() else None
+        rewards = trial.verifier_result.rewards if trial.verifier_result else None
+        trials[name] = {"rewards": rewards, "steps": steps, "error": bool(trial.exception_info)}
+    out[job] = {"n": result.n_total_trials, "inline": len(result.trial_results), "trials": trials}
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.docker
+def test_harbor_reads_a_rock_bench_run_as_a_job(harbor_python: Path, tmp_path: Path) -> None:
+    """The run directory is a Harbor job: its viewer's scanner finds the trials and Harbor's
+    models read the job result, each trial's result and config, and the ATIF trajectory."""
+    repo = Path(__file__).resolve().parents[1]
+    rock = Path(sys.executable).parent / "rock"
+    jobs = tmp_path / "jobs"
+    for agent in ("oracle", "nop"):
+        done = subprocess.run(
+            [
+                rock,
+                "bench",
+                "run",
+                "--dataset",
+                repo / "datasets" / "terminal-bench-local",
+                "--task",
+                "csv-sales-report",
+                "--agent",
+                agent,
+                "--output",
+                jobs / f"{agent}-run",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
+        assert done.returncode == 0, done.stderr
+    read = subprocess.run(
+        [harbor_python, "-c", READ_RUNS, jobs], capture_output=True, text=True, timeout=300
+    )
+    assert read.returncode == 0, read.stderr
+    seen = json.loads(read.stdout)
+    assert seen["oracle-run"]["trials"]["csv-sales-report.1-of-1"]["rewards"] == {"reward": 1.0}
+    assert seen["nop-run"]["trials"]["csv-sales-report.1-of-1"]["rewards"] == {"reward": 0.0}
+    assert seen["oracle-run"]["trials"]["csv-sales-report.1-of-1"]["steps"] >= 1
+    assert all(job["n"] == 1 and job["inline"] == 1 for job in seen.values())

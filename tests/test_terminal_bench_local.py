@@ -109,7 +109,7 @@ def test_iflow_runs_through_rock_bench_with_model_and_agent_kwargs(tmp_path: Pat
         timeout=600,
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    trial = out / "csv-sales-report" / "csv-sales-report.1-of-1"
+    trial = out / "csv-sales-report.1-of-1"
     result = json.loads((trial / "results.json").read_text())
     assert result["agent"] == "iflow" and result["is_resolved"] is True, result
     assert result["model"] == "scripted-expert"

@@ -175,7 +175,7 @@ def oracle_run(dataset: Path, docker_client: Any, tmp_path_factory: pytest.TempP
 
 
 def _trial(run: Path, task: str) -> dict[str, Any]:
-    return json.loads((run / task / f"{task}.1-of-1" / "results.json").read_text())
+    return json.loads((run / f"{task}.1-of-1" / "results.json").read_text())
 
 
 def test_oracle_resolves_a_2_0_task_offline_with_the_tasks_limits(oracle_run: Path) -> None:
@@ -186,7 +186,7 @@ def test_oracle_resolves_a_2_0_task_offline_with_the_tasks_limits(oracle_run: Pa
         "test_no_network_but_loopback": "passed",
         "test_memory_limit_applied": "passed",
     }
-    trial = oracle_run / "good" / "good.1-of-1"
+    trial = oracle_run / "good.1-of-1"
     assert (trial / "verifier" / "logs" / "ctrf.json").is_file()  # the plugin ran offline
     log = [json.loads(line) for line in (trial / "commands.jsonl").read_text().splitlines()]
     assert log[0]["command"] == "bash /solution/solve.sh" and log[0]["exit_code"] == 0
@@ -211,7 +211,7 @@ def test_a_compose_task_builds_its_main_service(oracle_run: Path) -> None:
 def test_a_dockerfile_that_fails_is_a_failed_trial_with_the_build_log(oracle_run: Path) -> None:
     r = _trial(oracle_run, "broken-build")
     assert r["failure_mode"] == "build_failed" and r["is_resolved"] is None
-    log = (oracle_run / "broken-build" / "broken-build.1-of-1" / "build.log").read_text()
+    log = (oracle_run / "broken-build.1-of-1" / "build.log").read_text()
     assert "boom" in log and "returned a non-zero code: 3" in log
 
 
@@ -236,9 +236,7 @@ def test_named_rewards_are_kept_and_decide_as_the_task_s_rule_says(
     assert met["rewards"] == {"correctness": 1.0, "style": 1.0} and met["is_resolved"] is True
     assert half["rewards"] == {"correctness": 1.0, "style": 0.5} and half["reward"] == 0.75
     assert half["is_resolved"] is False and half["failure_mode"] == "none"
-    saved = json.loads(
-        (out / "half-met" / "half-met.1-of-1" / "agent" / "trajectory.jsonl").read_text()
-    )
+    saved = json.loads((out / "half-met.1-of-1" / "agent" / "trajectory.jsonl").read_text())
     assert saved["verifier"]["detail"]["rewards"] == {"correctness": 1.0, "style": 0.5}
 
 
@@ -263,7 +261,7 @@ def test_pip_installs_what_the_toolchain_holds_and_names_exactly_what_it_lacks(
     _tb2(root, "mixed", test_sh=PIP_MIXED)
     first = tmp_path / "without"
     asyncio.run(_harness(docker_client).run(root, first, agent="oracle"))
-    stderr = (first / "mixed" / "mixed.1-of-1" / "verifier" / "stderr.txt").read_text()
+    stderr = (first / "mixed.1-of-1" / "verifier" / "stderr.txt").read_text()
     assert "pip could not install psutil:" in stderr, stderr
     assert _trial(first, "mixed")["is_resolved"] is False
     wheels = tmp_path / "wheels"
@@ -400,7 +398,7 @@ def test_resume_redoes_only_unfinished_trials(
     )
     before = {r.trial_name: r.id for r in read_run(out).results}
     assert len(before) == 4
-    cut = out / "good" / "good.2-of-2"
+    cut = out / "good.2-of-2"
     (cut / "results.json").unlink()  # as if the run was killed during this trial
     with pytest.raises(ValueError, match="--resume"):
         asyncio.run(_harness(docker_client, n_attempts=2).run(dataset, out, agent="oracle"))

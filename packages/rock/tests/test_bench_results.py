@@ -151,8 +151,11 @@ def test_summary_groups_by_category_difficulty_and_failure_mode() -> None:
     assert got["tokens"] == {"input": 150, "output": 7}
 
 
-def _write_trial(run_dir: Path, result: TrialResults) -> Path:
-    path = run_dir / result.task_id / result.trial_name / RESULTS_FILE
+def _write_trial(run_dir: Path, result: TrialResults, *, legacy: bool = False) -> Path:
+    """A trial's results.json where a run writes it (``legacy``: under ``<task>/``, as runs
+    before the flat layout did)."""
+    base = run_dir / result.task_id if legacy else run_dir
+    path = base / result.trial_name / RESULTS_FILE
     path.parent.mkdir(parents=True)
     path.write_text(result.model_dump_json())
     return path
@@ -171,9 +174,9 @@ def test_read_run_rebuilds_from_trial_files_and_skips_torn_ones(tmp_path: Path) 
     config = RunConfig(id="run-1", dataset="/d", task_ids=["a", "b"], agent="nop", n_attempts=2)
     (tmp_path / RUN_FILE).write_text(config.model_dump_json())
     _write_trial(tmp_path, trial("a", 1, True, n_attempts=2))
-    _write_trial(tmp_path, trial("a", 2, True, n_attempts=2))
+    _write_trial(tmp_path, trial("a", 2, True, n_attempts=2), legacy=True)
     _write_trial(tmp_path, trial("b", 1, False, n_attempts=2))
-    torn = tmp_path / "b" / "b.2-of-2" / RESULTS_FILE
+    torn = tmp_path / "b.2-of-2" / RESULTS_FILE
     torn.parent.mkdir(parents=True)
     torn.write_text('{"id": "b-2", "trial_na')
 

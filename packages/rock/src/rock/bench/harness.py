@@ -6,7 +6,7 @@ instruction under the agent timeout, and only then (also after a timeout) copy t
 in and run the verifier under the test timeout. Everything is recorded in the trial's
 directory::
 
-    <run>/<task>/<task>.<attempt>-of-<n>/
+    <run>/<task>.<attempt>-of-<n>/
         results.json         TrialResults
         build.log            when the image was built (or failed to build)
         commands.jsonl       every command of the agent phase; terminal.log reads the same
@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import shutil
 import traceback
@@ -39,6 +40,7 @@ from ale.task import Task, TaskFormatError, detect_format, load_task
 from ale.trajectory import Trajectory, Usage
 from rock import __version__
 from rock.backends.base import Backend, Sandbox, SandboxError
+from rock.bench import harbor
 from rock.bench.agents import RecordingSandbox, agent_factory
 from rock.bench.images import ImageBuilder, TaskImageError
 from rock.bench.results import (
@@ -50,6 +52,7 @@ from rock.bench.results import (
     RunConfig,
     TrialResults,
     collect_trials,
+    trial_path,
 )
 from rock.bench.verifier import toolchain
 from rock.bench.verify import VerifierOutcome, stage
@@ -205,10 +208,10 @@ class Harness:
         async def one(task: Task, attempt: int) -> None:
             async with gate:
                 result = await self.run_trial(
-                    task, attempt, make_agent, output, config.id, model=model
+                    task, attempt, make_agent, output, config.id, model=model, run=config
                 )
             async with lock:
-                _write_results(output, results)
+                _write_results(output, results, config)
                 self.progress("trial", {"result": result})
 
         jobs = [asyncio.ensure_future(one(t, a)) for t, a in todo]
@@ -218,7 +221,7 @@ class Harness:
             for job in jobs:
                 job.cancel()
             results.ended_at = datetime.now(UTC)
-            _write_results(output, results)
+            _write_results(output, results, config)
         return results
 
     # -- a trial -----------------------------------------------------------------------------
@@ -231,9 +234,12 @@ class Harness:
         run_id: str = "",
         *,
         model: str | None = None,
+        run: RunConfig | None = None,
     ) -> TrialResults:
+        """One trial of ``task`` into ``run_dir``; with ``run`` (the run it belongs to) also
+        the files Harbor writes for a trial (:mod:`rock.bench.harbor`)."""
         name = trial_name(task.id, attempt, self.options.n_attempts)
-        trial_dir = run_dir / task.id / name
+        trial_dir = trial_path(run_dir, name)
         if trial_dir.exists():
             shutil.rmtree(trial_dir)  # a trial cut short: start it again from nothing
         trial_dir.mkdir(parents=True)
@@ -274,6 +280,8 @@ class Harness:
             spent = sum(v or 0.0 for v in (result.build_sec, result.agent_sec, result.test_sec))
             result.overhead_sec = round(max(0.0, result.total_sec - spent), 3)
         _atomic_write(trial_dir / RESULTS_FILE, result.model_dump_json(indent=2))
+        if run is not None:
+            harbor.write_trial(result, task, run, trial_dir, _atomic_write)
         return result
 
     async def _attempt(
@@ -483,10 +491,15 @@ def _open_run_dir(output: Path, config: RunConfig, resume: bool) -> RunConfig:
     return config
 
 
-def _write_results(output: Path, results: BenchmarkResults) -> None:
+def _write_results(output: Path, results: BenchmarkResults, run: RunConfig) -> None:
     results.results = collect_trials(output)
     results.refresh()
     _atomic_write(output / RESULTS_FILE, results.model_dump_json(indent=2))
+    job = harbor.job_result(results, run, output)
+    _atomic_write(output / harbor.HARBOR_RESULT, json.dumps(job, indent=2))
+    _atomic_write(
+        output / harbor.HARBOR_CONFIG, json.dumps(harbor.job_config(run, output), indent=2)
+    )
 
 
 def _atomic_write(path: Path, text: str) -> None:

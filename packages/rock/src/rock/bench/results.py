@@ -227,10 +227,18 @@ def read_run(run_dir: Path) -> BenchmarkResults:
     return base.refresh()
 
 
+def trial_path(run_dir: Path, trial_name: str) -> Path:
+    """A trial's directory: ``<run>/<trial name>/``, as Harbor lays out a job's trials."""
+    return Path(run_dir) / trial_name
+
+
 def collect_trials(run_dir: Path) -> list[TrialResults]:
-    """Every finished trial under ``run_dir`` (those with a results.json)."""
+    """Every finished trial under ``run_dir`` (those with a results.json; runs written
+    before the flat layout kept them under ``<task>/<trial>/``)."""
     out = []
-    for path in sorted(Path(run_dir).glob(f"*/*/{RESULTS_FILE}")):
+    root = Path(run_dir)
+    found = [*root.glob(f"*/{RESULTS_FILE}"), *root.glob(f"*/*/{RESULTS_FILE}")]
+    for path in sorted(found):
         try:
             out.append(TrialResults.model_validate_json(path.read_text()))
         except ValueError:

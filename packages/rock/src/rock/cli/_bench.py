@@ -369,14 +369,14 @@ def bench_check(
         offenders.append({"task": Path(bad.path).name, "problem": f"invalid: {bad.reason}"})
     for r in runs["oracle"].results:
         if not r.is_resolved:
-            why = failure_reason(r, base / "oracle" / r.task_id / r.trial_name)
+            why = failure_reason(r, base / "oracle" / r.trial_name)
             offenders.append(
                 {"task": r.task_id, "problem": f"fails with oracle ({r.failure_mode.value}: {why})"}
             )
     resolved = {r.task_id for r in runs["oracle"].results if r.is_resolved}
     for r in runs["strict"].results if strict else []:
         if r.task_id in resolved and not r.is_resolved:
-            why = failure_reason(r, base / "strict" / r.task_id / r.trial_name)
+            why = failure_reason(r, base / "strict" / r.trial_name)
             offenders.append(
                 {
                     "task": r.task_id,
