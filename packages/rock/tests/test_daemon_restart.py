@@ -160,3 +160,59 @@ def test_a_full_pool_makes_acquire_wait_for_a_release(serve: Serve) -> None:
     for sandbox in [*held, third]:
         pool.release(sandbox)
     pool.close()
+
+
+def test_a_second_daemon_on_the_same_home_refuses_and_touches_nothing(
+    serve: Serve, tmp_path: Path
+) -> None:
+    """The fault as found: a second `rock serve` on the home of a running one adopted its
+    pool's sandboxes, failed to bind its port and, shutting down, deleted them."""
+    client = Client(serve.url, home=serve.home, retries=1)
+    pool = DaemonPool(client, "warm", size=2, spec=SandboxSpec(), reconnect_timeout=30)
+    pool.wait_ready(timeout=30)
+    before = {s.id: s.state for s in client.list()}
+    assert len(before) == 2
+    for port in (serve.port, _free_port()):  # the same port, or another one
+        second = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "rock.cli",
+                "serve",
+                "--home",
+                str(serve.home),
+                "--port",
+                str(port),
+                "--backend",
+                "local",
+                "--daemon-id",
+                "pytest-restart",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert second.returncode != 0
+        assert "another rock daemon already runs on the rock home" in second.stderr
+        assert "Traceback" not in second.stderr
+    assert {s.id: s.state for s in client.list()} == before  # nothing adopted or deleted
+    busy = subprocess.run(  # another home, the running daemon's port: refused before anything
+        [
+            sys.executable,
+            "-m",
+            "rock.cli",
+            "serve",
+            "--home",
+            str(tmp_path / "other"),
+            "--port",
+            str(serve.port),
+            "--backend",
+            "local",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert busy.returncode != 0 and f"cannot listen on 127.0.0.1:{serve.port}" in busy.stderr
+    assert not (tmp_path / "other" / "rock.db").exists()  # no store opened, nothing reconciled
+    pool.close()

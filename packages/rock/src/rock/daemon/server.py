@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import logging
 import os
@@ -11,7 +12,7 @@ import socket
 import threading
 from pathlib import Path
 from types import FrameType
-from typing import Literal
+from typing import IO, Literal
 
 import uvicorn
 from pydantic import BaseModel, Field
@@ -70,6 +71,53 @@ def load_or_create_token(home: Path) -> str:
     return token
 
 
+LOCK_FILE = "daemon.lock"
+
+
+def hold_home(home: Path) -> IO[str]:
+    """Take the rock home for this daemon (an exclusive lock, released when the process
+    ends): a second daemon on the same home is refused before it touches anything."""
+    path = home / LOCK_FILE
+    handle = path.open("a+")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        handle.close()
+        holder = _daemon_file(home)
+        who = f" (pid {holder.get('pid')}, {holder.get('url')})" if holder else ""
+        raise RockError(
+            f"another rock daemon already runs on the rock home {home}{who}; stop it first, "
+            "or give this one another --home"
+        ) from None
+    return handle
+
+
+def _daemon_file(home: Path) -> dict[str, object]:
+    with contextlib.suppress(OSError, ValueError):
+        data = json.loads((home / DAEMON_FILE).read_text())
+        if isinstance(data, dict):
+            return data
+    return {}
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    """The daemon's listening socket, bound now: a port in use is refused before the daemon
+    reconciles (adopts or removes) any sandbox."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise RockError(
+            f"the daemon cannot listen on {host}:{port} ({exc.strerror or exc}); stop what "
+            "uses that port, or pick another with --port"
+        ) from None
+    sock.set_inheritable(True)
+    return sock
+
+
 def make_backend(name: str, daemon_id: str, home: Path) -> Backend:
     if name == "docker":
         from rock.backends.docker import DockerBackend
@@ -110,6 +158,8 @@ class Daemon:
         self.config = config
         self.home = config.home
         self.token = load_or_create_token(self.home)
+        self._lock = hold_home(self.home)  # before the store, the engine or any sandbox
+        self._socket = _bind(config.host, config.port)  # before reconciliation too
         self.metrics = Metrics()
         self.store = StateStore(
             config.database_url, home=self.home, max_output_chars=config.max_output_chars
@@ -173,7 +223,11 @@ class Daemon:
         self.ready.set()
 
     def run(self) -> None:
-        self.server.run()
+        try:
+            self.server.run(sockets=[self._socket])
+        finally:
+            self._socket.close()
+            self._lock.close()
 
     def stop(self) -> None:
         """Shut down as SIGTERM would (from any thread)."""
