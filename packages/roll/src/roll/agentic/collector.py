@@ -18,7 +18,7 @@ import random
 import threading
 import uuid
 from pathlib import Path
-from typing import Any, Self
+from typing import Any, Literal, Self
 
 from ale.task import Task
 from ale.trajectory import Trajectory
@@ -50,7 +50,7 @@ class TaskDraw:
     """The tasks groups are run on, one draw at a time, reproducibly from ``seed``: uniform
     with replacement (``random``) or ``balanced`` over kinds (see ``TasksConfig.draw``)."""
 
-    def __init__(self, tasks: list[Task], how: str, seed: int) -> None:
+    def __init__(self, tasks: list[Task], how: Literal["random", "balanced"], seed: int) -> None:
         self.how = how
         self._rng = random.Random(f"{seed}:tasks")
         self.tasks = tasks

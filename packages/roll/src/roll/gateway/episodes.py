@@ -16,6 +16,7 @@ to where it was.
 from __future__ import annotations
 
 import secrets
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -284,7 +285,8 @@ class Answer:
     segment: _Segment
     steps: list[Step]
     response: ModelResponse
-    undo: Any
+    undo: Callable[[], None]
+    """Puts the transcript back as it was before the call."""
     done: bool = False
 
     def commit(self) -> None:
