@@ -336,3 +336,17 @@ async def test_recorded_log_probs_are_those_of_a_forward_pass_of_the_policy(
     for i, (sampled, lp) in enumerate(zip(view.policy_mask, view.logprobs, strict=True)):
         if sampled:
             assert abs(float(scores[i - 1, view.token_ids[i]]) - lp) < 1e-4
+
+
+def test_agent_configs_say_in_one_sentence_what_cannot_run(tiny: Path) -> None:
+    from roll.config import TrainConfig, load_config
+    from roll.errors import ConfigError
+
+    base = [f"model.path={tiny}", "tasks.dataset=x"]
+    config = load_config(TrainConfig, None, [*base, "tasks.agent=mini-swe-agent"])
+    assert config.tasks is not None and config.tasks.agent.transport == "gateway"
+    assert load_config(TrainConfig, None, base).tasks.agent.transport == "in-process"  # type: ignore[union-attr]
+    with pytest.raises(ConfigError, match="only iflow runs in-process"):
+        load_config(TrainConfig, None, [*base, "tasks.agent={name: x:Y, transport: in-process}"])
+    with pytest.raises(ConfigError, match="do not serve the policy gateway yet"):
+        load_config(TrainConfig, None, [*base, "tasks.agent=mini-swe-agent", "ray={address: auto}"])
