@@ -76,3 +76,36 @@ def test_daemon_on_postgresql(tmp_path: Path, pg_url: str) -> None:
     finally:
         running.daemon.stop()
         running.thread.join(30)
+
+
+@pytest.mark.parametrize("database", ["postgresql", "sqlite"])
+def test_daemons_sharing_a_database_need_their_own_ids_and_leave_each_other_alone(
+    tmp_path: Path, database: str, request: pytest.FixtureRequest
+) -> None:
+    from rock.daemon.server import Daemon, ServeConfig
+    from rock.errors import RockError
+
+    url = (
+        request.getfixturevalue("pg_url")
+        if database == "postgresql"
+        else f"sqlite:///{tmp_path / 'shared.db'}"
+    )
+    first = start_daemon(tmp_path / "a", backend="local", database_url=url, daemon_id="one")
+    try:
+        kept = first.client().create(ttl_sec=600)
+        state = first.client().info(kept.id).state
+        same = ServeConfig(
+            home=tmp_path / "b", port=0, backend="local", database_url=url, daemon_id="one"
+        )
+        with pytest.raises(RockError, match="another rock daemon uses the daemon id 'one'"):
+            Daemon(same)
+        second = start_daemon(
+            tmp_path / "c", backend="local", database_url=url, daemon_id="two", cleanup=True
+        )
+        second.daemon.stop()  # its reconciliation and its clean-up leave daemon one's alone
+        second.thread.join(30)
+        assert first.client().info(kept.id).state == state != "deleted"
+        assert kept.exec("echo alive").stdout == b"alive\n"
+    finally:
+        first.daemon.stop()
+        first.thread.join(30)

@@ -164,6 +164,11 @@ class Daemon:
         self.store = StateStore(
             config.database_url, home=self.home, max_output_chars=config.max_output_chars
         )
+        try:  # one daemon per daemon id on a shared database, before any reconciliation
+            self.store.claim(config.daemon_id)
+        except RockError:
+            self.store.close()
+            raise
         self.backend = make_backend(config.backend, config.daemon_id, self.home)
         self.manager = SandboxManager(
             self.backend, self.store, daemon_id=config.daemon_id, metrics=self.metrics

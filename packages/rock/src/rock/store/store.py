@@ -15,6 +15,7 @@ timeout) serialises writers the same way.
 from __future__ import annotations
 
 import builtins
+import fcntl
 import os
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
@@ -23,7 +24,17 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Self, cast
 
-from sqlalchemy import CursorResult, Engine, create_engine, event, func, or_, select, update
+from sqlalchemy import (
+    CursorResult,
+    Engine,
+    create_engine,
+    event,
+    func,
+    or_,
+    select,
+    text,
+    update,
+)
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
@@ -119,6 +130,8 @@ class StateStore:
         self._engine = _create_engine(normalise_url(url))
         self._sessions = sessionmaker(self._engine, expire_on_commit=False)
         self._closed = False
+        self._claim: Any = None
+        """What holds this process's daemon id (:meth:`claim`), until close."""
         Base.metadata.create_all(self._engine)
 
     # --- lifecycle -------------------------------------------------------------------
@@ -133,10 +146,40 @@ class StateStore:
         """`sqlite` or `postgresql`."""
         return self._engine.dialect.name
 
+    def claim(self, daemon_id: str) -> None:
+        """Take ``daemon_id`` on this database for this process, until :meth:`close` (or the
+        process ends): daemons sharing a database must each have their own, or one would
+        adopt, reap and delete the other's sandboxes. A PostgreSQL session-level advisory lock,
+        or, for SQLite, an exclusive lock on a file beside the database."""
+        taken = False
+        if self.dialect == "postgresql":
+            connection = self._engine.connect()
+            key = text("SELECT pg_try_advisory_lock(hashtextextended(:id, 0))")
+            taken = bool(connection.execute(key, {"id": f"rock-daemon:{daemon_id}"}).scalar())
+            if taken:
+                self._claim = connection
+            else:
+                connection.close()
+        else:
+            database = Path(self._engine.url.database or "rock.db")
+            handle = database.with_name(f"{database.name}.daemon-{daemon_id}.lock").open("a+")
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                self._claim, taken = handle, True
+            except OSError:
+                handle.close()
+        if not taken:
+            raise StoreError(
+                f"another rock daemon uses the daemon id {daemon_id!r} on the database {self.url}; "
+                "stop it, or give this one its own --daemon-id"
+            )
+
     def close(self) -> None:
         """Release every pooled connection; the store cannot be used afterwards."""
         if not self._closed:
             self._closed = True
+            if self._claim is not None:
+                self._claim.close()
             self._engine.dispose()
 
     def __enter__(self) -> Self:
