@@ -24,7 +24,7 @@ Long: about 28 minutes a seed on 2 CPU cores with the real model (83.5 for three
 datasets reused; 15 a seed with `--tiny`).
 `--seeds 1 --rl-steps 4` for a quick look.
 
-Usage: .venv/bin/python benchmarks/learning_ipa.py [--seeds 3] [--rl-steps 10] [--tiny] [--out DIR]
+Usage: .venv/bin/python benchmarks/learning_ipa.py [--seeds 3] [--rl-steps 10] [--rl-set KEY=VALUE]... [--tiny] [--out DIR]
 """
 
 from __future__ import annotations
@@ -163,6 +163,13 @@ def main() -> int:
     parser.add_argument("--rl-steps", type=int, default=10)
     parser.add_argument("--out", type=Path, default=REPO / "bench-out" / "learning")
     parser.add_argument("--tiny", action="store_true", help="the tiny model, not the real one")
+    parser.add_argument(
+        "--rl-set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="an override for both RL arms' config (e.g. tasks.draw=balanced), repeatable",
+    )
     args = parser.parse_args()
     suffix = "-tiny" if args.tiny else ""
     out: Path = args.out.resolve()
@@ -192,7 +199,7 @@ def main() -> int:
                 run(BIN / "roll", "train", EXAMPLES / f"train-demo-ipa{suffix}.yaml", f"run_dir={run_dir}",
                     f"seed={seed}", f"model.path={sft / 'model'}", f"tasks.dataset={train}",
                     f"algorithm.name={arm}", f"run.steps={args.rl_steps}",
-                    "run.progress=false")  # fmt: skip
+                    "run.progress=false", *args.rl_set)  # fmt: skip
             success[arm].append(evaluate(run_dir / "model", heldout, base / f"bench-{arm}"))
             actions[arm].append(first_actions(base / f"bench-{arm}", heldout))
             rows = metrics(run_dir)
