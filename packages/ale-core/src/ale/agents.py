@@ -42,6 +42,12 @@ class BenchAgent(Protocol):
         ...
 
 
+AGENT_CHECK = "check"
+"""An agent may also have ``check()``: a harness calls it once before its first trial, and it
+raises :class:`AgentConfigError` (one sentence) when the agent cannot start — iflow without a
+model, say — so a run is refused rather than failed trial by trial."""
+
+
 class AgentNotFound(LookupError):
     """No installed package registers an agent of that name."""
 

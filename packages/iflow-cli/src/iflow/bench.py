@@ -53,17 +53,23 @@ class IflowAgent:
             model_obj = ScriptedModel(replay_script(replay.steps), name=replay.model or "replay")
         self._model = model_obj
         """A model object to use instead of building one from settings (trainers, tests)."""
-        if model_obj is None:  # refused before the first trial, not failed in every one
-            settings = self.settings
-            try:
-                check_model(
-                    settings.provider,
-                    model=settings.model,
-                    model_path=settings.model_path,
-                    script=settings.script,
-                )
-            except ConfigError as exc:
-                raise AgentConfigError(f"iflow cannot start: {exc}") from None
+
+    def check(self) -> None:
+        """Whether the agent can start (harnesses ask before their first trial): the model
+        its settings name must be one that can be built; an :class:`AgentConfigError` of one
+        sentence otherwise."""
+        if self._model is not None:
+            return
+        settings = self.settings
+        try:
+            check_model(
+                settings.provider,
+                model=settings.model,
+                model_path=settings.model_path,
+                script=settings.script,
+            )
+        except ConfigError as exc:
+            raise AgentConfigError(f"iflow cannot start: {exc}") from None
 
     @staticmethod
     def settings_for(model: str | None = None, **kwargs: Any) -> Settings:

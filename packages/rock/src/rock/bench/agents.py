@@ -19,7 +19,7 @@ from typing import Any
 
 import yaml
 
-from ale.agents import BenchAgent, load_agent
+from ale.agents import AGENT_CHECK, BenchAgent, load_agent
 from ale.sandbox import SandboxVerbs
 from ale.task import Task
 from ale.trajectory import AgentInfo, FailureMode, Role, Step, ToolCall, ToolResult, Trajectory
@@ -131,7 +131,10 @@ def agent_factory(
         return lambda task: OracleAgent(task)
     if model is not None:
         kwargs["model"] = model
-    load_agent(name, **kwargs)  # fail fast on a bad name or bad kwargs
+    agent = load_agent(name, **kwargs)  # fail fast on a bad name or bad kwargs
+    check = getattr(agent, AGENT_CHECK, None)
+    if callable(check):  # and on an agent that cannot start (ale.agents.BenchAgent.check)
+        check()
     return lambda task: load_agent(name, **kwargs)
 
 
