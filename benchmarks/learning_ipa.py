@@ -95,7 +95,8 @@ def first_actions(bench: Path, heldout: Path) -> dict[str, int]:
     SOURCE > OUTPUT``): how many have the right tool, source and output name."""
     pattern = re.compile(r"^(.*?)\s*<?\s*(\S+)\s*>\s*(\S+)$")
     counts = {"tasks": 0, "tool": 0, "source": 0, "output": 0}
-    for path in sorted(bench.glob("*/agent/trajectory.jsonl")):
+    found = [*bench.glob("*/agent/trajectory.jsonl"), *bench.glob("*/*/agent/trajectory.jsonl")]
+    for path in sorted(found):  # trial directories flat, or under <task>/ (older runs)
         trajectory = json.loads(path.read_text().splitlines()[0])
         solution = heldout / "tasks" / trajectory["task_id"] / "solution" / "solve.sh"
         expected = pattern.match(" ".join(solution.read_text().splitlines()[-1].split()))
