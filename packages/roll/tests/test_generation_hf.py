@@ -302,6 +302,70 @@ def test_a_lone_prompt_uses_the_kept_prefix(backend: HFBackend) -> None:
     )
 
 
+def test_a_next_turn_runs_only_its_new_tokens(model_dir: Path) -> None:
+    """An agent's second turn (its first prompt, the sampled answer, a tool's output) reuses
+    the first turn's keys and values: one token of the answer and the new text go forward,
+    and it samples what a plain forward pass gives. Without the cache all of it goes."""
+    fresh = HFBackend.from_path(model_dir, device="cpu")
+    tok = fresh.tokenizer
+    first = tok.encode("you are an agent; run one command at a time and say done. " * 2)
+    params = SamplingParams(max_new_tokens=8, temperature=1.0, seed=3)
+    (answer,) = fresh.generate([first], params)
+    tool = tok.encode(" output: README.md src tests")
+    second = first + answer.token_ids + tool
+    for backend, runs in (
+        (fresh, len(tool) + 1),
+        (HFBackend(fresh.model, tok, max_cached_tokens=0), len(second)),
+    ):
+        shapes, hook = count_calls(backend.model)
+        try:
+            (gen,) = backend.generate([second], params)
+        finally:
+            hook.remove()
+        assert shapes[0] == (1, runs)
+        expected = reference_logprobs(backend.model, second, gen.token_ids, 1.0, 1.0)
+        assert gen.logprobs == pytest.approx(expected, abs=1e-5)
+
+
+def test_rows_with_kept_prefixes_of_other_lengths_decode_together(model_dir: Path) -> None:
+    """One call mixes a row that extends a long kept sequence, one that extends a short one
+    and one with nothing kept: each samples with the log-probs of a plain forward pass."""
+    backend = HFBackend.from_path(model_dir, device="cpu")
+    tok = backend.tokenizer
+    long = tok.encode("cat README.md | head -n 20 && ls -la src && echo done " * 3)
+    short = tok.encode("def add(a: int, b: int) -> int: return a + b  # sums")
+    greedy(backend, [long], 2)
+    greedy(backend, [short], 2)
+    assert backend.prefix_cache is not None and len(backend.prefix_cache) == 2
+    rows = [long + tok.encode(" next"), tok.encode("x y z"), short + tok.encode(" more please")]
+    params = SamplingParams(max_new_tokens=6, temperature=1.0, seed=9)
+    shapes, hook = count_calls(backend.model)
+    try:
+        gens = backend.generate(rows, params)
+    finally:
+        hook.remove()
+    assert shapes[0][1] < len(short)  # the kept parts did not go forward again
+    for prompt, gen in zip(rows, gens, strict=True):
+        expected = reference_logprobs(backend.model, prompt, gen.token_ids, 1.0, 1.0)
+        assert gen.logprobs == pytest.approx(expected, abs=1e-5)
+
+
+def test_the_prefix_cache_is_off_for_sliding_windows_and_emptied_by_a_sync(
+    backend: HFBackend, prompts: list[list[int]]
+) -> None:
+    from transformers import MistralConfig, MistralForCausalLM
+
+    config = MistralConfig(
+        vocab_size=backend._vocab_size, hidden_size=32, intermediate_size=64,
+        num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=2, sliding_window=8,
+    )  # fmt: skip
+    assert HFBackend(MistralForCausalLM(config), backend.tokenizer).prefix_cache is None
+    greedy(backend, prompts)
+    assert backend.prefix_cache is not None and backend.prefix_cache.tokens > 0
+    backend.sync_weights(backend.model, backend.policy_version + 1)
+    assert backend.prefix_cache.tokens == 0
+
+
 def count_masks(model: Any) -> tuple[list[tuple[int, int]], Any]:
     """Record the (rows, attention-mask width) of every forward call."""
     shapes: list[tuple[int, int]] = []

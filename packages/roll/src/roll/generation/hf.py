@@ -8,11 +8,12 @@ prompt + completion recomputes the same numbers, which is what the trainer's π_
 
 Prompts are left-padded into sub-batches bounded by ``max_batch_size`` rows and
 ``max_batch_tokens`` (rows x (longest prompt + ``max_new_tokens``), the KV cache's length), the
-longest first so rows of a sub-batch have similar lengths. The prompts of a sub-batch that
-begin with the same tokens (an agent's system prompt and tool descriptions: most of a first
-turn's prompt) have that prefix's keys and values computed once, at batch size one, and
-shared by every row (the last prefix is kept for the next call, per policy version); on a CPU
-the prompt's forward pass is most of a turn's cost. A row leaves the batch as soon as it
+longest first so rows of a sub-batch have similar lengths. Prompts reuse the keys and values of
+sequences already run (:class:`~roll.generation.prefix_cache.PrefixCache`): a turn's prompt
+extends the previous turn's prompt and answer, kept when that row stopped, and the prompts of
+one call that begin with the same tokens (an agent's system prompt and tool descriptions)
+have that common prefix computed once, at batch size one; only the rest goes forward. On a
+CPU the prompt's forward pass is most of a turn's cost. A row leaves the batch as soon as it
 stops, and :meth:`HFBackend.open_session` lets rows join a running batch between decode
 steps (:class:`HFDecodeSession`, continuous batching: the generation queue serves concurrent
 episodes so). One ``torch.Generator`` on the
@@ -25,7 +26,6 @@ torch and transformers are imported inside functions: importing this module is c
 from __future__ import annotations
 
 import contextlib
-import copy
 import inspect
 import itertools
 from collections.abc import Iterator
@@ -35,13 +35,17 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from roll.errors import ConfigError, GenerationError, first_line
 from roll.generation.base import Generation, SamplingParams
+from roll.generation.prefix_cache import Layers, PrefixCache
 
 if TYPE_CHECKING:
     import torch
 
 
 SHARED_PREFIX_MIN = 16
-"""Fewest tokens common to a sub-batch's prompts worth a forward pass of their own."""
+"""Fewest tokens common to a call's prompts worth a forward pass of their own."""
+
+CACHED_TOKENS = 32768
+"""Most tokens whose keys and values the backend keeps for later prompts (by default)."""
 
 
 class HFBackend:
@@ -49,6 +53,8 @@ class HFBackend:
 
     ``model`` may be the trainer's own policy module (then :meth:`sync_weights` only bumps the
     version) or a separate copy (then it copies the state dict, across devices if needed).
+    ``max_cached_tokens`` bounds the prefix cache (0: none); a model whose cache layers are not
+    plain growing ones (a sliding window) has none.
     ``device=None`` leaves the model where it is; a device moves it there. Generation runs in
     eval mode under ``torch.inference_mode()`` and restores the module's train/eval mode after.
     """
@@ -63,6 +69,7 @@ class HFBackend:
         device: str | torch.device | None = None,
         max_batch_size: int = 64,
         max_batch_tokens: int | None = None,
+        max_cached_tokens: int = CACHED_TOKENS,
     ) -> None:
         if max_batch_size < 1:
             raise ConfigError(f"max_batch_size must be at least 1, not {max_batch_size}.")
@@ -82,8 +89,9 @@ class HFBackend:
         self.pad_token_id = _pad_id(model, tokenizer, self.eos_token_ids)
         self._vocab_size = int(model.get_input_embeddings().num_embeddings)
         self._keep_last_logits = "logits_to_keep" in inspect.signature(model.forward).parameters
-        self._prefix: tuple[tuple[int, tuple[int, ...]], Any] | None = None
-        """The last shared prefix's (policy version, ids) and its cache."""
+        plain = max_cached_tokens > 0 and _plain_cache(model)
+        self.prefix_cache = PrefixCache(max_cached_tokens) if plain else None
+        """Keys and values of sequences already run, for prompts that extend them."""
 
     @classmethod
     def from_path(
@@ -94,6 +102,7 @@ class HFBackend:
         dtype: str = "auto",
         max_batch_size: int = 64,
         max_batch_tokens: int | None = None,
+        max_cached_tokens: int = CACHED_TOKENS,
     ) -> HFBackend:
         """Load a ``save_pretrained`` directory (model and tokenizer) into a new backend.
 
@@ -130,6 +139,7 @@ class HFBackend:
             device=device,
             max_batch_size=max_batch_size,
             max_batch_tokens=max_batch_tokens,
+            max_cached_tokens=max_cached_tokens,
         )
 
     @property
@@ -174,7 +184,8 @@ class HFBackend:
                     f"({first_line(exc)}); give both the same architecture and checkpoint."
                 ) from exc
         self.policy_version = version
-        self._prefix = None  # computed with the old weights
+        if self.prefix_cache is not None:
+            self.prefix_cache.clear(version)  # computed with the old weights
 
     def close(self) -> None:
         """Drop the model reference (the module itself lives on if the trainer holds it)."""
@@ -187,28 +198,63 @@ class HFBackend:
 
     # -- the decode loop ---------------------------------------------------------------------
 
-    def _shared_length(self, prompts: list[list[int]]) -> int:
-        """How many leading tokens to compute once for all ``prompts``: the kept prefix when
-        every prompt extends it, else what two or more prompts have in common."""
-        if self._prefix is not None and self._prefix[0][0] == self.policy_version:
-            kept = self._prefix[0][1]
-            if all(len(p) > len(kept) and tuple(p[: len(kept)]) == kept for p in prompts):
-                return len(kept)
-        return _shared_prefix(prompts) if len(prompts) > 1 else 0
+    def _starts(self, prompts: list[list[int]]) -> list[tuple[Layers | None, int]]:
+        """For each prompt, the kept keys and values it begins with and how many of its tokens
+        they cover (each prompt keeps at least one token to run). Prompts that share more with
+        each other than with anything kept get their common prefix computed once first."""
+        store = self.prefix_cache
+        if store is None:
+            return [(None, 0)] * len(prompts)
+        starts = [store.match(p, len(p) - 1) for p in prompts]
+        starts = [(kept, n) if n >= SHARED_PREFIX_MIN else (None, 0) for kept, n in starts]
+        common = _shared_prefix(prompts) if len(prompts) > 1 else 0
+        if common and common - min(n for _, n in starts) >= SHARED_PREFIX_MIN:
+            layers = self._computed(prompts[0][:common])
+            starts = [(layers, common) if n < common else (kept, n) for kept, n in starts]
+        return starts
 
-    def _prefix_cache(self, prefix: list[int], rows: int, device: Any) -> Any:
-        """The keys and values of ``prefix`` for ``rows`` rows (computed once a version)."""
+    def _computed(self, ids: list[int]) -> Layers:
+        """The keys and values of ``ids`` at batch size one, from what is kept plus a forward
+        pass over the rest; kept for later prompts."""
         import torch
 
-        key = (self.policy_version, tuple(prefix))
-        if self._prefix is None or self._prefix[0] != key:
-            self._prefix = None
-            ids = torch.tensor([prefix], dtype=torch.long, device=device)
-            extra = {"logits_to_keep": 1} if self._keep_last_logits else {}
-            out = self.model(input_ids=ids, use_cache=True, **extra)
-            self._prefix = (key, out.cache)
-        cache = copy.deepcopy(self._prefix[1])  # the rows' tokens are appended to it
-        cache.batch_repeat_interleave(rows)
+        store = self.prefix_cache
+        assert store is not None
+        kept, start = store.match(ids, len(ids))
+        if kept is not None and start == len(ids):
+            return [(k[..., :start, :], v[..., :start, :]) for k, v in kept]
+        model = self._live_model()
+        device = self._device_of(model)
+        cache = self._batch_cache([(kept, start)], start) if start else None
+        extra = {"logits_to_keep": 1} if self._keep_last_logits else {}
+        out = model(
+            input_ids=torch.tensor([ids[start:]], dtype=torch.long, device=device),
+            position_ids=torch.arange(start, len(ids), device=device)[None],
+            use_cache=True,
+            **({"cache": cache} if cache is not None else {}),
+            **extra,
+        )
+        layers = [(layer.keys, layer.values) for layer in out.cache.layers]
+        store.keep(ids, layers, self.policy_version)
+        return layers
+
+    def _batch_cache(self, starts: list[tuple[Layers | None, int]], width: int) -> Any:
+        """A cache of ``len(starts)`` rows, each row's kept keys and values left-padded to
+        ``width`` positions (a row without any all padding)."""
+        import torch
+        from transformers import DynamicCache
+
+        sample = next(kept for kept, n in starts if kept is not None and n)
+        cache = DynamicCache(config=self._live_model().config)
+        for index, layer in enumerate(cache.layers):
+            keys, values = [], []
+            for kept, n in starts:
+                k, v = kept[index] if kept is not None else sample[index]
+                keys.append(_pad_left(k[..., : n if kept is not None else 0, :], width))
+                values.append(_pad_left(v[..., : n if kept is not None else 0, :], width))
+            key, value = torch.cat(keys), torch.cat(values)
+            layer.lazy_initialization(key, value)
+            layer.keys, layer.values = key, value
         return cache
 
     def _sub_batches(self, prompts: list[list[int]], max_new_tokens: int) -> list[list[int]]:
@@ -260,6 +306,9 @@ class HFBackend:
 class _Row:
     key: int
     budget: int
+    prompt: list[int]
+    version: int
+    """The policy version the row began under."""
     tokens: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
 
@@ -348,20 +397,20 @@ class HFDecodeSession:
         with self._running() as model:
             device = self._stops.device
             n = len(prompts)
-            shared = backend._shared_length(prompts)
-            cache = backend._prefix_cache(prompts[0][:shared], n, device) if shared else None
-            suffixes = [p[shared:] for p in prompts]
+            starts = backend._starts(prompts)
+            kept = max(start for _, start in starts)
+            cache = backend._batch_cache(starts, kept) if kept else None
+            suffixes = [p[start:] for p, (_, start) in zip(prompts, starts, strict=True)]
             width = max(len(p) for p in suffixes)
             input_ids = torch.full((n, width), backend.pad_token_id, dtype=torch.long)
-            mask = torch.zeros((n, width), dtype=torch.long)
-            for r, suffix in enumerate(suffixes):
+            mask = torch.zeros((n, kept + width), dtype=torch.long)
+            for r, (suffix, (_, start)) in enumerate(zip(suffixes, starts, strict=True)):
                 input_ids[r, width - len(suffix) :] = torch.tensor(suffix, dtype=torch.long)
-                mask[r, width - len(suffix) :] = 1
+                mask[r, kept - start : kept] = 1  # the kept part, left-padded to one width
+                mask[r, kept + width - len(suffix) :] = 1
             input_ids, mask = input_ids.to(device), mask.to(device)
-            positions = (mask.cumsum(-1) - 1).clamp(min=0) + shared
-            if shared:  # the rows' pads sit between the shared prefix and their own tokens
-                ones = torch.ones((n, shared), dtype=mask.dtype, device=device)
-                mask = torch.cat([ones, mask], -1)
+            begin = torch.tensor([start for _, start in starts], device=device)[:, None]
+            positions = (mask[:, kept:].cumsum(-1) - 1).clamp(min=0) + begin
             extra = {"logits_to_keep": 1} if backend._keep_last_logits else {}
             out = model(
                 input_ids=input_ids,
@@ -373,7 +422,10 @@ class HFDecodeSession:
             )
             self._stack(out.cache, mask, positions[:, -1] + 1, out.logits[:, -1, :])
         keys = [next(self._keys) for _ in prompts]
-        self._rows += [_Row(k, max(b, 1)) for k, b in zip(keys, budgets, strict=True)]
+        version = backend.policy_version
+        self._rows += [
+            _Row(k, max(b, 1), p, version) for k, b, p in zip(keys, budgets, prompts, strict=True)
+        ]
         return keys
 
     def step(self) -> list[tuple[int, Generation]]:
@@ -395,6 +447,7 @@ class HFDecodeSession:
                 row.tokens.append(t)
                 row.logprobs.append(lp)
                 if stopped[i] or len(row.tokens) >= row.budget:
+                    self._keep_row(i)
                     reason: Literal["stop", "length"] = "stop" if stopped[i] else "length"
                     finished.append((row.key, Generation(
                         token_ids=row.tokens, logprobs=row.logprobs, finish_reason=reason
@@ -461,6 +514,23 @@ class HFDecodeSession:
         self._mask = torch.cat([_pad_left(self._mask, width), _pad_left(mask, width)])
         self._next_pos = torch.cat([self._next_pos, next_pos])
         self._logits = torch.cat([self._logits, logits])
+
+    def _keep_row(self, index: int) -> None:
+        """Offer the stopping row's keys and values (its prompt and every sampled token but
+        the last, which never went forward) to the backend's prefix cache."""
+        row, store = self._rows[index], self.backend.prefix_cache
+        if store is None or not self._plain or row.version != self.backend.policy_version:
+            return
+        assert self._mask is not None
+        columns = self._mask[index].nonzero().squeeze(-1)
+        ids = row.prompt + row.tokens[:-1]
+        if len(columns) != len(ids):
+            return
+        layers = [
+            (layer.keys[index : index + 1, :, columns], layer.values[index : index + 1, :, columns])
+            for layer in self._cache.layers
+        ]
+        store.keep(ids, layers, row.version)
 
     def _select(self, keep: list[int]) -> None:
         """Keep only the rows at ``keep``; drop cache columns no kept row attends to."""
@@ -584,6 +654,19 @@ def _resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
             f"unknown dtype {dtype!r}; use 'auto', 'float32', 'bfloat16' or 'float16'."
         )
     return resolved
+
+
+def _plain_cache(model: Any) -> bool:
+    """Whether the model's cache is plain growing layers (keys and values of every position
+    kept, so they can be cut, padded and stacked): not a sliding window's."""
+    from transformers import DynamicCache
+    from transformers.cache_utils import DynamicLayer
+
+    try:
+        layers = DynamicCache(config=model.config).layers
+    except (AttributeError, TypeError, ValueError):
+        return False
+    return bool(layers) and all(type(layer) is DynamicLayer for layer in layers)
 
 
 def _shared_prefix(prompts: list[list[int]]) -> int:
