@@ -70,9 +70,9 @@ def trial_config(result: TrialResults, task: Task, run: RunConfig, run_dir: Path
 
 
 def trial_result(
-    result: TrialResults, task: Task, run: RunConfig, trial_dir: Path
+    result: TrialResults, task: Task, run: RunConfig, trial_dir: Path, checksum: str | None = None
 ) -> dict[str, Any]:
-    """The trial as Harbor's ``TrialResult``."""
+    """The trial as Harbor's ``TrialResult`` (``checksum``: the task's, if known already)."""
     rewards = result.rewards or ({"reward": result.reward} if result.reward is not None else None)
     error = None
     if result.error or result.failure_mode not in (FailureMode.NONE,):
@@ -99,7 +99,7 @@ def trial_result(
         "trial_uri": trial_dir.resolve().as_uri(),
         "task_id": {"path": str(task.path)},
         "source": run.dataset,
-        "task_checksum": task_checksum(task.path),
+        "task_checksum": checksum or task_checksum(task.path),
         "config": trial_config(result, task, run, trial_dir.parent),
         "agent_info": {
             "name": result.agent or run.agent,
@@ -117,16 +117,20 @@ def trial_result(
 
 
 def write_trial(
-    result: TrialResults, task: Task, run: RunConfig, trial_dir: Path, write: Any
+    result: TrialResults,
+    task: Task,
+    run: RunConfig,
+    trial_dir: Path,
+    write: Any,
+    checksum: str | None = None,
 ) -> None:
     """Harbor's files of one trial (``write(path, text)`` writes atomically)."""
     write(
         trial_dir / HARBOR_CONFIG,
         json.dumps(trial_config(result, task, run, trial_dir.parent), indent=2),
     )
-    write(
-        trial_dir / HARBOR_RESULT, json.dumps(trial_result(result, task, run, trial_dir), indent=2)
-    )
+    document = trial_result(result, task, run, trial_dir, checksum)
+    write(trial_dir / HARBOR_RESULT, json.dumps(document, indent=2))
     for ours, theirs in (
         ("agent/trajectory.atif.json", "agent/trajectory.json"),
         ("verifier/stdout.txt", "verifier/test-stdout.txt"),
@@ -147,13 +151,23 @@ def job_config(run: RunConfig, run_dir: Path) -> dict[str, Any]:
     }
 
 
-def job_result(results: BenchmarkResults, run: RunConfig, run_dir: Path) -> dict[str, Any]:
-    """The run as Harbor's ``JobResult``, each trial's ``result.json`` inline."""
+def job_result(
+    results: BenchmarkResults,
+    run: RunConfig,
+    run_dir: Path,
+    read: dict[str, dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """The run as Harbor's ``JobResult``, each trial's ``result.json`` inline (``read``: the
+    trials' documents read by an earlier call, filled in here, so each file is read once)."""
+    read = {} if read is None else read
     trials = []
     for r in results.results:
-        path = run_dir / r.trial_name / HARBOR_RESULT
-        if path.is_file():
-            trials.append(json.loads(path.read_text()))
+        if r.trial_name not in read:
+            path = run_dir / r.trial_name / HARBOR_RESULT
+            if not path.is_file():
+                continue
+            read[r.trial_name] = json.loads(path.read_text())
+        trials.append(read[r.trial_name])
     dataset = Path(run.dataset).name
     key = f"{run.agent}__{run.model}__{dataset}" if run.model else f"{run.agent}__{dataset}"
     rewards: dict[str, dict[float, list[str]]] = defaultdict(lambda: defaultdict(list))

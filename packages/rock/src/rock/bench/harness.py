@@ -27,6 +27,7 @@ import shutil
 import traceback
 import uuid
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -151,6 +152,8 @@ class Harness:
         self.builder = builder
         self.options = options or BenchOptions()
         self.progress = progress or (lambda kind, data: None)
+        self._checksums: dict[Path, str] = {}
+        """The tasks' checksums (Harbor's trial results name them), once a run."""
 
     # -- a run -------------------------------------------------------------------------------
     async def run(
@@ -181,7 +184,9 @@ class Harness:
         )
         config = _open_run_dir(output, config, resume)
         await asyncio.to_thread(toolchain.archive)  # fail before any trial if it cannot build
-        done = {r.trial_name for r in collect_trials(output)}
+        finished = {r.trial_name: r for r in collect_trials(output)}
+        written = _Written(finished)
+        self._checksums = {}
         results = BenchmarkResults(
             id=config.id,
             dataset=config.dataset,
@@ -197,7 +202,7 @@ class Harness:
             (task, attempt)
             for task in scan.tasks
             for attempt in range(1, self.options.n_attempts + 1)
-            if trial_name(task.id, attempt, self.options.n_attempts) not in done
+            if trial_name(task.id, attempt, self.options.n_attempts) not in finished
         ]
         total = len(scan.tasks) * self.options.n_attempts
         self.progress("start", {"total": total, "skipped": total - len(todo), "run_dir": output})
@@ -211,7 +216,8 @@ class Harness:
                     task, attempt, make_agent, output, config.id, model=model, run=config
                 )
             async with lock:
-                _write_results(output, results, config)
+                finished[result.trial_name] = result
+                written.save(output, results, config)
                 self.progress("trial", {"result": result})
 
         jobs = [asyncio.ensure_future(one(t, a)) for t, a in todo]
@@ -221,7 +227,7 @@ class Harness:
             for job in jobs:
                 job.cancel()
             results.ended_at = datetime.now(UTC)
-            _write_results(output, results, config)
+            written.save(output, results, config)
         return results
 
     # -- a trial -----------------------------------------------------------------------------
@@ -261,15 +267,23 @@ class Harness:
         self.progress("trial_start", {"trial": name})
         try:
             for retry in range(self.options.max_retries + 1):
-                if retry:  # a harness fault: the trial again, from nothing
-                    result.retried_failures.append(result.failure_mode)
-                    result.retries = retry
-                    fresh = TrialResults.model_validate(_fresh(result))
-                    result.__dict__.update(fresh.__dict__)
+                if retry:  # a harness fault: the trial again, from nothing it found
+                    failures = [*result.retried_failures, result.failure_mode]
+                    kept = {name: getattr(result, name) for name in _KEPT_ON_RETRY}
+                    result = TrialResults(**kept, retries=retry, retried_failures=failures)
                     shutil.rmtree(trial_dir, ignore_errors=True)
                     trial_dir.mkdir(parents=True)
                     self.progress("trial_retry", {"trial": name, "retry": retry})
-                if not await self._attempt(task, make_agent, trial_dir, result, run_id, clock):
+                try:
+                    mendable = await self._trial(task, make_agent, trial_dir, result, run_id, clock)
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:  # a harness fault fails this trial, never the run
+                    result.failure_mode = FailureMode.UNKNOWN
+                    result.error = f"the harness failed: {type(exc).__name__}: {exc}"
+                    (trial_dir / "error.txt").write_text(traceback.format_exc())
+                    mendable = True
+                if not mendable:
                     break
         except asyncio.CancelledError:
             shutil.rmtree(trial_dir, ignore_errors=True)
@@ -281,28 +295,11 @@ class Harness:
             result.overhead_sec = round(max(0.0, result.total_sec - spent), 3)
         _atomic_write(trial_dir / RESULTS_FILE, result.model_dump_json(indent=2))
         if run is not None:
-            harbor.write_trial(result, task, run, trial_dir, _atomic_write)
+            checksum = self._checksums.get(task.path)
+            if checksum is None:
+                checksum = self._checksums[task.path] = harbor.task_checksum(task.path)
+            harbor.write_trial(result, task, run, trial_dir, _atomic_write, checksum)
         return result
-
-    async def _attempt(
-        self,
-        task: Task,
-        make_agent: Callable[[Task], BenchAgent],
-        trial_dir: Path,
-        result: TrialResults,
-        run_id: str,
-        clock: Callable[[], float],
-    ) -> bool:
-        """One try of the trial; whether the harness failed it (which a retry may mend)."""
-        try:
-            return await self._trial(task, make_agent, trial_dir, result, run_id, clock)
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:  # a harness fault fails this trial, never the run
-            result.failure_mode = FailureMode.UNKNOWN
-            result.error = f"the harness failed: {type(exc).__name__}: {exc}"
-            (trial_dir / "error.txt").write_text(traceback.format_exc())
-            return True
 
     async def _trial(
         self,
@@ -426,13 +423,9 @@ def trial_name(task_id: str, attempt: int, n_attempts: int) -> str:
 
 _KEPT_ON_RETRY = (
     "id", "trial_name", "task_id", "attempt", "instruction", "category", "difficulty",
-    "source_format", "agent", "model", "trial_started_at", "retries", "retried_failures",
+    "source_format", "agent", "model", "trial_started_at",
 )  # fmt: skip
-
-
-def _fresh(result: TrialResults) -> dict[str, Any]:
-    """What a retried trial starts from: its identity and its retries, nothing it found."""
-    return {name: getattr(result, name) for name in _KEPT_ON_RETRY}
+"""What a retried trial keeps: its identity, nothing it found."""
 
 
 def _delete(sandbox: Sandbox) -> None:
@@ -491,15 +484,23 @@ def _open_run_dir(output: Path, config: RunConfig, resume: bool) -> RunConfig:
     return config
 
 
-def _write_results(output: Path, results: BenchmarkResults, run: RunConfig) -> None:
-    results.results = collect_trials(output)
-    results.refresh()
-    _atomic_write(output / RESULTS_FILE, results.model_dump_json(indent=2))
-    job = harbor.job_result(results, run, output)
-    _atomic_write(output / harbor.HARBOR_RESULT, json.dumps(job, indent=2))
-    _atomic_write(
-        output / harbor.HARBOR_CONFIG, json.dumps(harbor.job_config(run, output), indent=2)
-    )
+@dataclass
+class _Written:
+    """A run's summaries, rewritten after every trial from what the run holds in memory (its
+    finished trials, the Harbor documents read once), not by reading every trial again."""
+
+    finished: dict[str, TrialResults]
+    harbor_read: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def save(self, output: Path, results: BenchmarkResults, run: RunConfig) -> None:
+        results.results = [self.finished[name] for name in sorted(self.finished)]
+        results.refresh()
+        _atomic_write(output / RESULTS_FILE, results.model_dump_json(indent=2))
+        job = harbor.job_result(results, run, output, self.harbor_read)
+        _atomic_write(output / harbor.HARBOR_RESULT, json.dumps(job, indent=2))
+        _atomic_write(
+            output / harbor.HARBOR_CONFIG, json.dumps(harbor.job_config(run, output), indent=2)
+        )
 
 
 def _atomic_write(path: Path, text: str) -> None:

@@ -89,10 +89,8 @@ def create_app(episodes: GatewayEpisodes) -> FastAPI:
 
     @app.post("/v1/chat/completions", response_model=None)
     async def chat(body: ChatRequest, request: Request) -> JSONResponse | StreamingResponse:
-        key = _key(request)
-        episodes.check(key)
         call = episodes.chat(
-            key, to_steps(body.messages), body.tools or [], max_tokens=body.budget()
+            _key(request), to_steps(body.messages), body.tools or [], max_tokens=body.budget()
         )
         answer = await _unless_gone(request, call)
         call_id = completion_id()
@@ -105,9 +103,7 @@ def create_app(episodes: GatewayEpisodes) -> FastAPI:
     async def completions(
         body: CompletionRequest, request: Request
     ) -> JSONResponse | StreamingResponse:
-        key = _key(request)
-        episodes.check(key)
-        call = episodes.complete_text(key, body.prompt, max_tokens=body.max_tokens)
+        call = episodes.complete_text(_key(request), body.prompt, max_tokens=body.max_tokens)
         answer = await _unless_gone(request, call)
         out = answer.response
         prompt, sampled = out.prompt_token_ids or [], out.token_ids or []
