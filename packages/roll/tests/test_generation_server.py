@@ -187,7 +187,8 @@ def test_roll_train_samples_through_the_server(
     )
     run_train(config, log=lambda _m: None)
     records = read_metrics(tmp_path / "run")
-    assert len(records) == 2 and records[-1]["train/tokens"] > 0
+    assert len(records) == 2
+    assert records[-1]["train/tokens"] > 0 or records[-1]["train/zero_gradient_samples"] > 0
     assert len(app.state.fake["loads"]) == 3  # the start, then after each of the 2 updates
 
 

@@ -127,6 +127,8 @@ def test_env_rollouts_in_ray_actors_equal_the_in_process_ones(
     local = RolloutEngine(backend, backend.tokenizer, params, max_seq_len=256).run(
         requests_of(lambda: make_env(env.name, **env.kwargs))
     )
+    assert backend.prefix_cache is not None
+    backend.prefix_cache.clear(backend.policy_version)  # the same start: nothing kept
     config = RayConfig(address=ray_address, env_workers=2, worker_cpus=0.5)
     with ray_session(config), EnvWorkers(config, env) as workers:
         requests = requests_of(workers.make)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,7 @@ from roll.algo.losses import LossSpec
 from roll.config import OptimConfig
 from roll.errors import TrainingAborted
 from roll.models import load_policy, scored_logprobs
-from roll.update import Updater
+from roll.update import Updater, carries_gradient
 
 
 @pytest.fixture(scope="module")
@@ -238,5 +239,42 @@ def test_shared_prefix_forward_gives_the_same_gradient(tiny: Path, spec: LossSpe
     torch.testing.assert_close(grads[1], grads[0], rtol=1e-4, atol=1e-6)
     torch.testing.assert_close(grads[2], grads[0], rtol=1e-4, atol=1e-6)
     assert stats[1]["train/loss"] == pytest.approx(stats[0]["train/loss"], rel=1e-5)
-    # the shared prompt ran once per group, not once per episode: 2 x 24 fewer x 2
-    assert stats[0]["train/tokens"] - stats[1]["train/tokens"] == 2 * 2 * 24
+    # the shared prompt ran once per group, not once per episode that ran (IPA's failed
+    # episodes carry no gradient and do not run)
+    ran = Counter(s.group for s in samples if carries_gradient(s, spec))
+    saved = sum((n - 1) * 24 for n in ran.values() if n > 1)
+    assert saved and stats[0]["train/tokens"] - stats[1]["train/tokens"] == saved
+
+
+@pytest.mark.parametrize("spec", SPECS[:2], ids=["ppo", "ipa"])
+def test_samples_without_gradient_are_not_run_and_the_gradient_is_the_same(
+    tiny: Path, spec: LossSpec
+) -> None:
+    """Failed IPA episodes (return 0) and a GRPO group whose rewards are all equal carry no
+    gradient: the updater leaves them out, and its gradient is the whole loss's, computed
+    over every sample by hand."""
+    from roll.algo.losses import policy_loss
+
+    samples = _samples()
+    samples[0].reward = samples[1].reward = 1.0  # group g0 all solved: GRPO advantage 0
+    assign_advantages(samples, "ipa" if spec.loss == "ipa" else "grpo", gamma=0.9)
+    set_weights(samples, "token_mean")
+    for s in samples:
+        s.old = [(-2.0 if m else 0.0) for m in s.rl_mask]
+    idle = {0, 2} if spec.loss == "ipa" else {0, 1}  # IPA: the failed ones (rewards 0)
+    if spec.loss == "ipa":
+        samples[0].reward = 0.0
+        assign_advantages(samples, "ipa", gamma=0.9)
+        set_weights(samples, "token_mean")
+    lm, _ = load_policy(tiny, device="cpu", dtype="float32")
+    reference, _ = load_policy(tiny, device="cpu", dtype="float32")
+    result = _updater(lm, spec, 10_000).step(samples)
+    assert result.metrics["train/zero_gradient_samples"] == len(idle)
+    col = collate(samples, pad_id=0)
+    logp, _ = scored_logprobs(reference, col)
+    loss, _ = policy_loss(logp, col.tokens, spec)
+    loss.backward()
+    mine = torch.cat([p.grad.flatten() for p in lm.parameters() if p.grad is not None])
+    whole = torch.cat([p.grad.flatten() for p in reference.parameters() if p.grad is not None])
+    assert whole.abs().sum() > 0
+    torch.testing.assert_close(mine, whole, rtol=1e-5, atol=1e-7)

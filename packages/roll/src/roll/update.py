@@ -141,9 +141,18 @@ class Updater:
                 yield
 
     def step(self, samples: list[Sample]) -> UpdateResult:
-        """Forward/backward ``samples`` (this process's share) in micro-batches, then update."""
+        """Forward/backward ``samples`` (this process's share) in micro-batches, then update.
+
+        A sample whose loss has no gradient (every scored token's advantage or weight zero,
+        no imitation weight, no KL or entropy term: an IPA episode that failed, a GRPO group
+        that all failed or all passed) is not run: the loss is a sum with fixed weights, so
+        the gradient is the same without it (and the ``ratio``, ``weight`` and ``clip_frac``
+        sums cover the samples that ran)."""
         self.lm.train()
         self.optimizer.zero_grad(set_to_none=True)
+        still = len(samples)
+        samples = [s for s in samples if carries_gradient(s, self.spec)]
+        still -= len(samples)
         batches = self._micro_batches(samples)
         entropy = bool(self.spec.entropy_coef)
         totals: dict[str, torch.Tensor] = {}
@@ -178,6 +187,7 @@ class Updater:
         metrics["train/lr"] = float(self.scheduler.get_last_lr()[0])
         metrics["train/micro_batches"] = float(sum(1 for b in batches if b))
         metrics["train/tokens"] = float(tokens)
+        metrics["train/zero_gradient_samples"] = float(still)
         if not bool(finite):
             self.optimizer.zero_grad(set_to_none=True)
             self.bad_steps += 1
@@ -247,6 +257,19 @@ class Updater:
     def load_state(self, state: dict[str, Any]) -> None:
         self.bad_steps = int(state.get("bad_steps", 0))
         self.updates = int(state.get("updates", 0))
+
+
+def carries_gradient(sample: Sample, spec: LossSpec) -> bool:
+    """Whether ``sample``'s loss under ``spec`` has a gradient: a KL or entropy term, an
+    imitation weight, or a scored RL token with both an advantage and a weight."""
+    if spec.kl_coef or spec.entropy_coef or any(sample.imitation):
+        return True
+    return any(
+        scored and advantage != 0.0 and weight != 0.0
+        for scored, advantage, weight in zip(
+            sample.rl_mask, sample.advantages, sample.weight, strict=False
+        )
+    )
 
 
 @torch.no_grad()

@@ -18,7 +18,9 @@ stops, and :meth:`HFBackend.open_session` lets rows join a running batch between
 steps (:class:`HFDecodeSession`, continuous batching: the generation queue serves concurrent
 episodes so). One ``torch.Generator`` on the
 model's device, seeded from ``SamplingParams.seed``, draws every sample of a call, so the same
-seed, prompts and weights give the same samples, and the global random state is never touched.
+seed, prompts, weights and prefix cache give the same samples (a prompt computed from kept keys
+and values may differ from one computed whole in a log-prob's last bits), and the global random
+state is never touched.
 
 torch and transformers are imported inside functions: importing this module is cheap.
 """
