@@ -117,7 +117,13 @@ for job in scanner.list_jobs():
         path = jobs / job / name / "agent" / "trajectory.json"
         steps = len(Trajectory.model_validate_json(path.read_text()).steps) if path.exists() else None
         rewards = trial.verifier_result.rewards if trial.verifier_result else None
-        trials[name] = {"rewards": rewards, "steps": steps, "error": bool(trial.exception_info)}
+        parts = [
+            [s.step_name, s.verifier_result.rewards if s.verifier_result else None]
+            for s in trial.step_results or []
+        ]
+        trials[name] = {
+            "rewards": rewards, "steps": steps, "error": bool(trial.exception_info), "parts": parts
+        }
     out[job] = {"n": result.n_total_trials, "inline": len(result.trial_results), "trials": trials}
 print(json.dumps(out))
 """
@@ -130,20 +136,24 @@ def test_harbor_reads_a_rock_bench_run_as_a_job(harbor_python: Path, tmp_path: P
     repo = Path(__file__).resolve().parents[1]
     rock = Path(sys.executable).parent / "rock"
     jobs = tmp_path / "jobs"
-    for agent in ("oracle", "nop"):
+    for agent, dataset, task in (
+        ("oracle", "terminal-bench-local", "csv-sales-report"),
+        ("nop", "terminal-bench-local", "csv-sales-report"),
+        ("oracle", "examples", "hello-steps"),  # a multi-step task: Harbor's step results
+    ):
         done = subprocess.run(
             [
                 rock,
                 "bench",
                 "run",
                 "--dataset",
-                repo / "datasets" / "terminal-bench-local",
+                repo / "datasets" / dataset,
                 "--task",
-                "csv-sales-report",
+                task,
                 "--agent",
                 agent,
                 "--output",
-                jobs / f"{agent}-run",
+                jobs / f"{agent}-{task}",
             ],
             capture_output=True,
             text=True,
@@ -155,7 +165,11 @@ def test_harbor_reads_a_rock_bench_run_as_a_job(harbor_python: Path, tmp_path: P
     )
     assert read.returncode == 0, read.stderr
     seen = json.loads(read.stdout)
-    assert seen["oracle-run"]["trials"]["csv-sales-report.1-of-1"]["rewards"] == {"reward": 1.0}
-    assert seen["nop-run"]["trials"]["csv-sales-report.1-of-1"]["rewards"] == {"reward": 0.0}
-    assert seen["oracle-run"]["trials"]["csv-sales-report.1-of-1"]["steps"] >= 1
+    oracle = seen["oracle-csv-sales-report"]["trials"]["csv-sales-report.1-of-1"]
+    assert oracle["rewards"] == {"reward": 1.0} and oracle["steps"] >= 1
+    nop = seen["nop-csv-sales-report"]["trials"]["csv-sales-report.1-of-1"]
+    assert nop["rewards"] == {"reward": 0.0}
+    steps = seen["oracle-hello-steps"]["trials"]["hello-steps.1-of-1"]
+    assert steps["rewards"] == {"reward": 1.0}
+    assert steps["parts"] == [["create", {"reward": 1.0}], ["append", {"reward": 1.0}]]
     assert all(job["n"] == 1 and job["inline"] == 1 for job in seen.values())

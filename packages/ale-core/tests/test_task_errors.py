@@ -221,9 +221,69 @@ def test_harbor_1_4_names_its_version_schema_version_and_loads(tb2: Path) -> Non
     assert load_task(tb2).source_format == "tb2"
 
 
-def test_a_multi_step_task_is_refused_in_one_sentence_until_rock_runs_them(tb2: Path) -> None:
-    task_file = tb2 / "task.toml"
-    task_file.write_text(
-        task_file.read_text() + '\n[[steps]]\nname = "first"\n\n[[steps]]\nname = "second"\n'
-    )
-    assert "is a multi-step task ([[steps]], Harbor 1.4)" in str(_error(tb2))
+STEPS_EXAMPLE = Path(__file__).parents[3] / "datasets" / "examples" / "hello-steps"
+
+
+@pytest.fixture
+def steps(tmp_path: Path) -> Path:
+    return Path(shutil.copytree(STEPS_EXAMPLE, tmp_path / "steps"))
+
+
+def test_a_multi_step_task_loads_with_each_step_s_own_parts(steps: Path) -> None:
+    task = load_task(steps)
+    assert [s.name for s in task.steps] == ["create", "append"]
+    create, append = task.steps
+    assert create.instruction.startswith("Create the file /app/notes.txt")
+    assert create.test_script == steps / "steps" / "create" / "tests" / "test.sh"
+    assert create.solution == steps / "steps" / "create" / "solution" / "solve.sh"
+    assert create.min_reward == 1.0 and append.min_reward is None
+    assert create.verifier is None and append.verifier is not None  # shared, separate
+    assert not append.verifier.bundled  # the agent's image, the tests uploaded
+    assert create.agent_timeout_sec == 120.0 and create.test_timeout_sec == 60.0
+    assert task.artifacts == ["/app"] and task.reward_strategy == "mean"
+    assert "## Step create" in task.instruction and "## Step append" in task.instruction
+
+
+def test_a_step_s_verifier_timeout_does_not_come_from_the_task_s(steps: Path) -> None:
+    _edit(steps / "task.toml", "[steps.verifier]\ntimeout_sec = 60.0\n\n[[steps]]", "[[steps]]")
+    _edit(steps / "task.toml", "[agent]", "[verifier]\ntimeout_sec = 30.0\n\n[agent]")
+    create = load_task(steps).steps[0]
+    assert create.test_timeout_sec == 600.0  # Harbor's rule: the step's own, else 600
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "says"),
+    [
+        ('name = "append"', 'name = "CREATE"', "have the same name"),
+        ('name = "append"', 'name = "con.txt"', "is a device name on Windows"),
+        ('name = "append"', 'name = "a/b"', 'holds one of < > : " /'),
+        ('name = "append"', 'name = "last."', "ends with a dot or a space"),
+        ("min_reward = 1.0", 'min_reward = "all"', "a number or a table of numbers"),
+        (
+            'environment_mode = "separate"',
+            'environment_mode = "shared"\n[steps.verifier.environment]\ncpus = 1',
+            "drop one of them",
+        ),
+        (
+            'multi_step_reward_strategy = "mean"',
+            'multi_step_reward_strategy = "best"',
+            '"mean" or "final"',
+        ),
+        ('artifacts = ["/app"]', 'artifacts = ["app/../x"]', "absolute paths"),
+    ],
+)
+def test_bad_steps_are_one_sentence(steps: Path, old: str, new: str, says: str) -> None:
+    _edit(steps / "task.toml", old, new)
+    assert says in str(_error(steps))
+
+
+def test_a_step_without_instruction_or_tests_is_one_sentence(steps: Path) -> None:
+    (steps / "steps" / "append" / "tests" / "test.sh").unlink()
+    assert "no steps/append/tests/test.sh and no tests/test.sh" in str(_error(steps))
+    (steps / "steps" / "create" / "instruction.md").unlink()
+    assert "create has no instruction.md" in str(_error(steps))
+
+
+def test_a_multi_step_task_s_unknown_schema_version_is_one_sentence(steps: Path) -> None:
+    _edit(steps / "task.toml", 'schema_version = "1.4"', 'schema_version = "2.7"')
+    assert "declares schema version '2.7'" in str(_error(steps))

@@ -14,21 +14,28 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
+import math
 import time
 import traceback
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
 from ale.agents import BenchAgent
 from ale.sandbox import SandboxVerbs
-from ale.task import Task
+from ale.task import Task, TaskStep, TaskVerifier
 from ale.trajectory import FailureMode, Trajectory, VerifierResult, VerifierTest
-from rock.backends.base import Sandbox, SandboxError
-from rock.bench.verify import VerifierOutcome, run_verifier
+from rock.backends.base import Sandbox, SandboxError, download, upload
+from rock.bench.verify import (
+    TESTS_DIR,
+    VERIFIER_LOGS,
+    VerifierOutcome,
+    run_verifier,
+    verdict_of,
+)
 
 AGENT_GRACE_SEC = 5.0
 """How long past its timeout an agent may take to return its trajectory before it is
@@ -124,10 +131,31 @@ class TaskEnv(Protocol):
         """Give ``sandbox`` back (delete it, return it to its pool, or keep it)."""
         ...
 
+    async def open_verifier(self, task: Task, verifier: TaskVerifier) -> Sandbox:
+        """A fresh sandbox for a separate verifier (its image, limits and network), given
+        back with :meth:`close`."""
+        ...
+
     def failure_of(self, exc: Exception) -> FailureMode | None:
         """The failure ``exc`` (raised while opening, staging or verifying) means; None for a
         fault of the caller's own, which propagates."""
         ...
+
+
+@dataclass
+class StepOutcome:
+    """How one step of a multi-step task went."""
+
+    name: str
+    trajectory: Trajectory | None = None
+    verdict: VerifierOutcome | None = None
+    failure: FailureMode | None = None
+    error: str | None = None
+    agent_sec: float = 0.0
+    agent_started_at: datetime | None = None
+    agent_ended_at: datetime | None = None
+    test_started_at: datetime | None = None
+    verifier_stdout: str = ""
 
 
 @dataclass
@@ -154,6 +182,9 @@ class Episode:
     trajectory."""
     infrastructure_failure: FailureMode | None = None
     """What an exception of the sandbox (or the daemon) ended the episode with, if one did."""
+    steps: list[StepOutcome] = field(default_factory=list)
+    """A multi-step task's steps that ran, in order (then :attr:`verdict` holds the rewards
+    the task's strategy makes of theirs, and :attr:`trajectory` all their turns)."""
 
     @property
     def reward(self) -> float | None:
@@ -224,11 +255,18 @@ async def _agent_and_verifier(
         options["logs_dir"] = logs_dir
     if workdir != "/app" and "root" in inspect.signature(agent.run).parameters:
         options["root"] = workdir  # agents that can start elsewhere start in the task's WORKDIR
+    lent = agent_sandbox(sandbox) if agent_sandbox is not None else sandbox
+    if task.steps:
+        await _steps(
+            episode, task, agent, env, sandbox, lent, workdir, agent_timeout_sec,
+            test_timeout_sec, verifier_dir, traceback_dir, options,
+        )  # fmt: skip
+        return
     episode.agent_started_at = datetime.now(UTC)
     ran = await run_agent(
         agent,
         task.instruction,
-        agent_sandbox(sandbox) if agent_sandbox is not None else sandbox,
+        lent,
         timeout_sec=agent_timeout_sec,
         traceback_dir=traceback_dir,
         **options,
@@ -238,10 +276,9 @@ async def _agent_and_verifier(
     episode.trajectory = ran.trajectory
     episode.agent_failure = episode.failure = ran.failure
     episode.error = ran.error
-    await env.stage_tests(task, sandbox)
     episode.test_started_at = datetime.now(UTC)
-    verdict = await asyncio.to_thread(
-        run_verifier, task, sandbox, verifier_dir, timeout_sec=test_timeout_sec
+    verdict = await _verify(
+        task, env, sandbox, task.verifier, None, task.verifier_env, test_timeout_sec, verifier_dir
     )
     episode.verdict = verdict
     stdout = verifier_dir / "stdout.txt"
@@ -249,6 +286,207 @@ async def _agent_and_verifier(
     if episode.failure is None and verdict.failure_mode != FailureMode.NONE:
         episode.failure = verdict.failure_mode
         episode.error = verdict.error or f"the verifier failed ({verdict.failure_mode})"
+
+
+async def _steps(
+    episode: Episode,
+    task: Task,
+    agent: BenchAgent,
+    env: TaskEnv,
+    sandbox: Sandbox,
+    lent: EpisodeSandbox,
+    workdir: str,
+    agent_timeout_sec: float,
+    test_timeout_sec: float,
+    verifier_dir: Path,
+    traceback_dir: Path | None,
+    options: dict[str, Any],
+) -> None:
+    """A multi-step task's steps in the one sandbox, in order, as Harbor runs them: each
+    step's files and setup, the agent on its instruction, its tests (in the sandbox, or in
+    a separate verifier's), and its reward; a step whose verifier gave no reward, or whose
+    reward is below its ``min_reward``, ends the task. The timeouts given scale each step's
+    own as they scale the task's."""
+    agent_scale = agent_timeout_sec / task.agent_timeout_sec
+    test_scale = test_timeout_sec / task.test_timeout_sec
+    for step in task.steps:
+        out = StepOutcome(step.name)
+        episode.steps.append(out)
+        step_dir = verifier_dir.parent / "steps" / step.name
+        try:
+            await asyncio.to_thread(_prepare_step, sandbox, step, workdir)
+        except _SetupFailed as exc:
+            out.failure, out.error = FailureMode.BUILD_FAILED, str(exc)
+            break
+        out.agent_started_at = datetime.now(UTC)
+        step_options = dict(options)
+        if "logs_dir" in step_options:
+            step_options["logs_dir"] = step_dir / "agent"
+        ran = await run_agent(
+            agent,
+            step.instruction,
+            lent,
+            timeout_sec=step.agent_timeout_sec * agent_scale,
+            traceback_dir=step_dir / "agent" if traceback_dir is not None else None,
+            **step_options,
+        )
+        out.agent_ended_at = datetime.now(UTC)
+        out.agent_sec, out.trajectory = ran.seconds, ran.trajectory
+        out.failure, out.error = ran.failure, ran.error
+        out.test_started_at = datetime.now(UTC)
+        out.verdict = await _verify(
+            task, env, sandbox, step.verifier, step, step.verifier_env,
+            step.test_timeout_sec * test_scale, step_dir / "verifier",
+        )  # fmt: skip
+        stdout = step_dir / "verifier" / "stdout.txt"
+        out.verifier_stdout = stdout.read_text(errors="replace") if stdout.is_file() else ""
+        if out.failure is None and out.verdict.failure_mode != FailureMode.NONE:
+            out.failure = out.verdict.failure_mode
+            out.error = out.verdict.error or f"the verifier failed ({out.verdict.failure_mode})"
+        if out.verdict.rewards is None or not _reaches(out.verdict.rewards, step.min_reward):
+            break
+    _sum_up(episode, task)
+
+
+def _prepare_step(sandbox: Sandbox, step: TaskStep, workdir: str) -> None:
+    """Before a step's agent: no tests or verifier logs of the step before in sight, the
+    step's files in the working directory, and its ``setup.sh`` run there."""
+    sandbox.exec(f"rm -rf {TESTS_DIR} {VERIFIER_LOGS}; mkdir -p {VERIFIER_LOGS}", timeout=60)
+    if step.workdir is not None:
+        upload(sandbox, step.workdir, workdir)
+        if (step.workdir / "setup.sh").is_file():
+            done = sandbox.exec(f"cd {workdir} && bash ./setup.sh", timeout=600)
+            if not done.ok:
+                raise _SetupFailed(
+                    f"step {step.name}'s setup.sh exited {done.exit_code}: "
+                    f"{done.stderr_text.strip()[-200:] or done.stdout_text.strip()[-200:]}"
+                )
+
+
+class _SetupFailed(Exception):
+    """A step's ``setup.sh`` failed: the step cannot run, and the task ends there."""
+
+
+def _reaches(rewards: dict[str, float], minimum: float | dict[str, float] | None) -> bool:
+    """Whether ``rewards`` meet a step's ``min_reward`` (a missing reward does not)."""
+    if minimum is None:
+        return True
+    wanted = {"reward": minimum} if isinstance(minimum, float) else minimum
+    return all(rewards.get(key, -math.inf) >= value for key, value in wanted.items())
+
+
+def _sum_up(episode: Episode, task: Task) -> None:
+    """The episode's trajectory, verdict and failure from its steps': every step's turns in
+    one trajectory; the rewards by the task's strategy (each named reward's mean over the
+    verified steps, a missing one 0; or the last step's); the first failure."""
+    ran = [s for s in episode.steps if s.trajectory is not None]
+    if ran:
+        whole = ran[0].trajectory.model_copy(deep=True)  # type: ignore[union-attr]
+        for later in ran[1:]:
+            whole.steps.extend(later.trajectory.steps)  # type: ignore[union-attr]
+            whole.failure_mode = later.trajectory.failure_mode  # type: ignore[union-attr]
+            whole.notes = later.trajectory.notes  # type: ignore[union-attr]
+        whole.usage = None  # the sum of the steps' usage
+        episode.trajectory = whole
+    first, last = episode.steps[0], episode.steps[-1]
+    episode.agent_started_at, episode.agent_ended_at = first.agent_started_at, last.agent_ended_at
+    episode.test_started_at = first.test_started_at
+    episode.agent_sec = round(sum(s.agent_sec for s in episode.steps), 3)
+    failed = next((s for s in episode.steps if s.failure is not None), None)
+    if failed is not None:
+        episode.failure = failed.failure
+        episode.error = f"step {failed.name}: {failed.error}"
+        if failed.failure in (FailureMode.AGENT_TIMEOUT, FailureMode.AGENT_ERROR):
+            episode.agent_failure = failed.failure
+    verified = [s.verdict for s in episode.steps if s.verdict and s.verdict.rewards is not None]
+    if task.reward_strategy == "final":
+        rewards = last.verdict.rewards if last.verdict is not None else None
+    else:
+        keys = sorted({k for v in verified for k in v.rewards or {}})
+        rewards = {
+            k: sum((v.rewards or {}).get(k, 0.0) for v in verified) / len(verified) for k in keys
+        } or None
+    verdict = VerifierOutcome(
+        started_at=first.test_started_at,
+        ended_at=last.verdict.ended_at if last.verdict is not None else None,
+        duration_sec=round(
+            sum(s.verdict.duration_sec or 0.0 for s in episode.steps if s.verdict), 3
+        ),
+        exit_code=last.verdict.exit_code if last.verdict is not None else None,
+        parser_results={
+            f"{s.name}::{name}": status
+            for s in episode.steps
+            if s.verdict is not None
+            for name, status in (s.verdict.parser_results or {}).items()
+        }
+        or None,
+    )
+    if rewards:
+        verdict.rewards = rewards
+        verdict.reward, verdict.is_resolved = verdict_of(rewards)
+    else:
+        verdict.failure_mode = last.verdict.failure_mode if last.verdict else FailureMode.UNKNOWN
+        verdict.error = last.verdict.error if last.verdict else "no step was verified"
+    episode.verdict = verdict
+    episode.verifier_stdout = "\n".join(
+        f"== step {s.name} ==\n{s.verifier_stdout}" for s in episode.steps if s.verdict
+    )
+
+
+async def _verify(
+    task: Task,
+    env: TaskEnv,
+    sandbox: Sandbox,
+    verifier: TaskVerifier | None,
+    step: TaskStep | None,
+    variables: dict[str, str],
+    timeout_sec: float,
+    out_dir: Path,
+) -> VerifierOutcome:
+    """Run the tests (the task's, a step's over them) in the agent's sandbox, or in a
+    separate verifier's sandbox that gets only the artifacts copied out of the agent's."""
+    if verifier is None:
+        await env.stage_tests(task, sandbox)
+        if step is not None and step.tests_dir is not None:
+            await asyncio.to_thread(upload, sandbox, step.tests_dir, TESTS_DIR)
+        return await asyncio.to_thread(
+            run_verifier, task, sandbox, out_dir, timeout_sec=timeout_sec, env=variables
+        )
+    copied = out_dir.parent / "artifacts"
+    paths = await asyncio.to_thread(_collect, sandbox, task, copied)
+    checker = await env.open_verifier(task, verifier)
+    try:
+        for path in paths:
+            await asyncio.to_thread(upload, checker, copied / path.lstrip("/"), path)
+        if verifier.bundled:
+            await asyncio.to_thread(checker.exec, f"mkdir -p {VERIFIER_LOGS}", timeout=60)
+        else:
+            await env.stage_tests(task, checker)
+            if step is not None and step.tests_dir is not None:
+                await asyncio.to_thread(upload, checker, step.tests_dir, TESTS_DIR)
+        return await asyncio.to_thread(
+            run_verifier, task, checker, out_dir, timeout_sec=timeout_sec, env=variables
+        )
+    finally:
+        await asyncio.shield(env.close(checker))
+
+
+ARTIFACTS_DIR = "/logs/artifacts"
+"""What an agent's container always hands a separate verifier (Harbor's convention)."""
+
+
+def _collect(sandbox: Sandbox, task: Task, local: Path) -> list[str]:
+    """Copy the task's artifacts (and /logs/artifacts) out of ``sandbox`` under ``local``
+    at their own paths; the paths that were there."""
+    found = []
+    for path in dict.fromkeys([ARTIFACTS_DIR, *task.artifacts]):
+        target = local / path.lstrip("/")
+        try:
+            download(sandbox, path, target)
+        except Exception:
+            continue  # not there: nothing to hand over
+        found.append(path)
+    return found
 
 
 def _infrastructure(env: TaskEnv, exc: Exception) -> FailureMode:
@@ -289,9 +527,11 @@ def _status(value: str) -> TestStatus:
 
 __all__ = [
     "AGENT_GRACE_SEC",
+    "ARTIFACTS_DIR",
     "AgentRun",
     "Episode",
     "EpisodeSandbox",
+    "StepOutcome",
     "TaskEnv",
     "episode_threads",
     "run_agent",

@@ -16,6 +16,8 @@ from ale.task.models import (
     Task,
     TaskEnvironment,
     TaskMetadata,
+    TaskStep,
+    TaskVerifier,
 )
 from ale.task.tb1 import load_tb1
 from ale.task.tb2 import load_tb2
@@ -33,6 +35,8 @@ __all__ = [
     "TaskExistsError",
     "TaskFormatError",
     "TaskMetadata",
+    "TaskStep",
+    "TaskVerifier",
     "TaskWriteError",
     "detect_format",
     "iter_tasks",

@@ -81,6 +81,59 @@ class TaskEnvironment(_Model):
     """Longest time the image build may take; None leaves it to the runner."""
 
 
+class TaskVerifier(_Model):
+    """A verifier that runs in a container of its own, apart from the agent's (Harbor's
+    separate verifier mode, as Terminal-Bench 3 uses it): a fresh container per
+    verification, into which only the agent container's artifacts are copied."""
+
+    image: str | None = None
+    """A prebuilt image that holds the tests at ``/tests`` (its ``docker_image``)."""
+    dockerfile: Path | None = None
+    """A Dockerfile in the tests directory: the verifier's image is built from it, its
+    context that directory, and it holds the tests itself."""
+    environment: TaskEnvironment | None = None
+    """The verifier container's limits and network (its ``environment`` table); None: the
+    agent's."""
+
+    @property
+    def bundled(self) -> bool:
+        """Whether the image carries the tests (then none are uploaded): a prebuilt image or
+        one built from the tests directory; else the agent's image, tests uploaded."""
+        return self.image is not None or self.dockerfile is not None
+
+
+class TaskStep(_Model):
+    """One step of a multi-step task (Harbor's ``[[steps]]``): the agent works on its
+    instruction in the container the earlier steps left, then the step's tests run."""
+
+    name: str
+    """The step's name: its directory under ``steps/``."""
+    instruction: str
+    """What the agent is asked to do in this step."""
+    tests_dir: Path | None = None
+    """The step's own tests (``steps/<name>/tests``), copied over the task's ``tests/``."""
+    test_script: Path | None = None
+    """The script that runs: the step's ``test.sh``, else the task's; None when the
+    verifier's image holds the tests."""
+    solution: Path | None = None
+    """The oracle's script for this step: the step's ``solve.sh``, else the task's."""
+    workdir: Path | None = None
+    """Files copied into the agent's working directory before the step
+    (``steps/<name>/workdir``; a ``setup.sh`` there runs first)."""
+    agent_timeout_sec: float = Field(default=TB2_AGENT_TIMEOUT_SEC, gt=0)
+    """The step's agent timeout (its own, else the task's)."""
+    test_timeout_sec: float = Field(default=TB2_VERIFIER_TIMEOUT_SEC, gt=0)
+    """The step's verifier timeout: its own, else 600 s (as Harbor: not the task's)."""
+    verifier_env: dict[str, str] = Field(default_factory=dict)
+    """The task's verifier environment variables, the step's over them."""
+    min_reward: float | dict[str, float] | None = None
+    """What the step must reach for the next to run: a number for the ``reward`` key, or a
+    threshold per named reward; None: the next always runs."""
+    verifier: TaskVerifier | None = None
+    """A separate verifier for this step (its own, else the task's); None: the tests run
+    in the agent's container."""
+
+
 class Task(_Model):
     """One task: an instruction, an environment, tests that decide the reward, and
     optionally an oracle solution."""
@@ -111,3 +164,14 @@ class Task(_Model):
     """Environment variables set for the verifier (2.0's ``[verifier] env``)."""
     metadata: TaskMetadata = Field(default_factory=TaskMetadata)
     """Descriptive data: difficulty, category, tags, author, and unknown keys."""
+    steps: list[TaskStep] = Field(default_factory=list)
+    """A multi-step task's steps, in order (then :attr:`instruction` lists them all, for
+    people, and each step's own instruction is what the agent gets); empty: one step."""
+    reward_strategy: Literal["mean", "final"] = "mean"
+    """How a multi-step task's reward comes from its steps': each named reward's mean over
+    the steps that were verified, or the last verified step's."""
+    verifier: TaskVerifier | None = None
+    """A separate verifier container for the task's tests; None: they run in the agent's."""
+    artifacts: list[str] = Field(default_factory=list)
+    """Paths in the agent's container copied out after the agent (and into a separate
+    verifier's container, at the same paths), besides ``/logs/artifacts``."""

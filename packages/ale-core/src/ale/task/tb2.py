@@ -8,6 +8,12 @@ The 2.0 layout::
     tests/test.sh        the verifier: writes the reward to /logs/verifier/reward.txt
     solution/solve.sh    the oracle (solution/solution.yaml when carried over from 1.0)
 
+A Harbor 1.4 multi-step task lists ``[[steps]]`` in task.toml, each step's files under
+``steps/<name>/`` (instruction.md; tests/, solution/ and workdir/ optional, the task's
+tests/ and solution/ standing in); a ``[verifier]`` (or a step's) with
+``environment_mode = "separate"`` or an ``environment`` table runs its tests in a container
+of its own (:class:`~ale.task.models.TaskVerifier`).
+
 Known keys are checked: a known key with a value of the wrong type is an error
 naming the field. Unknown keys never are, so real tasks read even when they use
 keys ale does not model: unknown ``[metadata]`` keys go to ``metadata.extra``;
@@ -21,6 +27,8 @@ Harbor's older size strings (``memory = "2G"``, ``storage = "10G"``) are read in
 
 from __future__ import annotations
 
+import re
+import unicodedata
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +41,8 @@ from ale.task.models import (
     Task,
     TaskEnvironment,
     TaskMetadata,
+    TaskStep,
+    TaskVerifier,
 )
 
 TASK_FILE = "task.toml"
@@ -69,12 +79,15 @@ def load_tb2(path: str | Path) -> Task:
             "task in one of those versions.",
             task_file,
         )
-    if data.get("steps"):
-        raise TaskFormatError(
-            f"{f.where(task_file)} is a multi-step task ([[steps]], Harbor 1.4), which rock "
-            "does not run yet; give its steps as separate tasks for now.",
-            task_file,
-        )
+    steps_data = data.pop("steps", None) or []
+    if not isinstance(steps_data, list) or not all(isinstance(t, dict) for t in steps_data):
+        raise f.wrong(task_file, "steps", "an array of tables ([[steps]])", steps_data)
+    strategy = f.opt_str(
+        task_file, "multi_step_reward_strategy", data.pop("multi_step_reward_strategy", None)
+    )
+    if strategy not in (None, "mean", "final"):
+        raise f.wrong(task_file, "multi_step_reward_strategy", '"mean" or "final"', strategy)
+    artifacts = _artifacts(task_file, "artifacts", data.pop("artifacts", None))
     sections = {name: f.table(task_file, name, data.pop(name, None)) for name in _SECTIONS}
     unknown: dict[str, Any] = data  # what is left of the top level
 
@@ -86,6 +99,7 @@ def load_tb2(path: str | Path) -> Task:
         task_file, "verifier.timeout_sec", verifier.pop("timeout_sec", None)
     )
     verifier_env = f.str_dict(task_file, "verifier.env", verifier.pop("env", None))
+    separate = _verifier(task_dir, task_file, "verifier", verifier, task_dir / "tests", None)
     env_table = dict(sections["environment"])
     environment = _environment(task_dir, task_file, env_table)
 
@@ -95,28 +109,210 @@ def load_tb2(path: str | Path) -> Task:
     if unknown:
         metadata.extra[TB2_EXTRA_KEY] = unknown
 
+    agent_timeout = TB2_AGENT_TIMEOUT_SEC if agent_timeout is None else agent_timeout
     test_script = task_dir / "tests" / "test.sh"
-    if not test_script.is_file():
-        raise TaskFormatError(
-            f"{task_dir} has no tests/test.sh; add the script that runs the tests "
-            "and writes the reward to /logs/verifier/reward.txt.",
-            test_script,
-        )
+    _check_names(task_file, steps_data)
+    steps = [
+        _step(task_dir, task_file, i, table, agent_timeout, verifier_env, separate)
+        for i, table in enumerate(steps_data)
+    ]
+    if steps:
+        instruction = "\n\n".join(f"## Step {s.name}\n\n{s.instruction.strip()}" for s in steps)
+        test_script = next((s.test_script for s in steps if s.test_script), test_script)
+    else:
+        instruction = _instruction(task_dir / INSTRUCTION_FILE)
+        if not test_script.is_file() and not (separate and separate.bundled):
+            raise TaskFormatError(
+                f"{task_dir} has no tests/test.sh; add the script that runs the tests "
+                "and writes the reward to /logs/verifier/reward.txt.",
+                test_script,
+            )
     return Task(
         id=task_dir.name,
         source_format="tb2",
         path=task_dir,
-        instruction=_instruction(task_dir / INSTRUCTION_FILE),
+        instruction=instruction,
         environment=environment,
-        tests_dir=test_script.parent,
+        tests_dir=task_dir / "tests" if (task_dir / "tests").is_dir() else None,
         test_script=test_script,
         solution=_solution(task_dir / "solution"),
-        agent_timeout_sec=TB2_AGENT_TIMEOUT_SEC if agent_timeout is None else agent_timeout,
+        agent_timeout_sec=agent_timeout,
         test_timeout_sec=(
             TB2_VERIFIER_TIMEOUT_SEC if verifier_timeout is None else verifier_timeout
         ),
         verifier_env=verifier_env,
         metadata=metadata,
+        steps=steps,
+        reward_strategy=strategy or "mean",
+        verifier=separate,
+        artifacts=artifacts,
+    )
+
+
+def _step(
+    task_dir: Path,
+    task_file: Path,
+    index: int,
+    table: dict[str, Any],
+    agent_timeout: float,
+    verifier_env: dict[str, str],
+    task_verifier: TaskVerifier | None,
+) -> TaskStep:
+    """One ``[[steps]]`` table and its directory ``steps/<name>/``."""
+    field = f"steps[{index}]"
+    name = str(table["name"])  # checked by _check_names
+    step_dir = task_dir / "steps" / name
+    agent = f.table(task_file, f"{field}.agent", table.get("agent"))
+    verifier = dict(f.table(task_file, f"{field}.verifier", table.get("verifier")))
+    own_agent = f.positive(task_file, f"{field}.agent.timeout_sec", agent.get("timeout_sec"))
+    own_test = f.positive(
+        task_file, f"{field}.verifier.timeout_sec", verifier.pop("timeout_sec", None)
+    )
+    env = {
+        **verifier_env,
+        **f.str_dict(task_file, f"{field}.verifier.env", verifier.pop("env", None)),
+    }
+    step_tests = step_dir / "tests"
+    separate = _verifier(
+        task_dir, task_file, f"{field}.verifier", verifier, step_tests, task_verifier
+    )
+    script = next(
+        (p for p in (step_tests / "test.sh", task_dir / "tests" / "test.sh") if p.is_file()), None
+    )
+    if script is None and not (separate and separate.bundled):
+        raise TaskFormatError(
+            f"{task_dir} has no steps/{name}/tests/test.sh and no tests/test.sh for step "
+            f"{name!r}; add the script that checks the step and writes its reward.",
+            step_tests / "test.sh",
+        )
+    solution = _solution(step_dir / "solution") or _solution(task_dir / "solution")
+    return TaskStep(
+        name=name,
+        instruction=_instruction(step_dir / INSTRUCTION_FILE),
+        tests_dir=step_tests if step_tests.is_dir() else None,
+        test_script=script,
+        solution=solution,
+        workdir=step_dir / "workdir" if (step_dir / "workdir").is_dir() else None,
+        agent_timeout_sec=agent_timeout if own_agent is None else own_agent,
+        test_timeout_sec=TB2_VERIFIER_TIMEOUT_SEC if own_test is None else own_test,
+        verifier_env=env,
+        min_reward=_min_reward(task_file, f"{field}.min_reward", table.get("min_reward")),
+        verifier=separate,
+    )
+
+
+_RESERVED = re.compile(r"^(con|prn|aux|nul|conin\$|conout\$|com[1-9¹²³]|lpt[1-9¹²³])$")
+_BAD_CHARS = re.compile(r'[<>:"/\\|?*\x00-\x1f\x7f]')
+
+
+def _step_name_problem(name: str) -> str | None:
+    """What makes ``name`` unusable as a step's directory on some system, or None."""
+    if not name.strip():
+        return "is blank"
+    if name in (".", ".."):
+        return "is a path, not a name"
+    if name[-1] in ". ":
+        return "ends with a dot or a space"
+    if _BAD_CHARS.search(name):
+        return 'holds one of < > : " / \\ | ? * or a control character'
+    if _RESERVED.match(name.split(".")[0].lower()):
+        return "is a device name on Windows"
+    if len(name.encode()) > 255:
+        return "is longer than 255 bytes"
+    return None
+
+
+def _check_names(task_file: Path, tables: list[dict[str, Any]]) -> None:
+    """Every step named, each name usable as a directory on every system, and no two the
+    same (letter case and Unicode normalisation aside), before any step's files are read."""
+    seen: dict[str, str] = {}
+    for index, table in enumerate(tables):
+        name = f.opt_str(task_file, f"steps[{index}].name", table.get("name"))
+        if name is None:
+            raise f.wrong(task_file, f"steps[{index}].name", "the step's name", None)
+        problem = _step_name_problem(name)
+        if problem:
+            raise TaskFormatError(
+                f"{f.where(task_file)}: step name {name!r} {problem}; name the step as a "
+                "directory under steps/ can be named on every system.",
+                task_file,
+            )
+        key = unicodedata.normalize("NFC", name).casefold()
+        if key in seen:
+            raise TaskFormatError(
+                f"{f.where(task_file)}: steps {seen[key]!r} and {name!r} have the same name "
+                "(letter case aside); give every step its own name.",
+                task_file,
+            )
+        seen[key] = name
+
+
+def _min_reward(task_file: Path, field: str, value: Any) -> float | dict[str, float] | None:
+    if value is None:
+        return None
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    if isinstance(value, dict) and all(
+        isinstance(v, int | float) and not isinstance(v, bool) for v in value.values()
+    ):
+        return {str(k): float(v) for k, v in value.items()}
+    raise f.wrong(task_file, field, "a number or a table of numbers", value)
+
+
+def _artifacts(task_file: Path, field: str, value: Any) -> list[str]:
+    """Artifact paths: strings, or tables with a ``source`` (other keys are Harbor's
+    placement on the host, which rock does not need)."""
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise f.wrong(task_file, field, "a list of paths or {source = ...} tables", value)
+    out = []
+    for entry in value:
+        source = entry.get("source") if isinstance(entry, dict) else entry
+        if not isinstance(source, str) or not source.startswith("/") or ".." in source.split("/"):
+            raise f.wrong(task_file, field, "absolute paths without '..'", entry)
+        out.append(source)
+    return out
+
+
+def _verifier(
+    task_dir: Path,
+    task_file: Path,
+    field: str,
+    table: dict[str, Any],
+    tests_dir: Path,
+    inherited: TaskVerifier | None,
+) -> TaskVerifier | None:
+    """A ``[verifier]`` table's separate container, popping its keys: separate when
+    ``environment_mode = "separate"`` or an ``environment`` table is given (a step
+    without either takes the task's)."""
+    mode = f.opt_str(task_file, f"{field}.environment_mode", table.pop("environment_mode", None))
+    if mode not in (None, "shared", "separate"):
+        raise f.wrong(task_file, f"{field}.environment_mode", '"shared" or "separate"', mode)
+    env_table = table.pop("environment", None)
+    if mode == "shared" and env_table is not None:
+        raise TaskFormatError(
+            f"{f.where(task_file)}: {field} is shared (environment_mode) but gives an "
+            "environment table; drop one of them.",
+            task_file,
+        )
+    if mode == "shared" or (mode is None and env_table is None and inherited is None):
+        return None
+    if mode is None and env_table is None:
+        return inherited
+    env = dict(f.table(task_file, f"{field}.environment", env_table))
+    image = f.opt_str(task_file, f"{field}.environment.docker_image", env.get("docker_image"))
+    dockerfile = next(
+        (d / "Dockerfile" for d in (tests_dir, task_dir / "tests") if (d / "Dockerfile").is_file()),
+        None,
+    )
+    environment = None
+    if env_table is not None:
+        environment = _environment(task_dir, task_file, env, need_image=False)
+    elif inherited is not None:
+        environment = inherited.environment
+    return TaskVerifier(
+        image=image, dockerfile=None if image else dockerfile, environment=environment
     )
 
 
@@ -147,7 +343,9 @@ def _metadata(task_file: Path, table: dict[str, Any]) -> TaskMetadata:
     )
 
 
-def _environment(task_dir: Path, task_file: Path, table: dict[str, Any]) -> TaskEnvironment:
+def _environment(
+    task_dir: Path, task_file: Path, table: dict[str, Any], *, need_image: bool = True
+) -> TaskEnvironment:
     """Read ``[environment]`` (popping the known keys from ``table``) and the files."""
 
     def take(key: str) -> Any:
@@ -163,7 +361,7 @@ def _environment(task_dir: Path, task_file: Path, table: dict[str, Any]) -> Task
     env_dir = task_dir / "environment"
     dockerfile = env_dir / "Dockerfile"
     compose = next((env_dir / name for name in _COMPOSE_NAMES if (env_dir / name).is_file()), None)
-    if not dockerfile.is_file() and compose is None and image is None:
+    if need_image and not dockerfile.is_file() and compose is None and image is None:
         raise TaskFormatError(
             f"{task_dir} has no environment/Dockerfile, no environment/docker-compose.yaml "
             "and no [environment] docker_image in task.toml; add one of them.",

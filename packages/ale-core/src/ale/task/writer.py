@@ -68,6 +68,12 @@ def write_task_tb2(task: Task, dest_dir: str | Path, *, overwrite: bool = False)
     directory or ``extra`` holds a value TOML cannot store.
     """
     dest = Path(dest_dir).resolve()
+    if task.steps or task.verifier is not None:
+        raise TaskWriteError(
+            f"{task.id} is a Harbor 1.4 task ({'steps' if task.steps else 'a separate verifier'}), "
+            "already in the 2.0 form; copy its directory instead of writing it again.",
+            task.path,
+        )
     _prepare(task, dest, overwrite=overwrite)
     document = tomli_w.dumps(_toml_document(task))  # fails before any file is written
     dest.mkdir(parents=True, exist_ok=True)

@@ -73,7 +73,9 @@ class OracleAgent:
             task_id=self.task.id,
             steps=[Step(role=Role.USER, content=instruction)],
         )
-        solution = self.task.solution
+        # a multi-step task's oracle runs the solution of the step whose instruction it got
+        step = next((s for s in self.task.steps if s.instruction == instruction), None)
+        solution = step.solution if step is not None else self.task.solution
         if solution is None:
             trajectory.failure_mode = FailureMode.UNKNOWN
             trajectory.notes = f"task {self.task.id} has no solution for the oracle to run"

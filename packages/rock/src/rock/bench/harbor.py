@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ale.task import Task
-from rock.bench.results import BenchmarkResults, FailureMode, RunConfig, TrialResults
+from rock.bench.results import BenchmarkResults, FailureMode, RunConfig, StepResults, TrialResults
 
 HARBOR_RESULT = "result.json"
 HARBOR_CONFIG = "config.json"
@@ -113,6 +113,26 @@ def trial_result(
         "finished_at": _iso(result.trial_ended_at),
         "agent_execution": _timing(result.agent_started_at, result.agent_ended_at),
         "verifier": _timing(result.test_started_at, result.test_ended_at),
+        **({"step_results": [_step(step) for step in result.steps]} if result.steps else {}),
+    }
+
+
+def _step(step: StepResults) -> dict[str, Any]:
+    """One step as Harbor's ``StepResult``."""
+    error = None
+    if step.failure_mode is not FailureMode.NONE:
+        error = {
+            "exception_type": step.failure_mode.value,
+            "exception_message": step.error or step.failure_mode.value,
+            "exception_traceback": "",
+            "occurred_at": _iso(step.test_ended_at or step.agent_ended_at or datetime.now(UTC)),
+        }
+    return {
+        "step_name": step.name,
+        "verifier_result": {"rewards": step.rewards} if step.rewards is not None else None,
+        "exception_info": error,
+        "agent_execution": _timing(step.agent_started_at, step.agent_ended_at),
+        "verifier": _timing(step.test_started_at, step.test_ended_at),
     }
 
 

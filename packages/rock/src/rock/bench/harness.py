@@ -37,7 +37,14 @@ from pydantic import BaseModel, Field
 from ale.agents import BenchAgent
 from ale.atif import write_atif
 from ale.jsonl import write_jsonl
-from ale.task import Task, TaskFormatError, detect_format, load_task
+from ale.task import (
+    Task,
+    TaskEnvironment,
+    TaskFormatError,
+    TaskVerifier,
+    detect_format,
+    load_task,
+)
 from ale.trajectory import Trajectory, Usage
 from rock import __version__
 from rock.backends.base import Backend, Sandbox, SandboxError
@@ -51,6 +58,7 @@ from rock.bench.results import (
     FailureMode,
     InvalidTask,
     RunConfig,
+    StepResults,
     TrialResults,
     collect_trials,
     trial_path,
@@ -381,6 +389,29 @@ class _TrialEnv:
         if not self.harness.options.keep_sandboxes:
             await asyncio.to_thread(_delete, sandbox)
 
+    async def open_verifier(self, task: Task, verifier: TaskVerifier) -> Sandbox:
+        """The separate verifier's sandbox: its own image (a prebuilt one, or built from the
+        tests' Dockerfile) or the agent's, under its own limits and network, or the task's."""
+        image = self.image
+        if verifier.bundled:
+            own = TaskEnvironment(
+                image=verifier.image,
+                dockerfile=verifier.dockerfile,
+                build_context=verifier.dockerfile.parent if verifier.dockerfile else None,
+                build_timeout_sec=task.environment.build_timeout_sec,
+            )
+            checking = task.model_copy(update={"id": f"{task.id}-verifier", "environment": own})
+            image = (await asyncio.to_thread(self.harness.builder.build, checking)).tag
+        limits = task.model_copy(update={"environment": verifier.environment or task.environment})
+        spec = self.harness._spec(limits, image, self.run_id)
+        sandbox = await asyncio.to_thread(self.harness.backend.create, spec)
+        try:
+            await asyncio.to_thread(sandbox.exec, "mkdir -p /logs/verifier", timeout=30)
+        except BaseException:
+            await asyncio.shield(self.close(sandbox))
+            raise
+        return sandbox
+
     def failure_of(self, exc: Exception) -> FailureMode | None:
         return FailureMode.SANDBOX_ERROR if isinstance(exc, SandboxError) else None
 
@@ -405,6 +436,24 @@ def _record(episode: Episode, task: Task, result: TrialResults, logs: Path) -> N
             episode.agent_failure or episode.infrastructure_failure
         ):
             result.failure_mode, result.error = trajectory.failure_mode, trajectory.notes
+    result.steps = [
+        StepResults(
+            name=step.name,
+            is_resolved=step.verdict.is_resolved if step.verdict else None,
+            reward=step.verdict.reward if step.verdict else None,
+            rewards=step.verdict.rewards if step.verdict else None,
+            failure_mode=step.failure or FailureMode.NONE,
+            error=step.error,
+            parser_results=step.verdict.parser_results if step.verdict else None,
+            agent_started_at=step.agent_started_at,
+            agent_ended_at=step.agent_ended_at,
+            test_started_at=step.test_started_at,
+            test_ended_at=step.verdict.ended_at if step.verdict else None,
+            agent_sec=step.agent_sec,
+            test_sec=step.verdict.duration_sec if step.verdict else None,
+        )
+        for step in episode.steps
+    ]
     if verdict is None:
         return
     result.test_started_at, result.test_ended_at = episode.test_started_at, verdict.ended_at

@@ -27,6 +27,24 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
 
+class StepResults(_Model):
+    """One step of a multi-step task's trial: its agent, its verifier, its rewards."""
+
+    name: str
+    is_resolved: bool | None = None
+    reward: float | None = None
+    rewards: dict[str, float] | None = None
+    failure_mode: FailureMode = FailureMode.NONE
+    error: str | None = None
+    parser_results: dict[str, str] | None = None
+    agent_started_at: datetime | None = None
+    agent_ended_at: datetime | None = None
+    test_started_at: datetime | None = None
+    test_ended_at: datetime | None = None
+    agent_sec: float | None = None
+    test_sec: float | None = None
+
+
 class TrialResults(_Model):
     """One attempt of one task."""
 
@@ -76,11 +94,14 @@ class TrialResults(_Model):
     """What the harness itself took: total minus build, agent and test time."""
     trajectory_path: str | None = None
     recording_path: str | None = None
+    """The command log (commands.jsonl) of the agent phase."""
     retries: int = 0
     """Times the trial ran again after a harness fault (``--max-retries``)."""
     retried_failures: list[FailureMode] = Field(default_factory=list)
     """The harness faults that made it run again, in order."""
-    """The command log (commands.jsonl) of the agent phase."""
+    steps: list[StepResults] = Field(default_factory=list)
+    """A multi-step task's steps that ran, in order (the trial's rewards are made of
+    theirs by the task's strategy); empty for a task of one step."""
 
 
 class InvalidTask(_Model):

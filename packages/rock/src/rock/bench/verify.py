@@ -141,17 +141,22 @@ def stage(task: Task, sandbox: SandboxVerbs, *, stand_ins: bool = True) -> None:
 
 
 def run_verifier(
-    task: Task, sandbox: SandboxVerbs, out_dir: Path, *, timeout_sec: float
+    task: Task,
+    sandbox: SandboxVerbs,
+    out_dir: Path,
+    *,
+    timeout_sec: float,
+    env: dict[str, str] | None = None,
 ) -> VerifierOutcome:
-    """Run the task's tests in ``sandbox``; write stdout/stderr (and /logs/verifier) to
-    ``out_dir``."""
+    """Run the task's tests in ``sandbox`` (``env``: their variables, else the task's);
+    write stdout/stderr (and /logs/verifier) to ``out_dir``."""
     out_dir.mkdir(parents=True, exist_ok=True)
     outcome = VerifierOutcome(started_at=datetime.now(UTC))
     script = "test.sh" if task.source_format == "tb2" else "run-tests.sh"
     command = f'export PATH="{toolchain.TOOLCHAIN_DIR}/bin:$PATH"; bash {TESTS_DIR}/{script}'
-    env = {"TEST_DIR": TESTS_DIR, **task.verifier_env}
+    variables = {"TEST_DIR": TESTS_DIR, **(task.verifier_env if env is None else env)}
     started = time.monotonic()
-    result = sandbox.exec(command, timeout=timeout_sec, env=env)
+    result = sandbox.exec(command, timeout=timeout_sec, env=variables)
     outcome.duration_sec = round(time.monotonic() - started, 3)
     outcome.ended_at = datetime.now(UTC)
     outcome.exit_code = result.exit_code

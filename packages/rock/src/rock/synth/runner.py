@@ -21,9 +21,9 @@ from typing import Any, Protocol
 
 from ale.agents import BenchAgent
 from ale.synth.runner import Outcome
-from ale.task import Task
+from ale.task import Task, TaskVerifier
 from ale.trajectory import FailureMode
-from rock.backends.base import Backend, PoolNotFound, Sandbox, pack_upload
+from rock.backends.base import Backend, PoolNotFound, Sandbox, SandboxError, pack_upload
 from rock.bench.verifier import toolchain
 from rock.bench.verify import AGENT_LOGS, TESTS_DIR, VERIFIER_LOGS, stage
 from rock.client import Client
@@ -347,6 +347,12 @@ class PoolRunner:
             await asyncio.to_thread(self.source.release, sandbox)
         finally:
             self.episodes += 1  # episodes that had a sandbox
+
+    async def open_verifier(self, task: Task, verifier: TaskVerifier) -> Sandbox:
+        raise SandboxError(
+            f"task {task.id} asks for a separate verifier container, which synthesis and "
+            "training do not provide; run it with rock bench."
+        )
 
     def failure_of(self, exc: Exception) -> FailureMode:
         return _infrastructure(exc)

@@ -1,0 +1,131 @@
+"""Multi-step tasks (Harbor's 1.4 ``[[steps]]``) on a real Docker engine: steps in one
+container, each with its own instruction and tests, ``min_reward`` ending the task, the
+rewards combined by the task's strategy, a step's ``setup.sh``, and verifiers in containers
+of their own that see only the artifacts (the agent's image with the tests uploaded, or an
+image built from the tests' Dockerfile that holds them)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rock.backends.docker import DockerBackend
+from rock.bench.harness import BenchOptions, Harness
+from rock.bench.images import ImageBuilder, ImageMap
+
+pytestmark = pytest.mark.docker
+
+EXAMPLE = Path(__file__).parents[3] / "datasets" / "examples" / "hello-steps"
+APPEND_TEST = """\
+#!/bin/bash
+# in a container of its own: /app came over as an artifact, /tmp/agent-only did not
+mkdir -p /logs/verifier
+if [ "$(printf 'hello\\nworld')" = "$(cat /app/notes.txt)" ] && [ ! -e /tmp/agent-only ]; then
+  echo 1 > /logs/verifier/reward.txt
+else
+  echo 0 > /logs/verifier/reward.txt
+fi
+"""
+
+
+def _edit(file: Path, old: str, new: str) -> None:
+    text = file.read_text()
+    assert old in text, old
+    file.write_text(text.replace(old, new))
+
+
+def _variant(root: Path, name: str) -> Path:
+    task = Path(shutil.copytree(EXAMPLE, root / name))
+    solve = task / "steps" / "append" / "solution" / "solve.sh"
+    solve.write_text("#!/bin/bash\necho world >> /app/notes.txt\ntouch /tmp/agent-only\n")
+    (task / "steps" / "append" / "tests" / "test.sh").write_text(APPEND_TEST)
+    return task
+
+
+@pytest.fixture(scope="module")
+def tasks(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("steps")
+    _variant(root, "separate")
+    # no min_reward, the second step unsolved: the mean of 1 and 0, and the last one's 0
+    for name, strategy in (("mean", "mean"), ("final", "final")):
+        task = _variant(root, name)
+        _edit(task / "task.toml", "min_reward = 1.0\n", "")
+        _edit(task / "task.toml", '"mean"', f'"{strategy}"')
+        (task / "steps" / "append" / "solution" / "solve.sh").write_text("#!/bin/bash\ntrue\n")
+    # the first step's setup.sh fails: no agent, no verifier, the task ends there
+    task = _variant(root, "setup")
+    (task / "steps" / "create" / "workdir").mkdir()
+    (task / "steps" / "create" / "workdir" / "setup.sh").write_text("echo no >&2; exit 3\n")
+    # the second step's verifier image is built from its tests' Dockerfile, which holds them
+    task = _variant(root, "bundled")
+    tests = task / "steps" / "append" / "tests"
+    (tests / "Dockerfile").write_text("FROM rock/base:bookworm\nCOPY test.sh /tests/test.sh\n")
+    return root
+
+
+def _harness(docker_client: Any) -> Harness:
+    return Harness(
+        DockerBackend(docker_client),
+        ImageBuilder(docker_client, ImageMap.load(user_file=None)),
+        BenchOptions(n_concurrent=2),
+    )
+
+
+@pytest.fixture(scope="module")
+def oracle_run(tasks: Path, docker_client: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("runs") / "oracle"
+    asyncio.run(_harness(docker_client).run(tasks, out, agent="oracle"))
+    return out
+
+
+def _trial(run: Path, task: str) -> dict[str, Any]:
+    return json.loads((run / f"{task}.1-of-1" / "results.json").read_text())
+
+
+def test_steps_run_in_one_container_and_a_separate_verifier_sees_only_artifacts(
+    oracle_run: Path,
+) -> None:
+    trial = _trial(oracle_run, "separate")
+    assert trial["is_resolved"] is True and trial["reward"] == 1.0
+    assert [(s["name"], s["reward"]) for s in trial["steps"]] == [("create", 1.0), ("append", 1.0)]
+    step_dir = oracle_run / "separate.1-of-1" / "steps"
+    assert (step_dir / "append" / "artifacts" / "app" / "notes.txt").read_text() == "hello\nworld\n"
+    harbor = json.loads((oracle_run / "separate.1-of-1" / "result.json").read_text())
+    assert [s["step_name"] for s in harbor["step_results"]] == ["create", "append"]
+    assert harbor["step_results"][1]["verifier_result"] == {"rewards": {"reward": 1.0}}
+
+
+def test_a_verifier_image_built_from_the_tests_dockerfile_holds_its_tests(
+    oracle_run: Path,
+) -> None:
+    trial = _trial(oracle_run, "bundled")
+    assert trial["is_resolved"] is True and len(trial["steps"]) == 2
+
+
+def test_rewards_combine_by_the_task_s_strategy(oracle_run: Path) -> None:
+    mean, final = _trial(oracle_run, "mean"), _trial(oracle_run, "final")
+    assert [s["reward"] for s in mean["steps"]] == [1.0, 0.0]
+    assert mean["reward"] == 0.5 and mean["is_resolved"] is False
+    assert final["reward"] == 0.0 and len(final["steps"]) == 2
+
+
+def test_a_failing_setup_script_ends_the_task_before_its_agent(oracle_run: Path) -> None:
+    trial = _trial(oracle_run, "setup")
+    (step,) = trial["steps"]
+    assert step["failure_mode"] == "build_failed" and "setup.sh exited 3" in step["error"]
+    assert step["rewards"] is None and trial["failure_mode"] == "build_failed"
+
+
+def test_a_step_below_its_min_reward_ends_the_task(
+    tasks: Path, docker_client: Any, tmp_path: Path
+) -> None:
+    out = tmp_path / "nop"
+    asyncio.run(_harness(docker_client).run(tasks, out, agent="nop", task_ids=["separate"]))
+    trial = _trial(out, "separate")
+    assert [(s["name"], s["reward"]) for s in trial["steps"]] == [("create", 0.0)]
+    assert trial["reward"] == 0.0 and trial["is_resolved"] is False
