@@ -287,3 +287,16 @@ def test_a_step_without_instruction_or_tests_is_one_sentence(steps: Path) -> Non
 def test_a_multi_step_task_s_unknown_schema_version_is_one_sentence(steps: Path) -> None:
     _edit(steps / "task.toml", 'schema_version = "1.4"', 'schema_version = "2.7"')
     assert "declares schema version '2.7'" in str(_error(steps))
+
+
+@pytest.mark.parametrize(
+    ("mode", "internet"), [("public", True), ("no-network", False), ("allowlist", False)]
+)
+def test_network_mode_replaces_allow_internet(steps: Path, mode: str, internet: bool) -> None:
+    _edit(steps / "task.toml", "allow_internet = false", f'network_mode = "{mode}"')
+    assert load_task(steps).environment.allow_internet is internet
+
+
+def test_an_unknown_network_mode_is_one_sentence(steps: Path) -> None:
+    _edit(steps / "task.toml", "allow_internet = false", 'network_mode = "some"')
+    assert '"public", "no-network" or "allowlist"' in str(_error(steps))

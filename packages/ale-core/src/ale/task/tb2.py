@@ -357,6 +357,14 @@ def _environment(
     storage_mb = f.positive_int(task_file, "environment.storage_mb", take("storage_mb"))
     storage = f.size_mb(task_file, "environment.storage", take("storage"))
     allow_internet = f.opt_bool(task_file, "environment.allow_internet", take("allow_internet"))
+    mode = f.opt_str(task_file, "environment.network_mode", table.get("network_mode"))
+    if mode is not None:  # Harbor 1.3+: it replaces allow_internet
+        if mode not in ("public", "no-network", "allowlist"):
+            raise f.wrong(
+                task_file, "environment.network_mode", '"public", "no-network" or "allowlist"', mode
+            )
+        # rock cannot open the network to some hosts only: an allowlist runs closed
+        allow_internet = mode == "public"
 
     env_dir = task_dir / "environment"
     dockerfile = env_dir / "Dockerfile"
