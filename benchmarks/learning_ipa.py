@@ -24,7 +24,7 @@ Long: about 28 minutes a seed on 2 CPU cores with the real model (83.5 for three
 datasets reused; 15 a seed with `--tiny`).
 `--seeds 1 --rl-steps 4` for a quick look.
 
-Usage: .venv/bin/python benchmarks/learning_ipa.py [--seeds 3] [--rl-steps 10] [--rl-set KEY=VALUE]... [--tiny] [--out DIR]
+Usage: .venv/bin/python benchmarks/learning_ipa.py [--seeds 3] [--rl-steps 20] [--rl-set KEY=VALUE]... [--tiny] [--out DIR]
 """
 
 from __future__ import annotations
@@ -161,7 +161,7 @@ def plot(curves: dict[str, list[list[dict[str, float]]]], path: Path) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=3)
-    parser.add_argument("--rl-steps", type=int, default=10)
+    parser.add_argument("--rl-steps", type=int, default=20)
     parser.add_argument("--out", type=Path, default=REPO / "bench-out" / "learning")
     parser.add_argument("--tiny", action="store_true", help="the tiny model, not the real one")
     parser.add_argument(
