@@ -350,16 +350,21 @@ def test_rows_with_kept_prefixes_of_other_lengths_decode_together(model_dir: Pat
         assert gen.logprobs == pytest.approx(expected, abs=1e-5)
 
 
-def test_the_prefix_cache_is_off_for_sliding_windows_and_emptied_by_a_sync(
-    backend: HFBackend, prompts: list[list[int]]
-) -> None:
+def _sliding_window_backend(backend: HFBackend) -> HFBackend:
+    """A backend over a one-layer Mistral whose cache keeps a sliding window of 8."""
     from transformers import MistralConfig, MistralForCausalLM
 
     config = MistralConfig(
         vocab_size=backend._vocab_size, hidden_size=32, intermediate_size=64,
         num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=2, sliding_window=8,
     )  # fmt: skip
-    assert HFBackend(MistralForCausalLM(config), backend.tokenizer).prefix_cache is None
+    return HFBackend(MistralForCausalLM(config), backend.tokenizer)
+
+
+def test_the_prefix_cache_is_off_for_sliding_windows_and_emptied_by_a_sync(
+    backend: HFBackend, prompts: list[list[int]]
+) -> None:
+    assert _sliding_window_backend(backend).prefix_cache is None
     greedy(backend, prompts)
     assert backend.prefix_cache is not None and backend.prefix_cache.tokens > 0
     backend.sync_weights(backend.model, backend.policy_version + 1)
@@ -451,13 +456,7 @@ def test_cache_columns_no_row_needs_are_trimmed(backend: HFBackend) -> None:
 def test_a_sliding_window_cache_takes_rows_only_when_empty(
     backend: HFBackend, prompts: list[list[int]]
 ) -> None:
-    from transformers import MistralConfig, MistralForCausalLM
-
-    config = MistralConfig(
-        vocab_size=backend._vocab_size, hidden_size=32, intermediate_size=64,
-        num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=2, sliding_window=8,
-    )  # fmt: skip
-    sliding = HFBackend(MistralForCausalLM(config), backend.tokenizer)
+    sliding = _sliding_window_backend(backend)
     session = sliding.open_session(SamplingParams(temperature=0.0))
     assert session.fits([5], [4])
     session.admit([prompts[0]], [4])

@@ -373,14 +373,18 @@ class _TrialEnv:
         self.harness, self.image, self.run_id = harness, image, run_id
 
     async def open(self, task: Task) -> tuple[Sandbox, str]:
-        spec = self.harness._spec(task, self.image, self.run_id)
+        return await self._create(task, self.image, "/logs/agent /logs/verifier"), "/app"
+
+    async def _create(self, task: Task, image: str, dirs: str) -> Sandbox:
+        """A sandbox of ``image`` under ``task``'s limits, with ``dirs`` made in it."""
+        spec = self.harness._spec(task, image, self.run_id)
         sandbox = await asyncio.to_thread(self.harness.backend.create, spec)
         try:
-            await asyncio.to_thread(sandbox.exec, "mkdir -p /logs/agent /logs/verifier", timeout=30)
+            await asyncio.to_thread(sandbox.exec, f"mkdir -p {dirs}", timeout=30)
         except BaseException:
             await asyncio.shield(self.close(sandbox))
             raise
-        return sandbox, "/app"
+        return sandbox
 
     async def stage_tests(self, task: Task, sandbox: Sandbox) -> None:
         await asyncio.to_thread(stage, task, sandbox, stand_ins=not self.harness.options.strict)
@@ -403,14 +407,7 @@ class _TrialEnv:
             checking = task.model_copy(update={"id": f"{task.id}-verifier", "environment": own})
             image = (await asyncio.to_thread(self.harness.builder.build, checking)).tag
         limits = task.model_copy(update={"environment": verifier.environment or task.environment})
-        spec = self.harness._spec(limits, image, self.run_id)
-        sandbox = await asyncio.to_thread(self.harness.backend.create, spec)
-        try:
-            await asyncio.to_thread(sandbox.exec, "mkdir -p /logs/verifier", timeout=30)
-        except BaseException:
-            await asyncio.shield(self.close(sandbox))
-            raise
-        return sandbox
+        return await self._create(limits, image, "/logs/verifier")
 
     def failure_of(self, exc: Exception) -> FailureMode | None:
         return FailureMode.SANDBOX_ERROR if isinstance(exc, SandboxError) else None
