@@ -6,7 +6,9 @@ runner (a materialised task in a pooled sandbox; what roll trains on, and the sy
 stages) differ only in how a task gets its sandbox, how the tests go in and how the sandbox
 is given back: each says so in a :class:`TaskEnv`, and both run :func:`run_episode`.
 Failures come back as the one :class:`ale.trajectory.FailureMode` (what callers decide by,
-roll's "resample or score" included), with a sentence for people beside it.
+roll's "resample or score" included), with a sentence for people beside it. A multi-step
+task runs its steps here too, one after the other in the same sandbox, and a separate
+verifier gets a sandbox of its own from the :class:`TaskEnv`.
 """
 
 from __future__ import annotations
