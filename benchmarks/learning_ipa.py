@@ -20,8 +20,9 @@ training success — IPA's against GRPO's (the baseline) — and, to say why hel
 each arm's first acting shell command against the task's solution (right tool, source, output). A plot of the mean training success
 and gradient norm per step goes to bench-out/learning/learning_ipa.png.
 
-Long: about 28 minutes a seed on 2 CPU cores with the real model (83.5 for three, with the demo's
-datasets reused; 15 a seed with `--tiny`).
+Long: about 45 minutes a seed on 2 CPU cores with the real model and 20 RL steps (SFT, two RL
+runs of 18-19 minutes, three evaluations; every finished stage is cached in the output directory
+and reused when run again; 15 a seed with `--tiny`).
 `--seeds 1 --rl-steps 4` for a quick look.
 
 Usage: .venv/bin/python benchmarks/learning_ipa.py [--seeds 3] [--rl-steps 20] [--rl-set KEY=VALUE]... [--tiny] [--out DIR]
