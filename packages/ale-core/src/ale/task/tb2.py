@@ -143,7 +143,7 @@ def load_tb2(path: str | Path) -> Task:
         verifier_env=verifier_env,
         metadata=metadata,
         steps=steps,
-        reward_strategy=strategy or "mean",
+        reward_strategy="final" if strategy == "final" else "mean",
         verifier=separate,
         artifacts=artifacts,
     )

@@ -245,10 +245,12 @@ class HFBackend:
         ``width`` positions (a row without any all padding)."""
         import torch
         from transformers import DynamicCache
+        from transformers.cache_utils import DynamicLayer
 
         sample = next(kept for kept, n in starts if kept is not None and n)
         cache = DynamicCache(config=self._live_model().config)
         for index, layer in enumerate(cache.layers):
+            assert isinstance(layer, DynamicLayer)  # a prefix cache exists for plain ones only
             keys, values = [], []
             for kept, n in starts:
                 k, v = kept[index] if kept is not None else sample[index]
