@@ -300,3 +300,23 @@ def test_network_mode_replaces_allow_internet(steps: Path, mode: str, internet: 
 def test_an_unknown_network_mode_is_one_sentence(steps: Path) -> None:
     _edit(steps / "task.toml", "allow_internet = false", 'network_mode = "some"')
     assert '"public", "no-network" or "allowlist"' in str(_error(steps))
+
+
+def test_environment_variables_take_this_machine_s_values_or_their_defaults(
+    steps: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _edit(steps / "task.toml", "allow_internet = false", (
+        'allow_internet = false\nworkdir = "/work"\n'
+        'env = { A = "plain", B = "${ALE_T_B}", C = "${ALE_T_C:-fallback}" }'
+    ))  # fmt: skip
+    monkeypatch.setenv("ALE_T_B", "from-host")
+    environment = load_task(steps).environment
+    assert environment.env == {"A": "plain", "B": "from-host", "C": "fallback"}
+    assert environment.workdir == "/work"
+    monkeypatch.delenv("ALE_T_B")
+    assert "where ALE_T_B is not set; set it, or give a default" in str(_error(steps))
+
+
+def test_a_relative_workdir_is_one_sentence(steps: Path) -> None:
+    _edit(steps / "task.toml", "allow_internet = false", 'allow_internet = false\nworkdir = "app"')
+    assert "environment.workdir" in str(_error(steps))

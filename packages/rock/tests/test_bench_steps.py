@@ -2,7 +2,8 @@
 container, each with its own instruction and tests, ``min_reward`` ending the task, the
 rewards combined by the task's strategy, a step's ``setup.sh``, and verifiers in containers
 of their own that see only the artifacts (the agent's image with the tests uploaded, or an
-image built from the tests' Dockerfile that holds them)."""
+image built from the tests' Dockerfile that holds them); and 1.4's ``[environment]`` ``env``
+and ``workdir``."""
 
 from __future__ import annotations
 
@@ -61,6 +62,18 @@ def tasks(tmp_path_factory: pytest.TempPathFactory) -> Path:
     task = _variant(root, "setup")
     (task / "steps" / "create" / "workdir").mkdir()
     (task / "steps" / "create" / "workdir" / "setup.sh").write_text("echo no >&2; exit 3\n")
+    # a task of one step whose container gets variables and starts in another directory
+    task = Path(shutil.copytree(EXAMPLE.parent / "hello-tb2", root / "env"))
+    _edit(task / "task.toml", "allow_internet = false", (
+        'allow_internet = false\nworkdir = "/work"\n'
+        'env = { GREETING = "${ALE_UNSET_GREETING:-bonjour}" }'
+    ))  # fmt: skip
+    (task / "solution" / "solve.sh").write_text('#!/bin/bash\necho "$GREETING" > out.txt\n')
+    (task / "tests" / "test.sh").write_text(
+        "#!/bin/bash\nmkdir -p /logs/verifier\n"
+        '[ "$(cat /work/out.txt)" = "bonjour" ] && [ "$PWD" = /work ] && r=1 || r=0\n'
+        "echo $r > /logs/verifier/reward.txt\n"
+    )
     # the second step's verifier image is built from its tests' Dockerfile, which holds them
     task = _variant(root, "bundled")
     tests = task / "steps" / "append" / "tests"
@@ -129,3 +142,8 @@ def test_a_step_below_its_min_reward_ends_the_task(
     trial = _trial(out, "separate")
     assert [(s["name"], s["reward"]) for s in trial["steps"]] == [("create", 0.0)]
     assert trial["reward"] == 0.0 and trial["is_resolved"] is False
+
+
+def test_a_task_s_variables_and_working_directory_are_the_container_s(oracle_run: Path) -> None:
+    trial = _trial(oracle_run, "env")
+    assert trial["is_resolved"] is True, trial["error"]

@@ -79,6 +79,12 @@ class TaskEnvironment(_Model):
     2.0 tasks read ``allow_internet`` with Harbor's default, True."""
     build_timeout_sec: float | None = Field(default=None, gt=0)
     """Longest time the image build may take; None leaves it to the runner."""
+    env: dict[str, str] = Field(default_factory=dict)
+    """Variables set in the container for every command (Harbor's ``[environment] env``; a
+    value written ``${VAR}`` or ``${VAR:-default}`` is taken from this machine's environment
+    when the task is read)."""
+    workdir: str | None = None
+    """The directory commands start in (Harbor's ``workdir``); None: the image's WORKDIR."""
 
 
 class TaskVerifier(_Model):

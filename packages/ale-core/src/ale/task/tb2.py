@@ -27,6 +27,7 @@ Harbor's older size strings (``memory = "2G"``, ``storage = "10G"``) are read in
 
 from __future__ import annotations
 
+import os
 import re
 import unicodedata
 from pathlib import Path
@@ -375,7 +376,17 @@ def _environment(
             "and no [environment] docker_image in task.toml; add one of them.",
             dockerfile,
         )
+    # env and workdir stay in the table too (the task's extras), so a task written again
+    # keeps them as the author wrote them, ${VAR} and all
+    variables = _substituted(
+        task_file, "environment.env", f.str_dict(task_file, "environment.env", table.get("env"))
+    )
+    workdir = f.opt_str(task_file, "environment.workdir", table.get("workdir"))
+    if workdir is not None and not workdir.startswith("/"):
+        raise f.wrong(task_file, "environment.workdir", "an absolute path", workdir)
     return TaskEnvironment(
+        env=variables,
+        workdir=workdir,
         dockerfile=dockerfile if dockerfile.is_file() else None,
         build_context=env_dir if env_dir.is_dir() else None,
         compose_file=compose,
@@ -388,6 +399,33 @@ def _environment(
             task_file, "environment.build_timeout_sec", take("build_timeout_sec")
         ),
     )
+
+
+_VARIABLE = re.compile(r"^\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-(.*))?\}$", re.DOTALL)
+
+
+def _substituted(task_file: Path, field: str, values: dict[str, str]) -> dict[str, str]:
+    """``values`` with each whole-value ``${VAR}`` or ``${VAR:-default}`` taken from this
+    machine's environment, as Harbor does."""
+    out = {}
+    for key, value in values.items():
+        found = _VARIABLE.match(value)
+        if found is None:
+            out[key] = value
+            continue
+        name, default = found.group(1), found.group(2)
+        if name in os.environ:
+            out[key] = os.environ[name]
+        elif default is not None:
+            out[key] = default
+        else:
+            raise TaskFormatError(
+                f"{f.where(task_file)}: {field}.{key} takes ${{{name}}} from this machine's "
+                f"environment, where {name} is not set; set it, or give a default as "
+                f"${{{name}:-value}}.",
+                task_file,
+            )
+    return out
 
 
 def _solution(solution_dir: Path) -> Path | None:

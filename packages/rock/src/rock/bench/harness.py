@@ -361,6 +361,8 @@ class Harness:
             memory_mb=env.memory_mb or DEFAULT_MEMORY_MB,
             pids_limit=2048,
             network="bridge" if internet else "none",
+            workdir=env.workdir,
+            env=dict(env.env),
             labels={LABEL_RUN: run_id, "dev.ale.rock.bench.task": task.id},
         )
 
@@ -373,7 +375,8 @@ class _TrialEnv:
         self.harness, self.image, self.run_id = harness, image, run_id
 
     async def open(self, task: Task) -> tuple[Sandbox, str]:
-        return await self._create(task, self.image, "/logs/agent /logs/verifier"), "/app"
+        sandbox = await self._create(task, self.image, "/logs/agent /logs/verifier")
+        return sandbox, task.environment.workdir or "/app"
 
     async def _create(self, task: Task, image: str, dirs: str) -> Sandbox:
         """A sandbox of ``image`` under ``task``'s limits, with ``dirs`` made in it."""
