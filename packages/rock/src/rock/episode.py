@@ -381,13 +381,12 @@ def _sum_up(episode: Episode, task: Task) -> None:
     """The episode's trajectory, verdict and failure from its steps': every step's turns in
     one trajectory; the rewards by the task's strategy (each named reward's mean over the
     verified steps, a missing one 0; or the last step's); the first failure."""
-    ran = [s for s in episode.steps if s.trajectory is not None]
+    ran = [s.trajectory for s in episode.steps if s.trajectory is not None]
     if ran:
-        whole = ran[0].trajectory.model_copy(deep=True)  # type: ignore[union-attr]
+        whole = ran[0].model_copy(deep=True)
         for later in ran[1:]:
-            whole.steps.extend(later.trajectory.steps)  # type: ignore[union-attr]
-            whole.failure_mode = later.trajectory.failure_mode  # type: ignore[union-attr]
-            whole.notes = later.trajectory.notes  # type: ignore[union-attr]
+            whole.steps.extend(later.steps)
+            whole.failure_mode, whole.notes = later.failure_mode, later.notes
         whole.usage = None  # the sum of the steps' usage
         episode.trajectory = whole
     first, last = episode.steps[0], episode.steps[-1]

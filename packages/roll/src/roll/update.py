@@ -150,9 +150,8 @@ class Updater:
         sums cover the samples that ran)."""
         self.lm.train()
         self.optimizer.zero_grad(set_to_none=True)
-        still = len(samples)
-        samples = [s for s in samples if carries_gradient(s, self.spec)]
-        still -= len(samples)
+        running = [s for s in samples if carries_gradient(s, self.spec)]
+        idle, samples = len(samples) - len(running), running
         batches = self._micro_batches(samples)
         entropy = bool(self.spec.entropy_coef)
         totals: dict[str, torch.Tensor] = {}
@@ -187,7 +186,7 @@ class Updater:
         metrics["train/lr"] = float(self.scheduler.get_last_lr()[0])
         metrics["train/micro_batches"] = float(sum(1 for b in batches if b))
         metrics["train/tokens"] = float(tokens)
-        metrics["train/zero_gradient_samples"] = float(still)
+        metrics["train/zero_gradient_samples"] = float(idle)
         if not bool(finite):
             self.optimizer.zero_grad(set_to_none=True)
             self.bad_steps += 1
