@@ -14,7 +14,11 @@ episodes run twice through :class:`roll.agentic.policy.GenerationQueue` over one
   leaving when their own row is done;
 - continuous without the prefix cache (the baseline for the cache): every turn's prompt goes
   through the model whole, instead of only what it adds to the sequence the episode's last
-  turn left in the cache.
+  turn left in the cache;
+- a bfloat16 copy of the model (what ``rollout.dtype: bfloat16`` samples from, and how the
+  demo serves the models it evaluates), continuous with the prefix cache, against the same in
+  float32 (baseline). With it, how many of the episodes' first prompts get the same greedy
+  continuation from both.
 
 Every arm starts with an empty cache. Printed: wall time, completion tokens per second and
 mean rows per backend call of each, and the speed-ups (baseline time / new time). Model: the demo's (SmolLM2-135M-Instruct,
@@ -27,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import copy
 import random
 import subprocess
 import sys
@@ -34,6 +39,8 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+import torch
 
 from roll.agentic.policy import GenerationQueue
 from roll.generation.base import Generation, SamplingParams
@@ -69,12 +76,16 @@ class WholeBatches:
         pass
 
 
+def first_prompt(tokenizer: Any, index: int) -> list[int]:
+    return list(tokenizer.encode(f"{SYSTEM}\nTask {index}: count the lines of notes-{index}.txt"))
+
+
 async def episodes(queue: GenerationQueue, tokenizer: Any, args: argparse.Namespace) -> int:
     """Run every episode; returns the completion tokens generated."""
 
     async def one(index: int) -> int:
         rng = random.Random(index)
-        prompt = tokenizer.encode(f"{SYSTEM}\nTask {index}: count the lines of notes-{index}.txt")
+        prompt = first_prompt(tokenizer, index)
         made = 0
         for turn in range(args.turns):
             generation = await queue.generate(prompt, args.max_new_tokens)
@@ -96,6 +107,14 @@ def measure(backend: Any, tokenizer: Any, args: argparse.Namespace) -> tuple[flo
             return time.perf_counter() - began, tokens, queue.stats.mean_batch
 
     return asyncio.run(run())
+
+
+def greedy_agreement(a: HFBackend, b: HFBackend, tokenizer: Any, args: argparse.Namespace) -> int:
+    """How many episodes' first prompts get the same greedy continuation from ``a`` and ``b``."""
+    prompts = [first_prompt(tokenizer, i) for i in range(args.episodes)]
+    params = SamplingParams(max_new_tokens=args.max_new_tokens, temperature=0.0)
+    pairs = zip(a.generate(prompts, params), b.generate(prompts, params), strict=True)
+    return sum(x.token_ids == y.token_ids for x, y in pairs)
 
 
 def model_path(args: argparse.Namespace, scratch: Path) -> Path:
@@ -128,11 +147,15 @@ def main() -> int:
         tokenizer = backend.tokenizer
         measure(backend, tokenizer, argparse.Namespace(**{**vars(args), "episodes": 2}))  # warm
         uncached = HFBackend(backend.model, tokenizer, max_cached_tokens=0)
+        half = HFBackend(copy.deepcopy(backend.model).to(torch.bfloat16), tokenizer)
+        measure(half, tokenizer, argparse.Namespace(**{**vars(args), "episodes": 2}))  # warm
         runs: list[tuple[float, int, float]] = []
-        for arm in (WholeBatches(backend), uncached, backend):
-            backend.sync_weights(backend.model, backend.policy_version + 1)  # empties the cache
+        for arm in (WholeBatches(backend), uncached, backend, half):
+            for each in (backend, half):  # empties the caches
+                each.sync_weights(each.model, each.policy_version + 1)
             runs.append(measure(arm, tokenizer, args))
-        base, plain, cont = runs
+        base, plain, cont, bf16 = runs
+        same = greedy_agreement(backend, half, tokenizer, args)
     print(f"{args.episodes} episodes x {args.turns} turns, up to {args.max_new_tokens} tokens a "
           f"turn, tool calls 0.2-1.5 s; model {path.name} ({args.dtype}), CPU")  # fmt: skip
     print("| serving | wall time | completion tokens/s | mean rows per call |")
@@ -141,12 +164,15 @@ def main() -> int:
         ("whole batches (baseline)", base),
         ("continuous batching, no prefix cache (baseline for the cache)", plain),
         ("continuous batching with the prefix cache", cont),
+        ("the same from a bfloat16 copy", bf16),
     ):
         print(f"| {label} | {seconds:.1f} s | {tokens / seconds:.1f} | {rows:.1f} |")
     print(f"\ncontinuous batching: {base[0] / cont[0]:.2f}x the whole batches' speed "
           f"({cont[0]:.1f} s vs {base[0]:.1f} s)")  # fmt: skip
     print(f"prefix cache: {plain[0] / cont[0]:.2f}x the speed without it "
           f"({cont[0]:.1f} s vs {plain[0]:.1f} s)")  # fmt: skip
+    print(f"bfloat16 copy: {cont[0] / bf16[0]:.2f}x the {args.dtype} speed ({bf16[0]:.1f} s vs "
+          f"{cont[0]:.1f} s); same greedy first turn in {same}/{args.episodes} episodes")  # fmt: skip
     return 0
 
 

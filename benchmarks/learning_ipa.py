@@ -86,7 +86,7 @@ def evaluate(model: Path, heldout: Path, out: Path) -> float:
             "--agent-kwarg", "prompt_profile=compact", "--agent-kwarg", "tool_format=brief",
             "--agent-kwarg", "temperature=0", "--agent-kwarg", "max_turns=3",
             "--agent-kwarg", "context_limit=1024", "--agent-kwarg", "max_output_tokens=48",
-            "--agent-kwarg", "dtype=float32")  # fmt: skip
+            "--agent-kwarg", "dtype=bfloat16")  # fmt: skip
     return float(json.loads(summary.read_text()).get("accuracy") or 0.0)
 
 

@@ -310,3 +310,41 @@ def test_an_episode_without_tokens_counts_in_its_group_and_trains_nothing(
         assert metrics["train/tokenless_samples"] == 1.0 and metrics["train/tokens"] > 0
         only = _update(session, config, [sample([], 0.0)], None, set(), 8)
         assert only == {"train/skipped_empty": 1.0, "train/tokenless_samples": 1.0}
+
+
+def test_a_bfloat16_rollout_copy_samples_while_the_policy_trains_in_float32(
+    tmp_path: Path, tiny: Path
+) -> None:
+    """``rollout.dtype: bfloat16``: generation samples from a bf16 copy that every sync
+    refreshes from the float32 policy; the policy itself stays float32."""
+    import torch
+
+    from roll.generation.hf import HFBackend
+    from roll.session import Session
+    from roll.train import loss_spec
+
+    path = _config(tmp_path, tiny, rollout={"dtype": "bfloat16"})
+    config = load_config(TrainConfig, path, [f"run_dir={tmp_path / 'r'}"])
+    with Session(config, spec=loss_spec(config), log=lambda _m: None) as session:
+        session.start(1, rollout_copy=True, rollout_dtype="bfloat16")
+        assert session.rollout_lm is not session.lm
+        assert {p.dtype for p in session.lm.parameters()} == {torch.float32}
+        assert {p.dtype for p in session.rollout_lm.parameters()} == {torch.bfloat16}
+        backend = HFBackend(session.rollout_lm, session.tokenizer)
+        with torch.no_grad():
+            for p in session.lm.parameters():
+                p.add_(0.25)
+        session.sync_rollout(backend)
+        trained = dict(session.lm.named_parameters())
+        for name, p in session.rollout_lm.named_parameters():
+            assert torch.equal(p, trained[name].to(torch.bfloat16)), name
+        assert backend.policy_version == session.updater.updates
+    # the same dtype as the policy's needs no copy; and a whole run samples from the copy
+    with Session(config, spec=loss_spec(config), log=lambda _m: None) as session:
+        session.start(1, rollout_copy=True, rollout_dtype="float32")
+        assert session.rollout_lm is session.lm
+    out = run_train(load_config(TrainConfig, path, [f"run_dir={tmp_path / 'run'}"]), log=None)
+    assert not _same(_weights(out), _weights(tiny))
+    assert _weights(out)["model.embed_tokens.weight"].dtype == torch.float32  # type: ignore[attr-defined]
+    steps = [json.loads(x) for x in (tmp_path / "run" / "rollouts" / "step-000003.jsonl").open()]
+    assert steps and all(t["steps"] for t in steps)

@@ -195,18 +195,28 @@ class Session:
         return self._updater
 
     def start(
-        self, total_steps: int, *, rollout_copy: bool = False, separate_rollout: bool = False
+        self,
+        total_steps: int,
+        *,
+        rollout_copy: bool = False,
+        separate_rollout: bool = False,
+        rollout_dtype: str | None = None,
     ) -> None:
         """Make the optimiser for ``total_steps`` steps, resume, open the logs.
 
         With ``rollout_copy`` and a sharded policy (or ``separate_rollout``: generation runs
-        while the policy trains), a full copy is kept first as :attr:`rollout_lm` (eval mode,
-        no gradients), for generation.
+        while the policy trains, or a ``rollout_dtype`` other than the policy's), a full copy
+        is kept first as :attr:`rollout_lm` (eval mode, no gradients, in ``rollout_dtype``),
+        for generation.
         """
         config = self.config
         self.total_steps = total_steps
-        if rollout_copy and (self.sharded or separate_rollout):
+        cast = resolve_dtype(rollout_dtype, self.device) if rollout_dtype else None
+        recast = cast is not None and cast != next(self.lm.parameters()).dtype
+        if rollout_copy and (self.sharded or separate_rollout or recast):
             self.rollout_lm = copy.deepcopy(self.lm).eval().requires_grad_(False)
+            if cast is not None:
+                self.rollout_lm.to(cast)
         self._updater = Updater(
             self.lm,
             config.optim,

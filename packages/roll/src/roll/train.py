@@ -100,7 +100,12 @@ def run_train(config: TrainConfig, *, resume: bool = False, log: Any = None) -> 
         separate = (
             config.tasks is not None and config.tasks.max_staleness > 0 and config.ray is None
         )
-        session.start(config.run.steps, rollout_copy=True, separate_rollout=separate)
+        session.start(
+            config.run.steps,
+            rollout_copy=True,
+            separate_rollout=separate,
+            rollout_dtype=config.rollout.dtype if config.rollout.backend == "hf" else None,
+        )
         world = session.world
         experts = Experts(config) if config.resample is not None else None
         if experts is not None and "experts" in session.state:
