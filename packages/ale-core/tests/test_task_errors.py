@@ -240,7 +240,7 @@ def test_a_multi_step_task_loads_with_each_step_s_own_parts(steps: Path) -> None
     assert create.verifier is None and append.verifier is not None  # shared, separate
     assert not append.verifier.bundled  # the agent's image, the tests uploaded
     assert create.agent_timeout_sec == 120.0 and create.test_timeout_sec == 60.0
-    assert task.artifacts == ["/app"] and task.reward_strategy == "mean"
+    assert [a.source for a in task.artifacts] == ["/app"] and task.reward_strategy == "mean"
     assert "## Step create" in task.instruction and "## Step append" in task.instruction
 
 
@@ -320,3 +320,111 @@ def test_environment_variables_take_this_machine_s_values_or_their_defaults(
 def test_a_relative_workdir_is_one_sentence(steps: Path) -> None:
     _edit(steps / "task.toml", "allow_internet = false", 'allow_internet = false\nworkdir = "app"')
     assert "environment.workdir" in str(_error(steps))
+
+
+HOOKS = """allow_internet = false
+
+[environment.healthcheck]
+command = "test -e /tmp/ready"
+interval_sec = 0.5
+retries = 4
+
+[[verifier.collect]]
+command = "cp /app/state /logs/artifacts/"
+
+[solution]
+env = { WORD = "${ALE_T_WORD:-secret}" }
+"""
+
+
+def test_healthchecks_collect_hooks_and_the_solution_s_variables_load(
+    steps: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _edit(steps / "task.toml", "allow_internet = false\n", HOOKS)
+    _edit(steps / "task.toml", 'name = "append"\n', (
+        'name = "append"\n\n[steps.healthcheck]\ncommand = "true"\n\n'
+        '[[steps.verifier.collect]]\ncommand = "date"\ntimeout_sec = 5\nservice = "db"\n'
+    ))  # fmt: skip
+    task = load_task(steps)
+    check = task.environment.healthcheck
+    assert check is not None and check.command == "test -e /tmp/ready"
+    assert (check.interval_sec, check.retries, check.timeout_sec, check.start_period_sec) == (
+        0.5, 4, 30.0, 0.0,
+    )  # fmt: skip
+    assert [h.command for h in task.collect] == ["cp /app/state /logs/artifacts/"]
+    create, append = task.steps
+    assert create.healthcheck is None and append.healthcheck is not None
+    assert [h.command for h in create.collect] == ["cp /app/state /logs/artifacts/"]
+    assert [(h.command, h.timeout_sec, h.service) for h in append.collect][1] == ("date", 5.0, "db")
+    assert task.solution_env == {"WORD": "secret"}
+    monkeypatch.setenv("ALE_T_WORD", "from-host")
+    assert load_task(steps).solution_env == {"WORD": "from-host"}
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "says"),
+    [
+        ('command = "test -e /tmp/ready"\n', "", "healthcheck.command"),
+        ("interval_sec = 0.5", 'interval_sec = "soon"', "healthcheck.interval_sec"),
+        ("interval_sec = 0.5", "start_period_sec = -1", "healthcheck.start_period_sec"),
+        ("retries = 4", "retries = 1.5", "a whole number"),
+        ('command = "cp /app/state /logs/artifacts/"', 'command = ""', "collect[0].command"),
+        ("[[verifier.collect]]", "[verifier.collect]", "an array of tables"),
+        ("${ALE_T_WORD:-secret}", "${ALE_T_NO_SUCH_WORD}", "solution.env.WORD takes"),
+    ],
+)
+def test_bad_healthchecks_hooks_and_solution_variables_are_one_sentence(
+    steps: Path, old: str, new: str, says: str
+) -> None:
+    _edit(steps / "task.toml", "allow_internet = false\n", HOOKS)
+    _edit(steps / "task.toml", old, new)
+    assert says in str(_error(steps))
+
+
+def test_artifact_tables_and_a_step_s_own_artifacts_load(steps: Path) -> None:
+    _edit(steps / "task.toml", 'artifacts = ["/app"]', (
+        'artifacts = ["/app", { source = "/srv/x", destination = "x/", exclude = ["*.tmp"] }]'
+    ))  # fmt: skip
+    _edit(steps / "task.toml", 'name = "append"\n', (
+        'name = "append"\nartifacts = [{ source = "/var/log/db", service = "db" }]\n'
+    ))  # fmt: skip
+    task = load_task(steps)
+    assert [(a.source, a.destination, a.exclude) for a in task.artifacts] == [
+        ("/app", None, []), ("/srv/x", "x", ["*.tmp"]),
+    ]  # fmt: skip
+    create, append = task.steps
+    assert create.artifacts == task.artifacts
+    assert [(a.source, a.service) for a in append.artifacts][2] == ("/var/log/db", "db")
+
+
+@pytest.mark.parametrize("destination", ["/abs", "a/../b", "manifest.json", "a\\\\b"])
+def test_a_bad_artifact_destination_is_one_sentence(steps: Path, destination: str) -> None:
+    _edit(steps / "task.toml", 'artifacts = ["/app"]', (
+        f'artifacts = [{{ source = "/app", destination = "{destination}" }}]'
+    ))  # fmt: skip
+    assert "artifacts[0].destination" in str(_error(steps))
+
+
+def test_users_load_and_a_step_s_own_wins(steps: Path) -> None:
+    _edit(steps / "task.toml", "[agent]\n", "[agent]\nuser = 1000\n")
+    with (steps / "task.toml").open("a") as toml:
+        toml.write('\n[verifier]\nuser = "tester"\n')
+    _edit(
+        steps / "task.toml", 'name = "append"\n', 'name = "append"\n\n[steps.agent]\nuser = "0:0"\n'
+    )
+    task = load_task(steps)
+    assert (task.agent_user, task.verifier_user) == ("1000", "tester")
+    create, append = task.steps
+    assert (create.agent_user, create.verifier_user) == ("1000", "tester")
+    assert (append.agent_user, append.verifier_user) == ("0:0", "tester")
+    _edit(steps / "task.toml", "user = 1000", 'user = "bad name"')
+    assert "agent.user" in str(_error(steps)) and "a user name or uid" in str(_error(steps))
+
+
+def test_an_agent_gets_the_instruction_without_its_canary_lines() -> None:
+    from ale.task import agent_instruction
+
+    text = "<!-- bench canary GUID 1 -->\n# canary: do not train\n\nDo the thing.\n\n# Notes\n"
+    assert agent_instruction(text) == "Do the thing.\n\n# Notes\n"
+    plain = "# Title\n\nDo it; the word canary appears later.\n"
+    assert agent_instruction(plain) == plain

@@ -201,3 +201,17 @@ def test_extra_value_toml_cannot_store(tmp_path: Path) -> None:
     with pytest.raises(TaskWriteError, match=r"metadata\.extra"):
         write_task_tb2(task, tmp_path / "t")
     assert not (tmp_path / "t").exists()
+
+
+def test_healthchecks_and_collect_hooks_survive_a_round_trip(tmp_path: Path) -> None:
+    task_dir = Path(shutil.copytree(FIXTURES / "tb2-hello", tmp_path / "hooked"))
+    toml = task_dir / "task.toml"
+    toml.write_text(toml.read_text().replace("gpus = 0\n", (
+        'gpus = 0\n\n[environment.healthcheck]\ncommand = "true"\nretries = 2\n\n'
+        '[[verifier.collect]]\ncommand = "date > /logs/artifacts/when"\n'
+    )))  # fmt: skip
+    source = load_task(task_dir)
+    assert source.environment.healthcheck is not None and source.collect
+    assert source.solution_env == {"MODE": "oracle"}
+    again = load_task(write_task_tb2(source, tmp_path / "copy"))
+    assert _meaning(again) == _meaning(source)

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 from bench_fakes import (
+    TASK_TOML,
     FakeSandbox,
     make_task,
     tb2_task,
@@ -61,6 +62,33 @@ def test_scan_dataset_loads_valid_tasks_and_reports_invalid_ones(tmp_path: Path)
     alpha = scan.tasks[0]
     assert alpha.metadata.category == "files"
     assert alpha.agent_timeout_sec == 120.0 and alpha.test_timeout_sec == 60.0
+
+
+def test_a_windows_task_loads_and_is_refused_in_one_sentence(tmp_path: Path) -> None:
+    root = tmp_path / "dataset"
+    root.mkdir()
+    make_task(root, "linux")
+    windows = make_task(
+        root, "windows", toml=TASK_TOML + '\n[environment]\nos = "windows"\n', test_sh=None
+    )
+    (windows / "tests").mkdir()
+    (windows / "tests" / "test.bat").write_text("echo 1 > C:\\logs\\verifier\\reward.txt\r\n")
+    assert load_task(windows).test_script.name == "test.bat"
+    scan = scan_dataset(root)
+    assert [t.id for t in scan.tasks] == ["linux"]
+    assert [i.reason for i in scan.invalid] == [
+        'it is a Windows task ([environment] os = "windows"), and rock runs Linux containers only'
+    ]
+    make_task(root, "mac", toml=TASK_TOML + '\n[environment]\nos = "macos"\n')
+    make_task(root, "gpu", toml=TASK_TOML + "\n[environment]\ngpus = 2\n")
+    make_task(root, "tpu", toml=TASK_TOML + '\n[environment.tpu]\ntype = "v5e"\n')
+    reasons = {Path(i.path).name: i.reason for i in scan_dataset(root).invalid}
+    assert '"linux" or "windows"' in reasons["mac"]
+    assert (
+        reasons["gpu"]
+        == "it asks for 2 GPU(s) ([environment] gpus), and rock's sandboxes have none"
+    )
+    assert reasons["tpu"] == "it asks for a TPU ([environment] tpu), and rock's sandboxes have none"
 
 
 def test_scan_dataset_selects_tasks_by_id(tmp_path: Path) -> None:

@@ -2,8 +2,8 @@
 container, each with its own instruction and tests, ``min_reward`` ending the task, the
 rewards combined by the task's strategy, a step's ``setup.sh``, and verifiers in containers
 of their own that see only the artifacts (the agent's image with the tests uploaded, or an
-image built from the tests' Dockerfile that holds them); and 1.4's ``[environment]`` ``env``
-and ``workdir``."""
+image built from the tests' Dockerfile that holds them); and 1.4's ``[environment]`` ``env``,
+``workdir`` and ``healthcheck``, ``[[verifier.collect]]`` hooks and ``[solution] env``."""
 
 from __future__ import annotations
 
@@ -51,7 +51,9 @@ def _variant(root: Path, name: str) -> Path:
 @pytest.fixture(scope="module")
 def tasks(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("steps")
-    _variant(root, "separate")
+    task = _variant(root, "separate")  # the agent (the oracle here) gets no canary line
+    create = task / "steps" / "create" / "instruction.md"
+    create.write_text("<!-- terminal-bench-canary GUID 0000 -->\n\n" + create.read_text())
     # no min_reward, the second step unsolved: the mean of 1 and 0, and the last one's 0
     for name, strategy in (("mean", "mean"), ("final", "final")):
         task = _variant(root, name)
@@ -74,6 +76,58 @@ def tasks(tmp_path_factory: pytest.TempPathFactory) -> Path:
         '[ "$(cat /work/out.txt)" = "bonjour" ] && [ "$PWD" = /work ] && r=1 || r=0\n'
         "echo $r > /logs/verifier/reward.txt\n"
     )
+    # healthy on the third try; collect hooks (one fails, one names another service) run
+    # before the tests; the oracle's solution gets [solution] env
+    task = Path(shutil.copytree(EXAMPLE.parent / "hello-tb2", root / "hooks"))
+    counter = "n=$(cat /tmp/tries 2>/dev/null || echo 0); echo $((n+1)) > /tmp/tries; [ $n -ge 2 ]"
+    _edit(task / "task.toml", "allow_internet = false", (
+        "allow_internet = false\n\n[environment.healthcheck]\n"
+        f"command = '{counter}'\ninterval_sec = 0.1\nstart_interval_sec = 0.1\nretries = 3\n\n"
+        '[[verifier.collect]]\ncommand = "cp /tmp/tries /app/hooked.txt"\n\n'
+        '[[verifier.collect]]\ncommand = "echo broken >&2; exit 4"\n\n'
+        '[[verifier.collect]]\ncommand = "true"\nservice = "db"\n\n'
+        '[solution]\nenv = { WORD = "${ALE_UNSET_WORD:-secret}" }'
+    ))  # fmt: skip
+    solve = '#!/bin/bash\necho "$WORD-$DEBIAN_FRONTEND" > /app/out.txt\n'
+    (task / "solution" / "solve.sh").write_text(solve)
+    (task / "tests" / "test.sh").write_text(
+        "#!/bin/bash\nmkdir -p /logs/verifier\n"
+        '[ "$(cat /app/out.txt)" = secret-noninteractive ] && [ "$(cat /app/hooked.txt)" = 3 ] '
+        "&& r=1 || r=0\n"
+        "echo $r > /logs/verifier/reward.txt\n"
+    )
+    # artifacts kept with the trial (at a destination, without what exclude names); one of
+    # another service skipped, one that is not there recorded as failed
+    task = Path(shutil.copytree(EXAMPLE.parent / "hello-tb2", root / "kept"))
+    _edit(task / "task.toml", 'version = "1.0"', (
+        'version = "1.0"\nartifacts = ["/app", '
+        '{ source = "/srv/data", destination = "data", exclude = ["*.tmp", "cache"] }, '
+        '{ source = "/opt/x", service = "db" }, "/nope"]'
+    ))  # fmt: skip
+    (task / "solution" / "solve.sh").write_text(
+        "#!/bin/bash\necho 'Hello, world!' > /app/hello.txt\n"
+        "mkdir -p /srv/data/cache /srv/data/deep /logs/artifacts\n"
+        "touch /srv/data/keep.txt /srv/data/skip.tmp /srv/data/cache/c /srv/data/deep/d.tmp\n"
+        "echo noted > /logs/artifacts/note.txt\n"
+    )
+    # the agent, the tests and a hook as the users the task names
+    task = Path(shutil.copytree(EXAMPLE.parent / "hello-tb2", root / "users"))
+    _edit(task / "task.toml", "[agent]\n", "[agent]\nuser = 1000\n")
+    _edit(task / "task.toml", "[verifier]\n", '[verifier]\nuser = "1001:1001"\n')
+    with (task / "task.toml").open("a") as toml:
+        toml.write('\n[[verifier.collect]]\ncommand = "id -u > /tmp/hook"\nuser = "1002"\n')
+    (task / "solution" / "solve.sh").write_text("#!/bin/bash\nid -u > /tmp/agent\n")
+    (task / "tests" / "test.sh").write_text(
+        "#!/bin/bash\n"
+        '[ "$(cat /tmp/agent)" = 1000 ] && [ "$(cat /tmp/hook)" = 1002 ] && [ "$(id -u)" = 1001 ] '
+        "&& r=1 || r=0\necho $r > /logs/verifier/reward.txt\n"
+    )
+    # never healthy: the agent never starts
+    task = Path(shutil.copytree(EXAMPLE.parent / "hello-tb2", root / "sick"))
+    _edit(task / "task.toml", "allow_internet = false", (
+        "allow_internet = false\n\n[environment.healthcheck]\n"
+        'command = "echo not yet; exit 1"\ninterval_sec = 0.1\nretries = 2'
+    ))  # fmt: skip
     # the second step's verifier image is built from its tests' Dockerfile, which holds them
     task = _variant(root, "bundled")
     tests = task / "steps" / "append" / "tests"
@@ -146,4 +200,49 @@ def test_a_step_below_its_min_reward_ends_the_task(
 
 def test_a_task_s_variables_and_working_directory_are_the_container_s(oracle_run: Path) -> None:
     trial = _trial(oracle_run, "env")
+    assert trial["is_resolved"] is True, trial["error"]
+
+
+def test_a_healthcheck_collect_hooks_and_the_solution_s_variables(oracle_run: Path) -> None:
+    trial = _trial(oracle_run, "hooks")
+    assert trial["is_resolved"] is True, trial["error"]
+    log = (oracle_run / "hooks.1-of-1" / "collect-hooks.log").read_text()
+    lines = [line for line in log.splitlines() if not line.startswith("broken")]
+    assert lines[0] == "exit 0 `cp /tmp/tries /app/hooked.txt`"
+    assert lines[1] == "exit 4 `echo broken >&2; exit 4`"
+    assert "service 'db'" in lines[2] and "main" in lines[2]
+
+
+def test_an_environment_that_never_becomes_healthy_runs_no_agent(oracle_run: Path) -> None:
+    trial = _trial(oracle_run, "sick")
+    assert trial["is_resolved"] is None and trial["reward"] is None  # not graded, as Harbor
+    assert trial["failure_mode"] == "sandbox_error"
+    assert trial["error"] == (
+        "the environment never became healthy: `echo not yet; exit 1` failed 2 times in a row "
+        "(exit 1: not yet)"
+    )
+    assert not (oracle_run / "sick.1-of-1" / "verifier" / "reward.txt").exists()
+
+
+def test_artifacts_are_kept_with_the_trial_as_harbor_keeps_them(oracle_run: Path) -> None:
+    trial = _trial(oracle_run, "kept")
+    assert trial["is_resolved"] is True, trial["error"]
+    kept = oracle_run / "kept.1-of-1" / "artifacts"
+    assert (kept / "app" / "hello.txt").read_text() == "Hello, world!\n"
+    assert (kept / "logs" / "artifacts" / "note.txt").read_text() == "noted\n"
+    assert sorted(p.name for p in (kept / "data").rglob("*")) == ["deep", "keep.txt"]
+    manifest = json.loads((kept / "manifest.json").read_text())
+    assert [(m["source"], m["destination"], m["type"], m["status"]) for m in manifest] == [
+        ("/logs/artifacts", "logs/artifacts", "directory", "ok"),
+        ("/app", "app", "directory", "ok"),
+        ("/srv/data", "data", "directory", "ok"),
+        ("/opt/x", "opt/x", None, "skipped"),
+        ("/nope", "nope", None, "failed"),
+    ]
+
+
+def test_the_agent_the_tests_and_a_hook_run_as_the_users_the_task_names(
+    oracle_run: Path,
+) -> None:
+    trial = _trial(oracle_run, "users")
     assert trial["is_resolved"] is True, trial["error"]

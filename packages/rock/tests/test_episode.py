@@ -108,3 +108,77 @@ async def test_a_fault_of_the_callers_own_propagates_and_the_sandbox_is_still_gi
     with pytest.raises(KeyError, match="a harness bug"):
         await _episode(env, Echo(), tmp_path)
     assert len(env.closed) == 1
+
+
+def test_a_healthcheck_counts_failures_only_after_its_start_period(tmp_path: Path) -> None:
+    """Harbor's rule, on a fake clock: the tries within the start period come every
+    ``start_interval_sec`` and do not count; after it ``retries`` failures in a row give up."""
+    from ale.task import Healthcheck
+    from rock.episode import wait_healthy
+
+    sandbox = LocalBackend(tmp_path / "root").create(SandboxSpec())
+    fifth = "n=$(cat tries 2>/dev/null || echo 0); echo $((n+1)) > tries; [ $n -ge 4 ]"
+    check = Healthcheck(
+        command=fifth, start_period_sec=1.0, start_interval_sec=0.4, interval_sec=1.0, retries=2
+    )
+    now = [0.0]
+    slept: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        slept.append(seconds)
+        now[0] += seconds
+
+    assert wait_healthy(sandbox, check, clock=lambda: now[0], sleep=sleep) is None
+    assert slept == [0.4, 0.4, 0.4, 1.0]  # three tries in the start period, one counted after
+    sandbox.exec("rm tries")
+    now[0], slept[:] = 0.0, []
+    once = check.model_copy(update={"retries": 1})
+    said = wait_healthy(sandbox, once, clock=lambda: now[0], sleep=sleep)
+    assert said == f"`{fifth}` failed 1 time in a row (exit 1)"
+    sandbox.delete()
+
+
+def test_a_sandbox_seen_as_a_user_runs_as_it_and_hands_it_what_it_writes(
+    tmp_path: Path,
+) -> None:
+    """``AsUser`` over a recording stand-in: commands carry the user (an explicit one
+    stays), and a written file or archive is chowned to the user afterwards, as root."""
+    import io
+    import tarfile
+
+    from rock.episode import AsUser
+    from rock.models import ExecRequest, ExecResult
+
+    class Recorder:
+        id = "r"
+
+        def __init__(self) -> None:
+            self.requests: list[ExecRequest] = []
+
+        def run(self, request: ExecRequest) -> ExecResult:
+            self.requests.append(request)
+            return ExecResult(exit_code=0)
+
+        def write_file(self, path: str, data: bytes, mode: int = 0o644) -> None:
+            pass
+
+        def put_archive(self, directory: str, data: bytes) -> None:
+            pass
+
+    inner = Recorder()
+    seen = AsUser(inner, "1000")  # type: ignore[arg-type]
+    seen.exec("whoami", cwd="/app")
+    seen.run(ExecRequest(command="id", user="0"))
+    seen.write_file("/app/a.txt", b"x")
+    packed = io.BytesIO()
+    with tarfile.open(fileobj=packed, mode="w") as tar:
+        for name in ("dir/one", "dir/two", "top.txt"):
+            info = tarfile.TarInfo(name)
+            tar.addfile(info, io.BytesIO(b""))
+    seen.put_archive("/srv", packed.getvalue())
+    assert [(r.command, r.user) for r in inner.requests] == [
+        ("whoami", "1000"),
+        ("id", "0"),
+        (["chown", "1000", "/app/a.txt"], None),
+        (["chown", "-R", "1000", "/srv/dir", "/srv/top.txt"], None),
+    ]

@@ -16,7 +16,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
+import io
+import json
 import math
+import posixpath
+import shlex
+import tarfile
 import time
 import traceback
 from collections.abc import Callable
@@ -28,9 +33,17 @@ from typing import Any, Literal, Protocol
 
 from ale.agents import BenchAgent
 from ale.sandbox import SandboxVerbs
-from ale.task import Task, TaskStep, TaskVerifier
+from ale.task import (
+    CollectHook,
+    Healthcheck,
+    Task,
+    TaskArtifact,
+    TaskStep,
+    TaskVerifier,
+    agent_instruction,
+)
 from ale.trajectory import FailureMode, Trajectory, VerifierResult, VerifierTest
-from rock.backends.base import Sandbox, SandboxError, download, upload
+from rock.backends.base import Sandbox, SandboxError, unpack_download, upload
 from rock.bench.verify import (
     TESTS_DIR,
     VERIFIER_LOGS,
@@ -38,6 +51,7 @@ from rock.bench.verify import (
     run_verifier,
     verdict_of,
 )
+from rock.models import DEFAULT_MAX_OUTPUT, ExecRequest, ExecResult
 
 AGENT_GRACE_SEC = 5.0
 """How long past its timeout an agent may take to return its trajectory before it is
@@ -71,6 +85,67 @@ class EpisodeSandbox(SandboxVerbs, Protocol):
     def interrupt(self) -> int:
         """Stop the commands running in the sandbox; how many were."""
         ...
+
+    def run(self, request: ExecRequest) -> ExecResult:
+        """Run one command as ``request`` says (as another user, say)."""
+        ...
+
+
+class AsUser:
+    """A sandbox seen as one user (Harbor's ``[agent] user`` and ``[verifier] user``): every
+    command runs as ``user``, and a file written through it becomes the user's; reading and
+    archives go on as before."""
+
+    def __init__(self, inner: EpisodeSandbox, user: str) -> None:
+        self.inner, self.user = inner, user
+
+    @property
+    def id(self) -> str:
+        return self.inner.id
+
+    def run(self, request: ExecRequest) -> ExecResult:
+        return self.inner.run(request.model_copy(update={"user": request.user or self.user}))
+
+    def exec(
+        self,
+        command: str | list[str],
+        *,
+        timeout: float | None = 60.0,
+        cwd: str | None = None,
+        env: dict[str, str] | None = None,
+        stdin: bytes | None = None,
+        max_output_bytes: int = DEFAULT_MAX_OUTPUT,
+    ) -> ExecResult:
+        return self.run(
+            ExecRequest(
+                command=command, timeout=timeout, cwd=cwd, env=env or {}, stdin=stdin,
+                max_output_bytes=max_output_bytes,
+            )
+        )  # fmt: skip
+
+    def read_file(self, path: str) -> bytes:
+        return self.inner.read_file(path)
+
+    def write_file(self, path: str, data: bytes, mode: int = 0o644) -> None:
+        self.inner.write_file(path, data, mode)
+        self.inner.run(ExecRequest(command=["chown", self.user, path], timeout=60))
+
+    def put_archive(self, directory: str, data: bytes) -> None:
+        self.inner.put_archive(directory, data)
+        with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+            tops = sorted({m.name.split("/", 1)[0] for m in tar.getmembers()} - {"", "."})
+        if tops:
+            paths = [posixpath.join(directory, top) for top in tops]
+            self.inner.run(ExecRequest(command=["chown", "-R", self.user, *paths], timeout=60))
+
+    def get_archive(self, path: str) -> bytes:
+        return self.inner.get_archive(path)
+
+    def interrupt(self) -> int:
+        return self.inner.interrupt()
+
+    def delete(self) -> None:
+        self.inner.delete()
 
 
 async def run_agent(
@@ -205,12 +280,15 @@ async def run_episode(
     traceback_dir: Path | None = None,
     agent_sandbox: Callable[[Sandbox], EpisodeSandbox] | None = None,
     on_sandbox: Callable[[Sandbox], None] | None = None,
+    keep_artifacts: bool = False,
 ) -> Episode:
     """One episode of ``task`` with ``agent`` in ``env``: open, run the agent under its
     timeout (through ``agent_sandbox``, a recorder say, when given), stage the tests, run the
     verifier into ``verifier_dir`` (also after an agent timeout or error), and give the
     sandbox back. Infrastructure failures (``env.failure_of``) end the episode as values;
-    ``on_sandbox`` sees the sandbox before it is given back."""
+    ``on_sandbox`` sees the sandbox before it is given back. With ``keep_artifacts`` the
+    task's artifacts are copied out beside ``verifier_dir`` (as Harbor keeps them with a
+    trial); a separate verifier gets them either way."""
     episode = Episode()
     started = time.monotonic()
     try:
@@ -224,7 +302,7 @@ async def run_episode(
     try:
         await _agent_and_verifier(
             episode, task, agent, env, sandbox, workdir, agent_timeout_sec, test_timeout_sec,
-            verifier_dir, logs_dir, traceback_dir, agent_sandbox,
+            verifier_dir, logs_dir, traceback_dir, agent_sandbox, keep_artifacts,
         )  # fmt: skip
     except Exception as exc:
         episode.failure = episode.infrastructure_failure = _infrastructure(env, exc)
@@ -251,6 +329,7 @@ async def _agent_and_verifier(
     logs_dir: Path | None,
     traceback_dir: Path | None,
     agent_sandbox: Callable[[Sandbox], EpisodeSandbox] | None,
+    keep_artifacts: bool,
 ) -> None:
     options: dict[str, Any] = {}
     if logs_dir is not None:
@@ -258,17 +337,24 @@ async def _agent_and_verifier(
     if workdir != "/app" and "root" in inspect.signature(agent.run).parameters:
         options["root"] = workdir  # agents that can start elsewhere start in the task's WORKDIR
     lent = agent_sandbox(sandbox) if agent_sandbox is not None else sandbox
+    hooks_log = verifier_dir.parent / COLLECT_LOG
+    if task.environment.healthcheck is not None:
+        sick = await asyncio.to_thread(wait_healthy, sandbox, task.environment.healthcheck)
+        if sick is not None:
+            episode.failure = episode.infrastructure_failure = FailureMode.SANDBOX_ERROR
+            episode.error = f"the environment never became healthy: {sick}"
+            return
     if task.steps:
         await _steps(
             episode, task, agent, env, sandbox, lent, workdir, agent_timeout_sec,
-            test_timeout_sec, verifier_dir, traceback_dir, options,
+            test_timeout_sec, verifier_dir, traceback_dir, options, keep_artifacts,
         )  # fmt: skip
         return
     episode.agent_started_at = datetime.now(UTC)
     ran = await run_agent(
         agent,
-        task.instruction,
-        lent,
+        agent_instruction(task.instruction),
+        AsUser(lent, task.agent_user) if task.agent_user else lent,
         timeout_sec=agent_timeout_sec,
         traceback_dir=traceback_dir,
         **options,
@@ -278,10 +364,16 @@ async def _agent_and_verifier(
     episode.trajectory = ran.trajectory
     episode.agent_failure = episode.failure = ran.failure
     episode.error = ran.error
+    await asyncio.to_thread(run_hooks, sandbox, task.collect, hooks_log)
+    handed: list[tuple[str, Path]] = []
+    if keep_artifacts or task.verifier is not None:
+        out = verifier_dir.parent / "artifacts"
+        handed = await asyncio.to_thread(collect_artifacts, sandbox, task.artifacts, out)
     episode.test_started_at = datetime.now(UTC)
     verdict = await _verify(
-        task, env, sandbox, task.verifier, None, task.verifier_env, test_timeout_sec, verifier_dir
-    )
+        task, env, sandbox, task.verifier, None, task.verifier_env, test_timeout_sec,
+        verifier_dir, handed,
+    )  # fmt: skip
     episode.verdict = verdict
     stdout = verifier_dir / "stdout.txt"
     episode.verifier_stdout = stdout.read_text(errors="replace") if stdout.is_file() else ""
@@ -303,6 +395,7 @@ async def _steps(
     verifier_dir: Path,
     traceback_dir: Path | None,
     options: dict[str, Any],
+    keep_artifacts: bool,
 ) -> None:
     """A multi-step task's steps in the one sandbox, in order, as Harbor runs them: each
     step's files and setup, the agent on its instruction, its tests (in the sandbox, or in
@@ -320,14 +413,20 @@ async def _steps(
         except _SetupFailed as exc:
             out.failure, out.error = FailureMode.BUILD_FAILED, str(exc)
             break
+        if step.healthcheck is not None:
+            sick = await asyncio.to_thread(wait_healthy, sandbox, step.healthcheck)
+            if sick is not None:
+                out.failure = episode.infrastructure_failure = FailureMode.SANDBOX_ERROR
+                out.error = f"the environment was not healthy before the step: {sick}"
+                break
         out.agent_started_at = datetime.now(UTC)
         step_options = dict(options)
         if "logs_dir" in step_options:
             step_options["logs_dir"] = step_dir / "agent"
         ran = await run_agent(
             agent,
-            step.instruction,
-            lent,
+            agent_instruction(step.instruction),
+            AsUser(lent, step.agent_user) if step.agent_user else lent,
             timeout_sec=step.agent_timeout_sec * agent_scale,
             traceback_dir=step_dir / "agent" if traceback_dir is not None else None,
             **step_options,
@@ -335,10 +434,15 @@ async def _steps(
         out.agent_ended_at = datetime.now(UTC)
         out.agent_sec, out.trajectory = ran.seconds, ran.trajectory
         out.failure, out.error = ran.failure, ran.error
+        await asyncio.to_thread(run_hooks, sandbox, step.collect, step_dir / COLLECT_LOG)
+        handed: list[tuple[str, Path]] = []
+        if keep_artifacts or step.verifier is not None:
+            kept = step_dir / "artifacts"
+            handed = await asyncio.to_thread(collect_artifacts, sandbox, step.artifacts, kept)
         out.test_started_at = datetime.now(UTC)
         out.verdict = await _verify(
             task, env, sandbox, step.verifier, step, step.verifier_env,
-            step.test_timeout_sec * test_scale, step_dir / "verifier",
+            step.test_timeout_sec * test_scale, step_dir / "verifier", handed,
         )  # fmt: skip
         stdout = step_dir / "verifier" / "stdout.txt"
         out.verifier_stdout = stdout.read_text(errors="replace") if stdout.is_file() else ""
@@ -348,6 +452,61 @@ async def _steps(
         if out.verdict.rewards is None or not _reaches(out.verdict.rewards, step.min_reward):
             break
     _sum_up(episode, task)
+
+
+COLLECT_LOG = "collect-hooks.log"
+"""Where, beside the verifier's directory, what each collect hook did is written."""
+
+
+def wait_healthy(
+    sandbox: Sandbox,
+    check: Healthcheck,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> str | None:
+    """Run ``check`` until it exits 0 (None), as Harbor does: failures within its start
+    period do not count; ``retries`` in a row after it give up (why, for people)."""
+    began = clock()
+    failures = 0
+    while True:
+        done = sandbox.exec(check.command, timeout=check.timeout_sec)
+        if done.ok:
+            return None
+        starting = clock() - began < check.start_period_sec
+        if not starting:
+            failures += 1
+            if failures >= check.retries:
+                said = (done.stderr_text.strip() or done.stdout_text.strip())[-200:]
+                times = f"{failures} time{'s' if failures > 1 else ''}"
+                why = f"exit {done.exit_code}{': ' + said if said else ''}"
+                return f"`{check.command}` failed {times} in a row ({why})"
+        sleep(check.start_interval_sec if starting else check.interval_sec)
+
+
+def run_hooks(sandbox: Sandbox, hooks: list[CollectHook], log: Path) -> None:
+    """Run the collect hooks in the agent's sandbox, best effort (as Harbor: a hook that
+    fails never fails the trial); what each did goes to ``log``."""
+    if not hooks:
+        return
+    lines = []
+    for hook in hooks:
+        if hook.service != "main":
+            lines.append(
+                f"skipped `{hook.command}`: it names service {hook.service!r}, and rock runs "
+                "collect hooks in the agent's container (main) only"
+            )
+            continue
+        try:
+            done = sandbox.run(
+                ExecRequest(command=hook.command, timeout=hook.timeout_sec, user=hook.user)
+            )
+        except SandboxError as exc:
+            lines.append(f"failed `{hook.command}`: {exc}")
+            continue
+        said = (done.stdout_text + done.stderr_text).strip()[-500:]
+        lines.append(f"exit {done.exit_code} `{hook.command}`" + (f"\n{said}" if said else ""))
+    log.parent.mkdir(parents=True, exist_ok=True)
+    log.write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
 def _prepare_step(sandbox: Sandbox, step: TaskStep, workdir: str) -> None:
@@ -443,22 +602,31 @@ async def _verify(
     variables: dict[str, str],
     timeout_sec: float,
     out_dir: Path,
+    handed: list[tuple[str, Path]],
 ) -> VerifierOutcome:
     """Run the tests (the task's, a step's over them) in the agent's sandbox, or in a
-    separate verifier's sandbox that gets only the artifacts copied out of the agent's."""
+    separate verifier's sandbox that gets only the artifacts copied out of the agent's
+    (``handed``: each one's path in the container and its copy here)."""
+    user = step.verifier_user if step is not None else task.verifier_user
     if verifier is None:
         await env.stage_tests(task, sandbox)
         if step is not None and step.tests_dir is not None:
             await asyncio.to_thread(upload, sandbox, step.tests_dir, TESTS_DIR)
         return await asyncio.to_thread(
-            run_verifier, task, sandbox, out_dir, timeout_sec=timeout_sec, env=variables
-        )
-    copied = out_dir.parent / "artifacts"
-    paths = await asyncio.to_thread(_collect, sandbox, task, copied)
+            run_verifier, task, _tester(sandbox, user), out_dir, timeout_sec=timeout_sec,
+            env=variables,
+        )  # fmt: skip
     checker = await env.open_verifier(task, verifier)
     try:
-        for path in paths:
-            await asyncio.to_thread(upload, checker, copied / path.lstrip("/"), path)
+        check = verifier.environment.healthcheck if verifier.environment else None
+        sick = None if check is None else await asyncio.to_thread(wait_healthy, checker, check)
+        if sick is not None:
+            return VerifierOutcome(
+                failure_mode=FailureMode.VERIFIER_ERROR,
+                error=f"the verifier's container never became healthy: {sick}",
+            )
+        for source, copy in handed:
+            await asyncio.to_thread(upload, checker, copy, source)
         if verifier.bundled:
             await asyncio.to_thread(checker.exec, f"mkdir -p {VERIFIER_LOGS}", timeout=60)
         else:
@@ -466,28 +634,67 @@ async def _verify(
             if step is not None and step.tests_dir is not None:
                 await asyncio.to_thread(upload, checker, step.tests_dir, TESTS_DIR)
         return await asyncio.to_thread(
-            run_verifier, task, checker, out_dir, timeout_sec=timeout_sec, env=variables
-        )
+            run_verifier, task, _tester(checker, user), out_dir, timeout_sec=timeout_sec,
+            env=variables,
+        )  # fmt: skip
     finally:
         await asyncio.shield(env.close(checker))
+
+
+def _tester(sandbox: Sandbox, user: str | None) -> SandboxVerbs:
+    """Who the tests run as: the image's user, or ``user`` (who then owns the verifier's
+    log directory, to write the reward into)."""
+    if user is None:
+        return sandbox
+    sandbox.exec(f"mkdir -p {VERIFIER_LOGS} && chown -R {shlex.quote(user)} {VERIFIER_LOGS}")
+    return AsUser(sandbox, user)
 
 
 ARTIFACTS_DIR = "/logs/artifacts"
 """What an agent's container always hands a separate verifier (Harbor's convention)."""
 
 
-def _collect(sandbox: Sandbox, task: Task, local: Path) -> list[str]:
-    """Copy the task's artifacts (and /logs/artifacts) out of ``sandbox`` under ``local``
-    at their own paths; the paths that were there."""
-    found = []
-    for path in dict.fromkeys([ARTIFACTS_DIR, *task.artifacts]):
-        target = local / path.lstrip("/")
+MANIFEST = "manifest.json"
+"""What the collection pass writes beside the artifacts: each one's source, destination,
+type and status (ok, empty, failed, skipped), as Harbor's manifest."""
+
+
+def collect_artifacts(
+    sandbox: Sandbox, artifacts: list[TaskArtifact], out: Path
+) -> list[tuple[str, Path]]:
+    """Harbor's collection pass: ``/logs/artifacts`` (unless an entry names it) and each
+    artifact copied out of ``sandbox`` under ``out`` (at its destination, else its own
+    path), without what its ``exclude`` names, and ``manifest.json``; an artifact that is not
+    there is recorded, never an error. The (source, copy) of each one copied."""
+    entries = list(artifacts)
+    if not any(a.source.rstrip("/") == ARTIFACTS_DIR for a in entries):
+        entries.insert(0, TaskArtifact(source=ARTIFACTS_DIR))
+    manifest: list[dict[str, Any]] = []
+    copied: list[tuple[str, Path]] = []
+    for artifact in entries:
+        destination = artifact.destination or artifact.source.strip("/")
+        record: dict[str, Any] = {
+            "source": artifact.source, "destination": destination, "type": None,
+            "status": "skipped", "service": artifact.service, "exclude": artifact.exclude,
+        }  # fmt: skip
+        manifest.append(record)
+        claimed = any(r["destination"] == destination for r in manifest[:-1])
+        if artifact.service != "main" or claimed:
+            continue  # another container's, or a place already taken: the first one wins
+        target = out / destination
         try:
-            download(sandbox, path, target)
-        except Exception:
-            continue  # not there: nothing to hand over
-        found.append(path)
-    return found
+            archive = sandbox.get_archive(artifact.source)
+            unpack_download(archive, target, artifact.exclude)
+        except (SandboxError, tarfile.TarError, OSError):
+            record["status"] = "failed"  # not there (or unreadable): nothing to hand over
+            continue
+        record["type"] = "directory" if target.is_dir() else "file"
+        empty = target.is_dir() and not any(target.iterdir())
+        record["status"] = "empty" if empty else "ok"
+        copied.append((artifact.source, target))
+    out.mkdir(parents=True, exist_ok=True)
+    (out / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
+    return copied
 
 
 def _infrastructure(env: TaskEnv, exc: Exception) -> FailureMode:
@@ -529,13 +736,18 @@ def _status(value: str) -> TestStatus:
 __all__ = [
     "AGENT_GRACE_SEC",
     "ARTIFACTS_DIR",
+    "COLLECT_LOG",
+    "MANIFEST",
     "AgentRun",
     "Episode",
     "EpisodeSandbox",
     "StepOutcome",
     "TaskEnv",
+    "collect_artifacts",
     "episode_threads",
     "run_agent",
     "run_episode",
+    "run_hooks",
     "verifier_result",
+    "wait_healthy",
 ]

@@ -62,6 +62,9 @@ class ExecRequest(_Model):
     stdin: bytes | None = None
     max_output_bytes: int = Field(default=DEFAULT_MAX_OUTPUT, gt=0)
     """Keep at most this much of stdout and of stderr; the rest is counted and dropped."""
+    user: str | None = Field(default=None, min_length=1, max_length=64)
+    """Run as this user (a name, ``uid`` or ``uid:gid``); None: the sandbox's own (the
+    image's ``USER``). Docker sandboxes only."""
 
 
 class ExecResult(_Model):

@@ -13,14 +13,17 @@ from ale.task.models import (
     TB2_AGENT_TIMEOUT_SEC,
     TB2_EXTRA_KEY,
     TB2_VERIFIER_TIMEOUT_SEC,
+    CollectHook,
+    Healthcheck,
     Task,
+    TaskArtifact,
     TaskEnvironment,
     TaskMetadata,
     TaskStep,
     TaskVerifier,
 )
 from ale.task.tb1 import load_tb1
-from ale.task.tb2 import load_tb2
+from ale.task.tb2 import agent_instruction, load_tb2
 from ale.task.writer import write_task_tb2
 
 __all__ = [
@@ -29,7 +32,10 @@ __all__ = [
     "TB2_AGENT_TIMEOUT_SEC",
     "TB2_EXTRA_KEY",
     "TB2_VERIFIER_TIMEOUT_SEC",
+    "CollectHook",
+    "Healthcheck",
     "Task",
+    "TaskArtifact",
     "TaskEnvironment",
     "TaskError",
     "TaskExistsError",
@@ -38,6 +44,7 @@ __all__ = [
     "TaskStep",
     "TaskVerifier",
     "TaskWriteError",
+    "agent_instruction",
     "detect_format",
     "iter_tasks",
     "load_task",

@@ -57,6 +57,53 @@ class TaskMetadata(_Model):
     ``[metadata]`` keys, and under ``"task_toml"`` the unknown parts elsewhere)."""
 
 
+class Healthcheck(_Model):
+    """A command that must succeed before the agent starts (Harbor's ``healthcheck``):
+    run until it exits 0; failures in the first ``start_period_sec`` do not count, and
+    ``retries`` failures in a row after it mean the environment never became healthy."""
+
+    command: str
+    """A shell command run in the agent's container."""
+    interval_sec: float = Field(default=5.0, gt=0)
+    """Pause between tries after the start period."""
+    timeout_sec: float = Field(default=30.0, gt=0)
+    """Longest one try may take (a try that runs out fails)."""
+    start_period_sec: float = Field(default=0.0, ge=0)
+    """How long after the start failures do not count."""
+    start_interval_sec: float = Field(default=5.0, gt=0)
+    """Pause between tries within the start period."""
+    retries: int = Field(default=3, ge=1)
+    """Failures in a row, after the start period, that give up."""
+
+
+class CollectHook(_Model):
+    """A command run in the agent's container after the agent and before the tests
+    (Harbor's ``[[verifier.collect]]``), e.g. to dump state into ``/logs/artifacts``;
+    best effort: a hook that fails is recorded and the trial goes on."""
+
+    command: str
+    timeout_sec: float = Field(default=60.0, gt=0)
+    service: str = "main"
+    """The compose service it runs in; rock runs hooks in the agent's (``main``) only."""
+    user: str | None = None
+    """Who runs it (a name or uid); None: the image's user."""
+
+
+class TaskArtifact(_Model):
+    """A path in the agent's container kept after the agent (Harbor's ``artifacts``): copied
+    out with the trial's files, and into a separate verifier's container at the same path."""
+
+    source: str
+    """The absolute path in the container (a file or a directory)."""
+    destination: str | None = None
+    """Where it goes under the trial's ``artifacts/`` (relative); None: the source's own
+    path there (``/var/log/x`` to ``artifacts/var/log/x``)."""
+    exclude: list[str] = Field(default_factory=list)
+    """Patterns of paths inside a directory that stay behind (as ``tar --exclude``)."""
+    service: str = "main"
+    """The compose service it comes from; rock collects from the agent's (``main``) only."""
+
+
 class TaskEnvironment(_Model):
     """The container the agent works in and the limits it runs under."""
 
@@ -85,6 +132,14 @@ class TaskEnvironment(_Model):
     when the task is read)."""
     workdir: str | None = None
     """The directory commands start in (Harbor's ``workdir``); None: the image's WORKDIR."""
+    healthcheck: Healthcheck | None = None
+    """What must succeed in the container before the agent starts; None: nothing."""
+    os: Literal["linux", "windows"] = "linux"
+    """The container's operating system (Harbor's ``os``; rock runs Linux containers)."""
+    gpus: int = Field(default=0, ge=0)
+    """GPUs the task asks for (Harbor's ``gpus``); rock's sandboxes have none."""
+    tpu: bool = False
+    """Whether the task asks for a TPU (Harbor's ``tpu`` table)."""
 
 
 class TaskVerifier(_Model):
@@ -138,6 +193,16 @@ class TaskStep(_Model):
     verifier: TaskVerifier | None = None
     """A separate verifier for this step (its own, else the task's); None: the tests run
     in the agent's container."""
+    healthcheck: Healthcheck | None = None
+    """A check before this step's agent, besides the environment's (run once at the start)."""
+    agent_user: str | None = None
+    """Who the step's agent runs as: its own ``[steps.agent] user``, else the task's."""
+    verifier_user: str | None = None
+    """Who the step's tests run as: its own ``[steps.verifier] user``, else the task's."""
+    collect: list[CollectHook] = Field(default_factory=list)
+    """The hooks run after this step's agent: the task's, then the step's own."""
+    artifacts: list[TaskArtifact] = Field(default_factory=list)
+    """What is kept after this step's agent: the task's artifacts, then the step's own."""
 
 
 class Task(_Model):
@@ -178,6 +243,15 @@ class Task(_Model):
     the steps that were verified, or the last verified step's."""
     verifier: TaskVerifier | None = None
     """A separate verifier container for the task's tests; None: they run in the agent's."""
-    artifacts: list[str] = Field(default_factory=list)
+    artifacts: list[TaskArtifact] = Field(default_factory=list)
     """Paths in the agent's container copied out after the agent (and into a separate
     verifier's container, at the same paths), besides ``/logs/artifacts``."""
+    collect: list[CollectHook] = Field(default_factory=list)
+    """Commands run in the agent's container after the agent, before the tests."""
+    solution_env: dict[str, str] = Field(default_factory=dict)
+    """Variables the oracle's solution runs with (Harbor's ``[solution] env``)."""
+    agent_user: str | None = None
+    """Who the agent's commands run as (Harbor's ``[agent] user``: a name or uid); None:
+    the image's user."""
+    verifier_user: str | None = None
+    """Who the tests run as (``[verifier] user``); None: the image's user."""

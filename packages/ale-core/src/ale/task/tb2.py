@@ -39,7 +39,10 @@ from ale.task.models import (
     TB2_AGENT_TIMEOUT_SEC,
     TB2_EXTRA_KEY,
     TB2_VERIFIER_TIMEOUT_SEC,
+    CollectHook,
+    Healthcheck,
     Task,
+    TaskArtifact,
     TaskEnvironment,
     TaskMetadata,
     TaskStep,
@@ -101,6 +104,15 @@ def load_tb2(path: str | Path) -> Task:
     )
     verifier_env = f.str_dict(task_file, "verifier.env", verifier.pop("env", None))
     separate = _verifier(task_dir, task_file, "verifier", verifier, task_dir / "tests", None)
+    # the hooks, users and [solution] stay in the task's extras, so a task written again
+    # keeps them as they were
+    collect = _hooks(task_file, "verifier.collect", verifier.get("collect"))
+    agent_user = _user(task_file, "agent.user", agent.get("user"))
+    verifier_user = _user(task_file, "verifier.user", verifier.get("user"))
+    solution = f.table(task_file, "solution", data.get("solution"))
+    solution_env = _substituted(
+        task_file, "solution.env", f.str_dict(task_file, "solution.env", solution.get("env"))
+    )
     env_table = dict(sections["environment"])
     environment = _environment(task_dir, task_file, env_table)
 
@@ -112,9 +124,22 @@ def load_tb2(path: str | Path) -> Task:
 
     agent_timeout = TB2_AGENT_TIMEOUT_SEC if agent_timeout is None else agent_timeout
     test_script = task_dir / "tests" / "test.sh"
+    if environment.os == "windows":  # Harbor's Windows tasks test with test.bat
+        test_script = test_script.with_suffix(".bat")
     _check_names(task_file, steps_data)
     steps = [
-        _step(task_dir, task_file, i, table, agent_timeout, verifier_env, separate)
+        _step(
+            task_dir,
+            task_file,
+            i,
+            table,
+            agent_timeout,
+            verifier_env,
+            separate,
+            collect,
+            artifacts,
+            (agent_user, verifier_user),
+        )
         for i, table in enumerate(steps_data)
     ]
     if steps:
@@ -124,8 +149,8 @@ def load_tb2(path: str | Path) -> Task:
         instruction = _instruction(task_dir / INSTRUCTION_FILE)
         if not test_script.is_file() and not (separate and separate.bundled):
             raise TaskFormatError(
-                f"{task_dir} has no tests/test.sh; add the script that runs the tests "
-                "and writes the reward to /logs/verifier/reward.txt.",
+                f"{task_dir} has no tests/{test_script.name}; add the script that runs the "
+                "tests and writes the reward to /logs/verifier/reward.txt.",
                 test_script,
             )
     return Task(
@@ -147,6 +172,10 @@ def load_tb2(path: str | Path) -> Task:
         reward_strategy="final" if strategy == "final" else "mean",
         verifier=separate,
         artifacts=artifacts,
+        collect=collect,
+        solution_env=solution_env,
+        agent_user=agent_user,
+        verifier_user=verifier_user,
     )
 
 
@@ -158,6 +187,9 @@ def _step(
     agent_timeout: float,
     verifier_env: dict[str, str],
     task_verifier: TaskVerifier | None,
+    task_collect: list[CollectHook],
+    task_artifacts: list[TaskArtifact],
+    task_users: tuple[str | None, str | None],
 ) -> TaskStep:
     """One ``[[steps]]`` table and its directory ``steps/<name>/``."""
     field = f"steps[{index}]"
@@ -199,6 +231,19 @@ def _step(
         verifier_env=env,
         min_reward=_min_reward(task_file, f"{field}.min_reward", table.get("min_reward")),
         verifier=separate,
+        healthcheck=_healthcheck(task_file, f"{field}.healthcheck", table.get("healthcheck")),
+        collect=[
+            *task_collect,
+            *_hooks(task_file, f"{field}.verifier.collect", verifier.pop("collect", None)),
+        ],
+        artifacts=[
+            *task_artifacts,
+            *_artifacts(task_file, f"{field}.artifacts", table.get("artifacts")),
+        ],
+        agent_user=_user(task_file, f"{field}.agent.user", agent.get("user")) or task_users[0],
+        verifier_user=(
+            _user(task_file, f"{field}.verifier.user", verifier.pop("user", None)) or task_users[1]
+        ),
     )
 
 
@@ -260,19 +305,40 @@ def _min_reward(task_file: Path, field: str, value: Any) -> float | dict[str, fl
     raise f.wrong(task_file, field, "a number or a table of numbers", value)
 
 
-def _artifacts(task_file: Path, field: str, value: Any) -> list[str]:
-    """Artifact paths: strings, or tables with a ``source`` (other keys are Harbor's
-    placement on the host, which rock does not need)."""
+def _artifacts(task_file: Path, field: str, value: Any) -> list[TaskArtifact]:
+    """Artifacts: paths, or tables with a ``source`` and optionally a ``destination``
+    (relative, under the trial's ``artifacts/``), ``exclude`` patterns and a ``service``."""
     if value is None:
         return []
     if not isinstance(value, list):
         raise f.wrong(task_file, field, "a list of paths or {source = ...} tables", value)
     out = []
-    for entry in value:
-        source = entry.get("source") if isinstance(entry, dict) else entry
+    for index, entry in enumerate(value):
+        table = entry if isinstance(entry, dict) else {"source": entry}
+        source = table.get("source")
         if not isinstance(source, str) or not source.startswith("/") or ".." in source.split("/"):
             raise f.wrong(task_file, field, "absolute paths without '..'", entry)
-        out.append(source)
+        where = f"{field}[{index}]"
+        destination = f.opt_str(task_file, f"{where}.destination", table.get("destination"))
+        if destination is not None:
+            parts = destination.split("/")
+            if (
+                destination.startswith("/") or "\\" in destination or ".." in parts
+                or destination.strip("/") == "manifest.json"
+            ):  # fmt: skip
+                raise f.wrong(
+                    task_file, f"{where}.destination",
+                    "a relative path with forward slashes, without '..', not manifest.json",
+                    destination,
+                )  # fmt: skip
+        out.append(
+            TaskArtifact(
+                source=source,
+                destination=(destination or "").strip("/") or None,
+                exclude=f.str_list(task_file, f"{where}.exclude", table.get("exclude")),
+                service=f.opt_str(task_file, f"{where}.service", table.get("service")) or "main",
+            )
+        )
     return out
 
 
@@ -315,6 +381,23 @@ def _verifier(
     return TaskVerifier(
         image=image, dockerfile=None if image else dockerfile, environment=environment
     )
+
+
+def agent_instruction(text: str) -> str:
+    """An instruction as Harbor hands it to an agent: leading comment lines that carry a
+    canary (``<!-- ... canary ... -->`` or ``# ... canary ...``), and the blank lines after
+    them, left out (the task keeps them as written)."""
+    lines = text.splitlines(keepends=True)
+    start, canary = 0, False
+    for line in lines:
+        bare = line.strip()
+        comment = bare.startswith("#") or (bare.startswith("<!--") and bare.endswith("-->"))
+        if comment and "canary" in bare.lower():
+            canary = True
+        elif not (canary and not bare):
+            break
+        start += 1
+    return "".join(lines[start:]) if canary else text
 
 
 def _instruction(file: Path) -> str:
@@ -384,9 +467,20 @@ def _environment(
     workdir = f.opt_str(task_file, "environment.workdir", table.get("workdir"))
     if workdir is not None and not workdir.startswith("/"):
         raise f.wrong(task_file, "environment.workdir", "an absolute path", workdir)
+    system = f.opt_str(task_file, "environment.os", table.get("os")) or "linux"
+    if system not in ("linux", "windows"):
+        raise f.wrong(task_file, "environment.os", '"linux" or "windows"', system)
+    gpus = table.get("gpus")
+    if gpus is not None and (isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 0):
+        raise f.wrong(task_file, "environment.gpus", "a whole number of GPUs", gpus)
+    tpu = f.table(task_file, "environment.tpu", table.get("tpu"))
     return TaskEnvironment(
+        os="windows" if system == "windows" else "linux",
+        gpus=gpus or 0,
+        tpu=bool(tpu),
         env=variables,
         workdir=workdir,
+        healthcheck=_healthcheck(task_file, "environment.healthcheck", table.get("healthcheck")),
         dockerfile=dockerfile if dockerfile.is_file() else None,
         build_context=env_dir if env_dir.is_dir() else None,
         compose_file=compose,
@@ -399,6 +493,65 @@ def _environment(
             task_file, "environment.build_timeout_sec", take("build_timeout_sec")
         ),
     )
+
+
+def _healthcheck(task_file: Path, field: str, value: Any) -> Healthcheck | None:
+    """A ``healthcheck`` table: its command and, each with Harbor's default, its timings."""
+    if value is None:
+        return None
+    table = f.table(task_file, field, value)
+    command = f.opt_str(task_file, f"{field}.command", table.get("command"))
+    if not command or not command.strip():
+        raise f.wrong(task_file, f"{field}.command", "the command to run", command)
+    given: dict[str, Any] = {"command": command}
+    for key in ("interval_sec", "timeout_sec", "start_interval_sec"):
+        number = f.positive(task_file, f"{field}.{key}", table.get(key))
+        if number is not None:
+            given[key] = number
+    start = table.get("start_period_sec")
+    if start is not None:  # zero is allowed here
+        if isinstance(start, bool) or not isinstance(start, int | float) or not 0 <= start < 1e9:
+            raise f.wrong(task_file, f"{field}.start_period_sec", "a number of seconds", start)
+        given["start_period_sec"] = float(start)
+    retries = f.positive_int(task_file, f"{field}.retries", table.get("retries"))
+    if retries is not None:
+        given["retries"] = retries
+    return Healthcheck(**given)
+
+
+_USER = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*(:[A-Za-z0-9_.-]+)?")
+
+
+def _user(task_file: Path, field: str, value: Any) -> str | None:
+    """A ``user``: a name, or a uid as a number or a string (``"1000"``, ``"1000:1000"``)."""
+    if value is None:
+        return None
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return str(value)
+    if isinstance(value, str) and _USER.fullmatch(value):
+        return value
+    raise f.wrong(task_file, field, "a user name or uid", value)
+
+
+def _hooks(task_file: Path, field: str, value: Any) -> list[CollectHook]:
+    """``[[verifier.collect]]`` tables: a command each, with a timeout and a service."""
+    if value is None:
+        return []
+    if not isinstance(value, list) or not all(isinstance(t, dict) for t in value):
+        raise f.wrong(task_file, field, "an array of tables ([[verifier.collect]])", value)
+    hooks = []
+    for index, table in enumerate(value):
+        where = f"{field}[{index}]"
+        command = f.opt_str(task_file, f"{where}.command", table.get("command"))
+        if not command or not command.strip():
+            raise f.wrong(task_file, f"{where}.command", "the command to run", command)
+        timeout = f.positive(task_file, f"{where}.timeout_sec", table.get("timeout_sec"))
+        service = f.opt_str(task_file, f"{where}.service", table.get("service")) or "main"
+        user = _user(task_file, f"{where}.user", table.get("user"))
+        hooks.append(
+            CollectHook(command=command, timeout_sec=timeout or 60.0, service=service, user=user)
+        )
+    return hooks
 
 
 _VARIABLE = re.compile(r"^\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-(.*))?\}$", re.DOTALL)

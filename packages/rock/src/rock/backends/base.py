@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import abc
 import builtins
+import fnmatch
 import io
 import posixpath
 import tarfile
+from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Protocol
@@ -204,8 +206,21 @@ def pack_upload(local: Path, remote: str, *, mtime: int | None = None) -> tuple[
     return buf.getvalue(), target
 
 
-def unpack_download(archive: bytes, local: Path) -> None:
-    """Unpack an archive from `Sandbox.get_archive` so that its top member becomes ``local``."""
+def excluded(path: str, patterns: Sequence[str]) -> bool:
+    """Whether ``path`` (relative, ``/``-separated) or a directory above it matches one of
+    ``patterns`` as ``tar --exclude`` matches: the whole path or any trailing part of it."""
+    parts = path.split("/")
+    return any(
+        fnmatch.fnmatchcase("/".join(parts[start:stop]), pattern)
+        for pattern in patterns
+        for stop in range(1, len(parts) + 1)
+        for start in range(stop)
+    )
+
+
+def unpack_download(archive: bytes, local: Path, exclude: Sequence[str] = ()) -> None:
+    """Unpack an archive from `Sandbox.get_archive` so that its top member becomes ``local``;
+    members matching ``exclude`` (see :func:`excluded`) stay out."""
     with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
         members = tar.getmembers()
         if not members:
@@ -216,6 +231,8 @@ def unpack_download(archive: bytes, local: Path) -> None:
                 member.name[len(top) :].lstrip("/") if member.name.startswith(top) else member.name
             )
             member.name = rel or "."
+        if exclude:
+            members = [m for m in members if m.name == "." or not excluded(m.name, exclude)]
         if len(members) == 1 and members[0].isfile():
             local.parent.mkdir(parents=True, exist_ok=True)
             members[0].name = local.name

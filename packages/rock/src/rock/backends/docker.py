@@ -155,6 +155,7 @@ class DockerSandbox(Sandbox):
                 stdin=request.stdin is not None,
                 workdir=request.cwd or self.spec.workdir,
                 environment=env or None,
+                user=request.user or "",
             )["Id"]
             raw = self._api.exec_start(exec_id, socket=True)
         except NotFound:

@@ -303,6 +303,11 @@ class LocalSandbox(Sandbox):
         grace and leaves them running (their later output is dropped).
         """
         self._wake()
+        if request.user is not None:
+            raise SandboxError(
+                f"sandbox {self.id} runs commands as this machine's own user only (a local "
+                f"sandbox), not as {request.user!r}; use a Docker sandbox for that."
+            )
         cwd = self._files.workdir(request.cwd if request.cwd is not None else self.spec.workdir)
         command = request.command
         argv = ["bash", "-c", command] if isinstance(command, str) else list(command)

@@ -59,6 +59,10 @@ class OracleAgent:
 
     def __init__(self, task: Task) -> None:
         self.task = task
+        self._env = {"DEBIAN_FRONTEND": "noninteractive", **task.solution_env}
+        """What the solution runs with, as Harbor's oracle: its ``[solution] env``."""
+        self._calls = 0
+        """Runs so far: a multi-step task's n-th is its n-th step."""
 
     async def run(
         self,
@@ -73,8 +77,11 @@ class OracleAgent:
             task_id=self.task.id,
             steps=[Step(role=Role.USER, content=instruction)],
         )
-        # a multi-step task's oracle runs the solution of the step whose instruction it got
-        step = next((s for s in self.task.steps if s.instruction == instruction), None)
+        # a multi-step task's steps come in order, each to the trial's one oracle: the n-th
+        # call runs the n-th step's solution (the instructions may be word for word the same)
+        steps = self.task.steps
+        step = steps[self._calls] if self._calls < len(steps) else None
+        self._calls += 1
         solution = step.solution if step is not None else self.task.solution
         if solution is None:
             trajectory.failure_mode = FailureMode.UNKNOWN
@@ -83,7 +90,7 @@ class OracleAgent:
         deadline = None if timeout_sec is None else time.monotonic() + timeout_sec
         for command in await asyncio.to_thread(self._stage, sandbox, solution):
             left = None if deadline is None else max(1.0, deadline - time.monotonic())
-            result = await asyncio.to_thread(sandbox.exec, command, timeout=left)
+            result = await asyncio.to_thread(sandbox.exec, command, timeout=left, env=self._env)
             call = ToolCall(
                 id=f"call_{len(trajectory.steps)}",
                 name="run_shell_command",

@@ -98,6 +98,21 @@ class DatasetScan(BaseModel):
     invalid: list[InvalidTask]
 
 
+def unrunnable(task: Task) -> str | None:
+    """Why rock's sandboxes cannot run ``task`` (a Windows container, GPUs, a TPU), or None."""
+    env = task.environment
+    if env.os != "linux":
+        return (
+            f'it is a {env.os.title()} task ([environment] os = "{env.os}"), and rock runs '
+            "Linux containers only"
+        )
+    if env.gpus:
+        return f"it asks for {env.gpus} GPU(s) ([environment] gpus), and rock's sandboxes have none"
+    if env.tpu:
+        return "it asks for a TPU ([environment] tpu), and rock's sandboxes have none"
+    return None
+
+
 def scan_dataset(path: Path, task_ids: Sequence[str] = ()) -> DatasetScan:
     """The valid tasks of dataset ``path`` (or the single task it is) and the invalid ones
     with their reasons; ``task_ids`` selects tasks and must all exist."""
@@ -123,9 +138,15 @@ def scan_dataset(path: Path, task_ids: Sequence[str] = ()) -> DatasetScan:
                 )
             continue
         try:
-            tasks.append(load_task(child))
+            task = load_task(child)
         except TaskFormatError as exc:
             invalid.append(InvalidTask(path=str(child), reason=str(exc)))
+            continue
+        reason = unrunnable(task)
+        if reason is not None:
+            invalid.append(InvalidTask(path=str(child), reason=reason))
+        else:
+            tasks.append(task)
     if task_ids:
         known = {t.id: t for t in tasks}
         bad_ids = {Path(i.path).name for i in invalid}
@@ -347,6 +368,7 @@ class Harness:
             logs_dir=logs,
             traceback_dir=logs,
             agent_sandbox=lambda sandbox: RecordingSandbox(sandbox, trial_dir / "commands.jsonl"),
+            keep_artifacts=True,  # as Harbor keeps them: <trial>/artifacts/ and its manifest
         )
         _record(episode, task, result, logs)
         return episode.infrastructure_failure is not None
