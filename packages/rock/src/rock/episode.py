@@ -43,7 +43,7 @@ from ale.task import (
     agent_instruction,
 )
 from ale.trajectory import FailureMode, Trajectory, VerifierResult, VerifierTest
-from rock.backends.base import Sandbox, SandboxError, unpack_download, upload
+from rock.backends.base import ExecVerb, Sandbox, SandboxError, unpack_download, upload
 from rock.bench.verify import (
     TESTS_DIR,
     VERIFIER_LOGS,
@@ -51,7 +51,7 @@ from rock.bench.verify import (
     run_verifier,
     verdict_of,
 )
-from rock.models import DEFAULT_MAX_OUTPUT, ExecRequest, ExecResult
+from rock.models import ExecRequest, ExecResult
 
 AGENT_GRACE_SEC = 5.0
 """How long past its timeout an agent may take to return its trajectory before it is
@@ -91,7 +91,7 @@ class EpisodeSandbox(SandboxVerbs, Protocol):
         ...
 
 
-class AsUser:
+class AsUser(ExecVerb):
     """A sandbox seen as one user (Harbor's ``[agent] user`` and ``[verifier] user``): every
     command runs as ``user``, and a file written through it becomes the user's; reading and
     archives go on as before."""
@@ -105,23 +105,6 @@ class AsUser:
 
     def run(self, request: ExecRequest) -> ExecResult:
         return self.inner.run(request.model_copy(update={"user": request.user or self.user}))
-
-    def exec(
-        self,
-        command: str | list[str],
-        *,
-        timeout: float | None = 60.0,
-        cwd: str | None = None,
-        env: dict[str, str] | None = None,
-        stdin: bytes | None = None,
-        max_output_bytes: int = DEFAULT_MAX_OUTPUT,
-    ) -> ExecResult:
-        return self.run(
-            ExecRequest(
-                command=command, timeout=timeout, cwd=cwd, env=env or {}, stdin=stdin,
-                max_output_bytes=max_output_bytes,
-            )
-        )  # fmt: skip
 
     def read_file(self, path: str) -> bytes:
         return self.inner.read_file(path)

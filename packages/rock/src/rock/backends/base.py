@@ -55,11 +55,9 @@ class Session(Protocol):
     def close(self) -> None: ...
 
 
-class Sandbox(abc.ABC):
-    """One isolated place to run commands. Use as a context manager to delete it on exit."""
-
-    id: str
-    spec: SandboxSpec
+class ExecVerb(abc.ABC):
+    """``exec`` in terms of ``run``: what every sandbox, and every view of one (a recorder,
+    another user's), offers its callers."""
 
     @abc.abstractmethod
     def run(self, request: ExecRequest) -> ExecResult:
@@ -86,6 +84,13 @@ class Sandbox(abc.ABC):
                 max_output_bytes=max_output_bytes,
             )
         )
+
+
+class Sandbox(ExecVerb):
+    """One isolated place to run commands. Use as a context manager to delete it on exit."""
+
+    id: str
+    spec: SandboxSpec
 
     @abc.abstractmethod
     def session(self, *, max_output_bytes: int = DEFAULT_MAX_OUTPUT) -> Session:

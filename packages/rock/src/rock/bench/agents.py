@@ -23,8 +23,8 @@ from ale.agents import AGENT_CHECK, BenchAgent, load_agent
 from ale.sandbox import SandboxVerbs
 from ale.task import Task
 from ale.trajectory import AgentInfo, FailureMode, Role, Step, ToolCall, ToolResult, Trajectory
-from rock.backends.base import upload
-from rock.models import DEFAULT_MAX_OUTPUT, ExecRequest, ExecResult, SessionResult
+from rock.backends.base import ExecVerb, upload
+from rock.models import ExecRequest, ExecResult, SessionResult
 
 BUILTIN_AGENTS = ("oracle", "nop")
 SOLUTION_DIR = "/solution"
@@ -147,7 +147,7 @@ def agent_factory(
     return lambda task: load_agent(name, **kwargs)
 
 
-class RecordingSandbox:
+class RecordingSandbox(ExecVerb):
     """A sandbox that logs every command to ``log_path`` (JSON lines) and a readable
     ``terminal.log`` beside it; everything else passes through."""
 
@@ -196,27 +196,6 @@ class RecordingSandbox:
             stderr=result.stderr[:LOG_OUTPUT_CAP].decode("utf-8", "replace"),
         )
         return result
-
-    def exec(
-        self,
-        command: str | list[str],
-        *,
-        timeout: float | None = 60.0,
-        cwd: str | None = None,
-        env: dict[str, str] | None = None,
-        stdin: bytes | None = None,
-        max_output_bytes: int = DEFAULT_MAX_OUTPUT,
-    ) -> ExecResult:
-        return self.run(
-            ExecRequest(
-                command=command,
-                timeout=timeout,
-                cwd=cwd,
-                env=env or {},
-                stdin=stdin,
-                max_output_bytes=max_output_bytes,
-            )
-        )
 
     def session(self, **kwargs: Any) -> Any:
         return _RecordingSession(self._inner.session(**kwargs), self)
