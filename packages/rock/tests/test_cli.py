@@ -293,3 +293,49 @@ def test_every_verb_has_help() -> None:
         result = rock(*verb, "--help")
         assert result.exit_code == 0, verb
         assert len(result.stdout.split("\n\n")[1].strip()) > 20, verb  # a described command
+
+
+def _cli(*args: str) -> subprocess.Popen[bytes]:
+    """`rock ARGS` as a process of its own, to send Ctrl-C (SIGINT) to."""
+    env = {k: v for k, v in os.environ.items() if k not in _CLEAN_ENV}
+    return subprocess.Popen(
+        [sys.executable, "-m", "rock.cli", *args],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+    )
+
+
+_SLEEPERS = "cat /proc/[0-9]*/cmdline 2>/dev/null | tr '\\0' ' ' | grep -c 'sleep 3[78]'"
+
+
+@pytest.mark.docker
+def test_ctrl_c_in_exec_stops_the_command_in_the_sandbox(daemon: Path, box: str) -> None:
+    proc = _cli("sandbox", "exec", "--home", str(daemon), box, "sleep 37; echo never")
+    time.sleep(2.0)  # the command has started in the sandbox
+    began = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130, err
+    assert time.monotonic() - began < 15
+    assert b"interrupted; the command was stopped in the sandbox" in err and b"never" not in out
+    left = rock("sandbox", "exec", "--home", str(daemon), box, _SLEEPERS)
+    assert left.stdout.strip() == "0"  # nothing left running there
+
+
+@pytest.mark.docker
+def test_ctrl_c_in_shell_stops_the_command_and_keeps_the_shell(daemon: Path, box: str) -> None:
+    proc = _cli("sandbox", "shell", "--home", str(daemon), box)
+    assert proc.stdin is not None
+    proc.stdin.write(b"cd /tmp\nsleep 38\n")
+    proc.stdin.flush()
+    time.sleep(2.0)
+    proc.send_signal(signal.SIGINT)
+    time.sleep(1.0)
+    out, err = proc.communicate(b"pwd\necho after\n", timeout=30)
+    assert proc.returncode == 0, err
+    assert out.decode().splitlines() == ["/tmp", "after"]  # the same shell, cd and all
+    assert b"^C" in err
+    left = rock("sandbox", "exec", "--home", str(daemon), box, _SLEEPERS)
+    assert left.stdout.strip() == "0"

@@ -176,6 +176,29 @@ def test_interrupt_kills_running_commands_only(sandbox: LocalSandbox) -> None:
     assert sandbox.interrupt() == 0
 
 
+def test_interrupt_with_a_tag_stops_that_command_alone(sandbox: LocalSandbox) -> None:
+    from rock.models import ExecRequest
+
+    tag = f"{secrets.randbelow(10**6):06d}"
+    results: dict[str, ExecResult] = {}
+
+    def run(name: str, seconds: str) -> None:
+        request = ExecRequest(command=f"sleep {seconds}.{tag}; echo done", tag=name, timeout=30)
+        results[name] = sandbox.run(request)
+
+    workers = [
+        threading.Thread(target=run, args=("long", "3011")),
+        threading.Thread(target=run, args=("short", "2")),
+    ]
+    for worker in workers:
+        worker.start()
+    assert _sleeping(f"3011.{tag}")
+    assert sandbox.interrupt("long") == 1
+    for worker in workers:
+        worker.join(10)
+    assert results["long"].exit_code == 137 and results["short"].stdout == b"done\n"
+
+
 # --- sessions ----------------------------------------------------------------
 
 

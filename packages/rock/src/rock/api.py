@@ -40,6 +40,8 @@ from rock.models import (
     ExecResult,
     Health,
     ImageInfo,
+    Interrupted,
+    InterruptRequest,
     PoolInfo,
     PoolSettings,
     SandboxInfo,
@@ -263,6 +265,16 @@ class Api:
         body = SessionRunRequest(command=command, timeout=timeout)
         path = f"/v1/sandboxes/{sandbox_id}/sessions/{session_id}/run"
         return Call("POST", path, _as(SessionResult), _json_body(body, timeout))
+
+    @staticmethod
+    def interrupt(sandbox_id: str, tag: str | None = None) -> Call[Interrupted]:
+        body = {"json": InterruptRequest(tag=tag).model_dump()}
+        return Call("POST", f"/v1/sandboxes/{sandbox_id}/interrupt", _as(Interrupted), body)
+
+    @staticmethod
+    def session_interrupt(sandbox_id: str, session_id: str) -> Call[None]:
+        path = f"/v1/sandboxes/{sandbox_id}/sessions/{session_id}/interrupt"
+        return Call("POST", path, _nothing)
 
     @staticmethod
     def session_close(sandbox_id: str, session_id: str) -> Call[None]:

@@ -280,6 +280,9 @@ class RemoteSandbox(Sandbox):
     def session(self, *, max_output_bytes: int = DEFAULT_MAX_OUTPUT) -> RemoteSession:
         return RemoteSession(self, self.send(Api.open_session(self.id)).id)
 
+    def interrupt(self, tag: str | None = None) -> int:
+        return self.send(Api.interrupt(self.id, tag)).interrupted
+
     def read_file(self, path: str) -> bytes:
         return self.send(Api.read_file(self.id, path))
 
@@ -320,6 +323,9 @@ class RemoteSession:
 
     def run(self, command: str, timeout: float | None = 60.0) -> SessionResult:
         return self.sandbox.send(Api.session_run(self.sandbox.id, self.id, command, timeout))
+
+    def interrupt(self) -> None:
+        self.sandbox.send(Api.session_interrupt(self.sandbox.id, self.id))
 
     def close(self) -> None:
         if not self.closed:

@@ -65,6 +65,8 @@ class ExecRequest(_Model):
     user: str | None = Field(default=None, min_length=1, max_length=64)
     """Run as this user (a name, ``uid`` or ``uid:gid``); None: the sandbox's own (the
     image's ``USER``). Docker sandboxes only."""
+    tag: str | None = Field(default=None, min_length=1, max_length=64)
+    """A name the caller gives the command, to interrupt it alone (``interrupt(tag)``)."""
 
 
 class ExecResult(_Model):
@@ -192,6 +194,16 @@ class SessionInfo(_Model):
 class SessionRunRequest(_Model):
     command: str
     timeout: float | None = Field(default=60.0, gt=0, le=MAX_SECONDS)
+
+
+class InterruptRequest(_Model):
+    tag: str | None = Field(default=None, min_length=1, max_length=64)
+    """Only the command run with this tag; None: every command running in the sandbox."""
+
+
+class Interrupted(_Model):
+    interrupted: int
+    """How many commands were running, and were stopped."""
 
 
 class SnapshotRequest(_Model):

@@ -165,6 +165,12 @@ class ShellSession:
                 session_restarted=restarted,
             )
 
+    def interrupt(self) -> None:
+        """Stop the running command and what it started, as Ctrl-C would: the shell, its
+        cwd and variables stay (callable while :meth:`run` waits, from another thread)."""
+        if self._channel is not None and self.shell_pid:
+            self._kill_tree(self.shell_pid, True)
+
     def _restart(self) -> None:
         self._kill_tree(self.shell_pid, False)
         if self._channel is not None:

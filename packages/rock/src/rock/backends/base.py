@@ -52,6 +52,10 @@ class Session(Protocol):
     """A persistent shell: cwd, environment and shell state survive between commands."""
 
     def run(self, command: str, timeout: float | None = 60.0) -> SessionResult: ...
+    def interrupt(self) -> None:
+        """Stop the command running in the session now, as Ctrl-C would (the shell stays)."""
+        ...
+
     def close(self) -> None: ...
 
 
@@ -122,8 +126,9 @@ class Sandbox(ExecVerb):
         """What the backend knows of the sandbox: ``state`` (running, exited, deleted…) and more."""
         return {"state": "running"}
 
-    def interrupt(self) -> int:
-        """Kill every command running now (and its children); return how many were running."""
+    def interrupt(self, tag: str | None = None) -> int:
+        """Kill every command running now (and its children), or the one run with ``tag``;
+        return how many were running."""
         return 0
 
     @abc.abstractmethod

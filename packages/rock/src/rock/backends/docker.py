@@ -134,7 +134,8 @@ class DockerSandbox(Sandbox):
         self.id = container.labels.get(LABEL_SANDBOX, container.name)
         self.spec = spec
         self._oom_seen: int | None = None
-        self._running: set[int] = set()
+        self._running: dict[int, str | None] = {}
+        """The pid of each command running now, and its tag."""
         self._running_lock = threading.Lock()
 
     # --- exec ---------------------------------------------------------------
@@ -182,7 +183,7 @@ class DockerSandbox(Sandbox):
                 )
                 if pid_box[0] > 0:
                     with self._running_lock:
-                        self._running.add(pid_box[0])
+                        self._running[pid_box[0]] = request.tag
                 if rest:
                     err.add(rest)
                 return
@@ -207,7 +208,7 @@ class DockerSandbox(Sandbox):
         duration = time.monotonic() - started
         if pid_box:
             with self._running_lock:
-                self._running.discard(pid_box[0])
+                self._running.pop(pid_box[0], None)
         code = self._exit_code(exec_id)
         if code is None:
             code = 137 if timed_out else -1
@@ -249,9 +250,9 @@ class DockerSandbox(Sandbox):
         with contextlib.suppress(OSError):
             _frames(read, on_frame)
 
-    def interrupt(self) -> int:
+    def interrupt(self, tag: str | None = None) -> int:
         with self._running_lock:
-            pids = sorted(self._running)
+            pids = sorted(p for p, t in self._running.items() if tag is None or t == tag)
         for pid in pids:
             self._kill_tree(pid, keep_root=False)
         return len(pids)

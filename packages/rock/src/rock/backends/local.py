@@ -180,6 +180,8 @@ class LocalSandbox(Sandbox):
         self._state = "running"  # kept here only when there is no meta.json
         self._lock = threading.Lock()
         self._procs: dict[int, tuple[subprocess.Popen[bytes], str | None]] = {}
+        self._tags: dict[str, str] = {}
+        """The tag of each running command's exec id, when it has one."""
         """Live children by pid, with the ``ROCK_EXEC_ID`` of commands (None for shells)."""
 
     @classmethod
@@ -261,11 +263,16 @@ class LocalSandbox(Sandbox):
             roots = [pid for pid, (proc, _) in self._procs.items() if proc.returncode is None]
         kill_processes(roots, marker=self._marker())
 
-    def interrupt(self) -> int:
-        """Kill every command running now and what it started (sessions are left alone);
-        return how many were running. Each returns exit code 137, not timed out."""
+    def interrupt(self, tag: str | None = None) -> int:
+        """Kill every command running now (or the one run with ``tag``) and what it started
+        (sessions are left alone); return how many were running. Each returns exit code 137,
+        not timed out."""
         with self._lock:
-            running = [(pid, exec_id) for pid, (_, exec_id) in self._procs.items() if exec_id]
+            running = [
+                (pid, exec_id)
+                for pid, (_, exec_id) in self._procs.items()
+                if exec_id and (tag is None or self._tags.get(exec_id) == tag)
+            ]
         for pid, exec_id in running:
             kill_processes([pid], marker=[f"ROCK_EXEC_ID={exec_id}"])
         return len(running)
@@ -316,6 +323,9 @@ class LocalSandbox(Sandbox):
         exec_id = secrets.token_hex(8)
         started = time.monotonic()
         deadline = None if request.timeout is None else started + request.timeout
+        if request.tag is not None:
+            with self._lock:
+                self._tags[exec_id] = request.tag
         proc = self._spawn(
             argv,
             exec_id,
@@ -355,6 +365,8 @@ class LocalSandbox(Sandbox):
             else:
                 pipes.close()
             self._untrack(proc)
+            with self._lock:
+                self._tags.pop(exec_id, None)
         return result
 
     # --- sessions -----------------------------------------------------------

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import posixpath
 import re
+import secrets
 import sys
+import threading
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import click
 
@@ -26,6 +30,9 @@ from rock.cli._common import (
     when,
 )
 from rock.client import Client
+from rock.models import ExecRequest
+
+T = TypeVar("T")
 
 _STATES = ("pending", "starting", "ready", "busy", "stopped", "deleted", "error")
 _REMOTE = re.compile(r"^([A-Za-z0-9][A-Za-z0-9_.-]*):(.*)$")
@@ -138,13 +145,20 @@ def sandbox_exec(
     """
     stdin = sys.stdin.buffer.read() if forward_stdin else None
     box = client.sandbox(sandbox_id)
-    result = box.exec(
-        command[0] if len(command) == 1 else list(command),
+    tag = "cli-" + secrets.token_hex(6)
+    request = ExecRequest(
+        command=command[0] if len(command) == 1 else list(command),
         timeout=timeout or None,
         cwd=cwd,
         env=env,
         stdin=stdin,
+        tag=tag,
     )
+    stopped = False
+    try:
+        result = interruptible(lambda: box.run(request), lambda: box.interrupt(tag))
+    except Interrupted as interrupted:
+        result, stopped = interrupted.result, True
     for out, data in ((sys.stdout, result.stdout), (sys.stderr, result.stderr)):
         out.flush()
         out.buffer.write(data)
@@ -159,6 +173,9 @@ def sandbox_exec(
             f"rock: stderr was cut to {len(result.stderr)} of {result.stderr_total} bytes.",
             err=True,
         )
+    if stopped:  # what it wrote before Ctrl-C is above
+        click.echo("rock: interrupted; the command was stopped in the sandbox.", err=True)
+        sys.exit(130)
     if result.oom_killed:
         click.echo("rock: the command was killed for using too much memory.", err=True)
     if result.timed_out:
@@ -216,7 +233,14 @@ def sandbox_shell(client: Client, sandbox_id: str, timeout: float) -> None:
                 if len(words) == 2 and words[1].isdigit():
                     status = int(words[1])
                 break
-            result = session.run(command, timeout=timeout or None)
+            try:
+                result = interruptible(
+                    functools.partial(session.run, command, timeout=timeout or None),
+                    session.interrupt,
+                )
+            except Interrupted as stopped:
+                result = stopped.result  # the shell stays, as after Ctrl-C in bash
+                click.echo("^C", err=True)
             out.write(result.output)
             out.flush()
             if result.output_truncated:
@@ -230,6 +254,46 @@ def sandbox_shell(client: Client, sandbox_id: str, timeout: float) -> None:
                 click.echo(f"rock: the command timed out after {timeout:g}s.", err=True)
             status = 124 if result.timed_out else exit_status(result.exit_code)
     sys.exit(status)
+
+
+class Interrupted(Exception):
+    """Ctrl-C came while a command ran in the sandbox, and it was stopped there."""
+
+    def __init__(self, result: Any) -> None:
+        super().__init__("interrupted")
+        self.result = result
+
+
+def interruptible(call: Callable[[], T], stop: Callable[[], object]) -> T:
+    """``call()`` (a command in the sandbox) in a thread of its own, so that Ctrl-C here
+    stops the command there (``stop``) instead of leaving it running; then
+    :class:`Interrupted` carries what the stopped command returned."""
+    done: list[T] = []
+    failed: list[BaseException] = []
+    finished = threading.Event()  # not Thread.join: a join cut by Ctrl-C can lose the thread
+
+    def work() -> None:
+        try:
+            done.append(call())
+        except BaseException as exc:  # handed to the caller's thread
+            failed.append(exc)
+        finally:
+            finished.set()
+
+    threading.Thread(target=work, daemon=True).start()
+    interrupted = False
+    while not finished.is_set():
+        try:
+            finished.wait(0.1)
+        except KeyboardInterrupt:
+            if not interrupted:
+                interrupted = True
+                stop()
+    if failed:
+        raise failed[0]
+    if interrupted:
+        raise Interrupted(done[0])
+    return done[0]
 
 
 def _split_remote(arg: str) -> tuple[str, str] | None:

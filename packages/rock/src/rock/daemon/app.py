@@ -52,6 +52,8 @@ from rock.models import (
     ExecResult,
     Health,
     ImageInfo,
+    Interrupted,
+    InterruptRequest,
     PoolInfo,
     PoolSettings,
     SandboxInfo,
@@ -327,6 +329,21 @@ def _command_routes(api: APIRouter, manager: SandboxManager) -> None:
     ) -> Response:
         result = manager.run_in_session(sandbox_id, session_id, request)
         return Response(result.model_dump_json(), media_type="application/json")
+
+    @api.post("/v1/sandboxes/{sandbox_id}/interrupt", response_model=Interrupted, tags=["commands"])
+    def interrupt(sandbox_id: SandboxId, request: InterruptRequest) -> Interrupted:
+        """Stop the commands running now (or the one run with ``tag``), as Ctrl-C would."""
+        return Interrupted(interrupted=manager.interrupt(sandbox_id, request.tag))
+
+    @api.post(
+        "/v1/sandboxes/{sandbox_id}/sessions/{session_id}/interrupt",
+        status_code=204,
+        tags=["commands"],
+    )
+    def interrupt_session(sandbox_id: SandboxId, session_id: SessionId) -> Response:
+        """Stop the command running in the session; the session stays."""
+        manager.interrupt_session(sandbox_id, session_id)
+        return Response(status_code=204)
 
     @api.delete(
         "/v1/sandboxes/{sandbox_id}/sessions/{session_id}", status_code=204, tags=["commands"]

@@ -363,6 +363,14 @@ class SandboxManager(PoolsMixin, UpkeepMixin):
             self.metrics.exec_seconds.labels(kind="session").observe(result.duration_sec)
         return result
 
+    def interrupt(self, sandbox_id: str, tag: str | None = None) -> int:
+        """Stop the commands running in the sandbox (the one run with ``tag``); how many."""
+        return self._box(sandbox_id).interrupt(tag)
+
+    def interrupt_session(self, sandbox_id: str, session_id: str) -> None:
+        """Stop the command running in the session; the session stays."""
+        self._session(sandbox_id, session_id).interrupt()
+
     def close_session(self, sandbox_id: str, session_id: str) -> None:
         session = self._session(sandbox_id, session_id)
         with self._lock:
