@@ -23,6 +23,7 @@ $(STAMP): $(PYPROJECTS) scripts/setup-venv.sh
 
 engine:
 	scripts/ensure-docker.sh
+	scripts/ensure-runsc.sh
 
 base-image: setup engine
 	$(BIN)/rock image build-base

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import os
 import stat
 import time
 from collections.abc import Iterator
@@ -23,6 +24,14 @@ def backend(docker_client: docker.DockerClient) -> DockerBackend:
 @pytest.fixture
 def sandbox(backend: DockerBackend) -> Iterator[DockerSandbox]:
     with backend.create(SandboxSpec(memory_mb=256, pids_limit=128)) as sb:
+        yield sb
+
+
+@pytest.fixture(params=["runc", "runsc"])
+def isolated(backend: DockerBackend, request: pytest.FixtureRequest) -> Iterator[DockerSandbox]:
+    """A sandbox under each runtime: the isolation tests run under both."""
+    spec = SandboxSpec(memory_mb=256, pids_limit=128, runtime=request.param)
+    with backend.create(spec) as sb:
         yield sb
 
 
@@ -111,18 +120,17 @@ def test_missing_paths_are_clear_errors(sandbox: DockerSandbox, tmp_path: Path) 
         sandbox.upload(tmp_path / "absent", "/x")
 
 
-def test_default_sandbox_has_no_network(sandbox: DockerSandbox) -> None:
-    result = sandbox.exec(
+def test_default_sandbox_has_no_network(isolated: DockerSandbox) -> None:
+    result = isolated.exec(
         "curl -sS -m 5 http://deb.debian.org/ >/dev/null && echo REACHED || echo BLOCKED"
     )
     assert result.stdout_text.strip() == "BLOCKED"
-    assert (
-        sandbox.exec("cat /sys/class/net/*/operstate; ls /sys/class/net").stdout_text.split()[-1]
-        == "lo"
-    )
+    interfaces = isolated.exec("tail -n +3 /proc/net/dev | cut -d: -f1").stdout_text.split()
+    assert interfaces == ["lo"]
 
 
-def test_limits_and_labels_are_applied(backend: DockerBackend, sandbox: DockerSandbox) -> None:
+def test_limits_and_labels_are_applied(backend: DockerBackend, isolated: DockerSandbox) -> None:
+    sandbox = isolated
     attrs = sandbox.container.attrs
     host = attrs["HostConfig"]
     assert (
@@ -140,21 +148,36 @@ def test_limits_and_labels_are_applied(backend: DockerBackend, sandbox: DockerSa
     assert sandbox.id in {s.id for s in backend.list()}
 
 
-def test_fork_bomb_is_contained(sandbox: DockerSandbox) -> None:
-    result = sandbox.exec("bomb() { bomb | bomb & }; bomb; sleep 3", timeout=10)
+def test_fork_bomb_is_contained(isolated: DockerSandbox) -> None:
+    result = isolated.exec("bomb() { bomb | bomb & }; bomb; sleep 3", timeout=10)
+    if isolated.spec.runtime == "runsc":
+        # gVisor's kernel lives in the sandbox's cgroup: the bomb's tasks use up its memory
+        # and the whole sandbox is killed, its kernel with it; never the host's
+        assert result.exit_code == 137 and _ended(isolated)
+        return
     assert b"Resource temporarily unavailable" in result.stderr  # the pids limit held
     for _ in range(30):  # the bomb dies out once forks fail; the sandbox answers again
-        after = sandbox.exec("echo responsive", timeout=10)
+        after = isolated.exec("echo responsive", timeout=10)
         if after.stdout_text == "responsive\n":
             break
         time.sleep(1)
     assert after.stdout_text == "responsive\n"
 
 
-def test_memory_hog_is_killed_and_reported(sandbox: DockerSandbox) -> None:
-    result = sandbox.exec("python3 -c 'x = bytearray(1 << 30); print(len(x))'", timeout=60)
+def test_memory_hog_is_killed_and_reported(isolated: DockerSandbox) -> None:
+    result = isolated.exec("python3 -c 'x = bytearray(1 << 30); print(len(x))'", timeout=60)
     assert result.exit_code == 137 and result.oom_killed and not result.timed_out
-    assert sandbox.exec("echo ok").stdout_text == "ok\n"
+    if isolated.spec.runtime == "runsc":  # the sandbox went whole (see the fork bomb)
+        assert _ended(isolated)
+        with pytest.raises(SandboxError, match="cannot run commands"):
+            isolated.exec("echo ok")
+        return
+    assert isolated.exec("echo ok").stdout_text == "ok\n"
+
+
+def _ended(sandbox: DockerSandbox) -> bool:
+    sandbox.container.reload()
+    return sandbox.container.status == "exited"
 
 
 def test_snapshot_makes_an_image(
@@ -181,3 +204,19 @@ def test_context_manager_deletes_and_get_of_unknown(backend: DockerBackend) -> N
         sid = sb.id
     with pytest.raises(SandboxNotFound, match=f"no sandbox {sid}"):
         backend.get(sid)
+
+
+def test_a_runsc_sandbox_runs_on_gvisor_s_kernel_and_says_what_it_cannot(
+    backend: DockerBackend,
+) -> None:
+    with backend.create(SandboxSpec(runtime="runsc")) as sb:
+        assert sb.exec("uname -r").stdout_text.strip() != os.uname().release  # not the host's
+        assert sb.container.attrs["HostConfig"]["Runtime"] == "runsc"
+        assert backend.get(sb.id).spec.runtime == "runsc"
+        assert "gVisor" in sb.exec("dmesg 2>/dev/null | head -n 1 || true").stdout_text
+    with pytest.raises(SandboxError) as caught:
+        backend.create(SandboxSpec(runtime="runsc", network="bridge"))
+    assert str(caught.value) == (
+        "the engine runs runsc with --network=none, so a runsc sandbox cannot have network "
+        "bridge; ask for network none, or runtime runc."
+    )

@@ -38,6 +38,10 @@ class SandboxSpec(_Model):
     """Most processes and threads alive at once."""
     network: Literal["none", "bridge"] = "none"
     """'none' (the default) cuts the sandbox off; 'bridge' opens it."""
+    runtime: Literal["runc", "runsc"] = "runc"
+    """The container runtime: ``runc`` (Docker's own) or ``runsc`` (gVisor: the sandbox's
+    system calls go to a kernel of gVisor's, not the host's; ``make engine`` registers it,
+    with its network off). Docker sandboxes only."""
     workdir: str | None = None
     """Working directory for commands; None keeps the image's."""
     env: dict[str, str] = Field(default_factory=dict)

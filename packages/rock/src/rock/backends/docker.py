@@ -209,11 +209,8 @@ class DockerSandbox(Sandbox):
         if pid_box:
             with self._running_lock:
                 self._running.pop(pid_box[0], None)
-        code = self._exit_code(exec_id)
-        if code is None:
-            code = 137 if timed_out else -1
         result = ExecResult(
-            exit_code=137 if timed_out else code,
+            exit_code=0,
             stdout=bytes(out.data),
             stderr=bytes(err.data),
             stdout_truncated=out.total > len(out.data),
@@ -223,10 +220,33 @@ class DockerSandbox(Sandbox):
             duration_sec=duration,
             timed_out=timed_out,
         )
-        if result.exit_code == 137 and not timed_out:
-            result.oom_killed = self._oom_since_last()
+        self._ending(result, exec_id)
         sock.close()
         return result
+
+    def _ending(self, result: ExecResult, exec_id: str) -> None:
+        """Fill in how the command ended: its exit status (137 when killed at its timeout),
+        and whether memory ran out, the whole sandbox going with it (as it does under gVisor,
+        whose kernel lives in the sandbox's cgroup)."""
+        code = self._exit_code(exec_id)
+        ended = self._ended() if code is None else None
+        if code is None:
+            code = 137 if result.timed_out or ended is not None else -1
+        result.exit_code = 137 if result.timed_out else code
+        if ended is not None:
+            result.oom_killed = bool(ended.get("OOMKilled"))
+        elif result.exit_code == 137 and not result.timed_out:
+            result.oom_killed = self._oom_since_last()
+
+    def _ended(self) -> dict[str, Any] | None:
+        """The container's state when it is no longer running (killed under a command), else
+        None."""
+        try:
+            self.container.reload()
+        except DockerException:
+            return None
+        state: dict[str, Any] = self.container.attrs.get("State") or {}
+        return None if state.get("Running") else state
 
     def _exit_code(self, exec_id: str, wait: float = 10.0) -> int | None:
         """The exec's exit status. The engine closes the output stream a moment before
@@ -240,8 +260,8 @@ class DockerSandbox(Sandbox):
                 return None
             if info.get("ExitCode") is not None and not info.get("Running"):
                 return int(info["ExitCode"])
-            if time.monotonic() > deadline:
-                return None
+            if time.monotonic() > deadline or (delay >= 0.05 and self._ended() is not None):
+                return None  # out of time, or the container itself is gone
             time.sleep(delay)
             delay = min(delay * 2, 0.05)
 
@@ -424,6 +444,7 @@ class DockerBackend(Backend):
                 init=True,
                 labels=labels,
                 network_mode=spec.network,
+                runtime=None if spec.runtime == "runc" else spec.runtime,
                 mem_limit=f"{spec.memory_mb}m",
                 memswap_limit=f"{spec.memory_mb}m",
                 nano_cpus=int(spec.cpus * 1e9),
@@ -440,6 +461,8 @@ class DockerBackend(Backend):
         return DockerSandbox(self.client, container, spec)
 
     def check_spec(self, spec: SandboxSpec) -> None:
+        if spec.runtime != "runc":
+            self._check_runtime(spec)
         try:
             self.client.images.get(spec.image)
         except ImageNotFound:
@@ -451,6 +474,25 @@ class DockerBackend(Backend):
             raise SandboxError(
                 f"the engine cannot use image {spec.image!r}: {getattr(exc, 'explanation', None) or exc}"
             ) from None
+
+    def _check_runtime(self, spec: SandboxSpec) -> None:
+        """The engine must know the runtime, and give a runsc sandbox the network it asks for."""
+        try:
+            runtimes = self.client.info().get("Runtimes") or {}
+        except DockerException as exc:
+            raise SandboxError(f"the engine cannot say which runtimes it has: {exc}") from None
+        if spec.runtime not in runtimes:
+            raise SandboxError(
+                f"the engine has no {spec.runtime} runtime (it has {', '.join(sorted(runtimes))}); "
+                "run scripts/ensure-runsc.sh (make engine does) to register gVisor, or ask for "
+                "runtime runc."
+            )
+        args = runtimes[spec.runtime].get("runtimeArgs") or []
+        if spec.network != "none" and "--network=none" in args:
+            raise SandboxError(
+                f"the engine runs {spec.runtime} with --network=none, so a {spec.runtime} "
+                "sandbox cannot have network bridge; ask for network none, or runtime runc."
+            )
 
     def _find(self, sandbox_id: str) -> docker.models.containers.Container:
         found = self.client.containers.list(
@@ -507,6 +549,7 @@ def _spec_of(container: docker.models.containers.Container) -> SandboxSpec:
         cpus=(host.get("NanoCpus") or 1_000_000_000) / 1e9,
         pids_limit=host.get("PidsLimit") or 512,
         network="bridge" if host.get("NetworkMode") == "bridge" else "none",
+        runtime="runsc" if host.get("Runtime") == "runsc" else "runc",
         workdir=config.get("WorkingDir") or None,
         labels={
             k: v

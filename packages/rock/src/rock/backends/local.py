@@ -504,6 +504,11 @@ class LocalBackend(Backend):
         self, spec: SandboxSpec | None = None, *, sandbox_id: str | None = None
     ) -> LocalSandbox:
         spec = spec or SandboxSpec()
+        if spec.runtime != "runc":
+            raise SandboxError(
+                f"a local sandbox runs on this machine's own kernel, not under {spec.runtime}; "
+                "use the Docker backend for runtime runsc."
+            )
         sandbox_id = _check_id(sandbox_id) if sandbox_id is not None else _new_id()
         source = _image_dir(spec.image)
         home = self.directory / sandbox_id

@@ -228,6 +228,12 @@ _SPEC_OPTIONS = [
         default=None,
         help="'none' (the default) cuts the sandbox off; 'bridge' opens it.",
     ),
+    click.option(
+        "--runtime",
+        type=click.Choice(["runc", "runsc"]),
+        default=None,
+        help="'runc' (the default) or 'runsc': gVisor's own kernel between sandbox and host.",
+    ),
     click.option("--workdir", default=None, help="Working directory of commands."),
     click.option(
         "--env",
@@ -265,6 +271,7 @@ _SPEC_FIELDS = (
     "cpus",
     "pids_limit",
     "network",
+    "runtime",
     "workdir",
     "env",
     "labels",
