@@ -467,7 +467,7 @@ def _environment(
     workdir = f.opt_str(task_file, "environment.workdir", table.get("workdir"))
     if workdir is not None and not workdir.startswith("/"):
         raise f.wrong(task_file, "environment.workdir", "an absolute path", workdir)
-    system = f.opt_str(task_file, "environment.os", table.get("os")) or "linux"
+    system = (f.opt_str(task_file, "environment.os", table.get("os")) or "linux").lower()
     if system not in ("linux", "windows"):
         raise f.wrong(task_file, "environment.os", '"linux" or "windows"', system)
     gpus = table.get("gpus")
