@@ -596,9 +596,8 @@ async def _verify(
         if step is not None and step.tests_dir is not None:
             await asyncio.to_thread(upload, sandbox, step.tests_dir, TESTS_DIR)
         return await asyncio.to_thread(
-            run_verifier, task, _tester(sandbox, user), out_dir, timeout_sec=timeout_sec,
-            env=variables,
-        )  # fmt: skip
+            _run_tests, task, sandbox, user, out_dir, timeout_sec, variables
+        )
     checker = await env.open_verifier(task, verifier)
     try:
         check = verifier.environment.healthcheck if verifier.environment else None
@@ -617,20 +616,27 @@ async def _verify(
             if step is not None and step.tests_dir is not None:
                 await asyncio.to_thread(upload, checker, step.tests_dir, TESTS_DIR)
         return await asyncio.to_thread(
-            run_verifier, task, _tester(checker, user), out_dir, timeout_sec=timeout_sec,
-            env=variables,
-        )  # fmt: skip
+            _run_tests, task, checker, user, out_dir, timeout_sec, variables
+        )
     finally:
         await asyncio.shield(env.close(checker))
 
 
-def _tester(sandbox: Sandbox, user: str | None) -> SandboxVerbs:
-    """Who the tests run as: the image's user, or ``user`` (who then owns the verifier's
-    log directory, to write the reward into)."""
-    if user is None:
-        return sandbox
-    sandbox.exec(f"mkdir -p {VERIFIER_LOGS} && chown -R {shlex.quote(user)} {VERIFIER_LOGS}")
-    return AsUser(sandbox, user)
+def _run_tests(
+    task: Task,
+    sandbox: Sandbox,
+    user: str | None,
+    out_dir: Path,
+    timeout_sec: float,
+    variables: dict[str, str],
+) -> VerifierOutcome:
+    """The verifier, as the image's user or as ``user`` (who then owns the verifier's log
+    directory, to write the reward into)."""
+    tester: SandboxVerbs = sandbox
+    if user is not None:
+        sandbox.exec(f"mkdir -p {VERIFIER_LOGS} && chown -R {shlex.quote(user)} {VERIFIER_LOGS}")
+        tester = AsUser(sandbox, user)
+    return run_verifier(task, tester, out_dir, timeout_sec=timeout_sec, env=variables)
 
 
 ARTIFACTS_DIR = "/logs/artifacts"
