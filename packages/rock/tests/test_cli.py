@@ -304,6 +304,9 @@ def _cli(*args: str) -> subprocess.Popen[bytes]:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         env=env,
+        # as from a terminal: a test run started in the background (CI) ignores SIGINT, and
+        # its children would inherit that
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
 
 

@@ -229,24 +229,32 @@ class DockerSandbox(Sandbox):
         and whether memory ran out, the whole sandbox going with it (as it does under gVisor,
         whose kernel lives in the sandbox's cgroup)."""
         code = self._exit_code(exec_id)
-        ended = self._ended() if code is None else None
+        ended = None
+        if code is None or (code >= 128 and self.spec.runtime == "runsc"):
+            ended = self._ended(wait=3.0 if self.spec.runtime == "runsc" else 0.0)
         if code is None:
             code = 137 if result.timed_out or ended is not None else -1
-        result.exit_code = 137 if result.timed_out else code
+        result.exit_code = 137 if result.timed_out or ended is not None else code
         if ended is not None:
             result.oom_killed = bool(ended.get("OOMKilled"))
         elif result.exit_code == 137 and not result.timed_out:
             result.oom_killed = self._oom_since_last()
 
-    def _ended(self) -> dict[str, Any] | None:
+    def _ended(self, wait: float = 0.0) -> dict[str, Any] | None:
         """The container's state when it is no longer running (killed under a command), else
-        None."""
-        try:
-            self.container.reload()
-        except DockerException:
-            return None
-        state: dict[str, Any] = self.container.attrs.get("State") or {}
-        return None if state.get("Running") else state
+        None; ``wait`` gives one that is going down (gVisor's, whose kernel died) that long."""
+        deadline = time.monotonic() + wait
+        while True:
+            try:
+                self.container.reload()
+            except DockerException:
+                return None
+            state: dict[str, Any] = self.container.attrs.get("State") or {}
+            if not state.get("Running"):
+                return state
+            if time.monotonic() >= deadline:
+                return None
+            time.sleep(0.1)
 
     def _exit_code(self, exec_id: str, wait: float = 10.0) -> int | None:
         """The exec's exit status. The engine closes the output stream a moment before
