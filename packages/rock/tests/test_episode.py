@@ -114,7 +114,7 @@ def test_a_healthcheck_counts_failures_only_after_its_start_period(tmp_path: Pat
     """Harbor's rule, on a fake clock: the tries within the start period come every
     ``start_interval_sec`` and do not count; after it ``retries`` failures in a row give up."""
     from ale.task import Healthcheck
-    from rock.episode import wait_healthy
+    from rock.task_phases import wait_healthy
 
     sandbox = LocalBackend(tmp_path / "root").create(SandboxSpec())
     fifth = "n=$(cat tries 2>/dev/null || echo 0); echo $((n+1)) > tries; [ $n -ge 4 ]"
@@ -146,8 +146,8 @@ def test_a_sandbox_seen_as_a_user_runs_as_it_and_hands_it_what_it_writes(
     import io
     import tarfile
 
-    from rock.episode import AsUser
     from rock.models import ExecRequest, ExecResult
+    from rock.task_phases import AsUser
 
     class Recorder:
         id = "r"
