@@ -16,7 +16,7 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ale.trajectory import AgentInfo, Role, Step, Timings, ToolCall, ToolResult, Trajectory, Usage
 from iflow import __version__
@@ -56,6 +56,9 @@ from iflow.prompts import COMPACT_TOOLS, FINISH_REMINDER, TODO_REMINDER, system_
 from iflow.tools import Tool, ToolContext, ToolRegistry, default_tools
 from iflow.tools.todo import TodoList
 from iflow.workspace.base import Workspace
+
+if TYPE_CHECKING:
+    from iflow.mcp.hub import McpHub
 from iflow.workspace.shell import ShellSession
 
 TurnHook = Callable[["Agent"], Awaitable[None] | None]
@@ -78,8 +81,12 @@ class Agent:
         prompt: str | None = None,
         shell: ShellSession | None = None,
         name: str = "iflow",
+        mcp: McpHub | None = None,
     ) -> None:
         self.model = model
+        self.mcp = mcp
+        """The session's MCP servers (their tools are offered beside the built-in ones); the
+        agent stops them in :meth:`aclose`."""
         self.workspace = workspace
         self.config = config or AgentConfig()
         self.on_event = on_event
@@ -91,6 +98,8 @@ class Agent:
         if compact and tools is None:
             by_name = {t.name: t for t in chosen}
             chosen = [by_name[name] for name in COMPACT_TOOLS if name in by_name]
+        if mcp is not None:
+            chosen = [*chosen, *mcp.tools(taken={t.name for t in chosen})]
         self.all_tools = ToolRegistry(chosen)
         self.gate = ToolGate(
             ApprovalPolicy(self.config.approval_mode),
@@ -502,8 +511,11 @@ class Agent:
         )
 
     async def aclose(self) -> None:
-        """Release the shell session's state (the workspace belongs to the caller)."""
+        """Release the shell session's state and stop the MCP servers (the workspace belongs
+        to the caller)."""
         await self.shell.close()
+        if self.mcp is not None:
+            await self.mcp.aclose()
 
     # -- sub-agents ------------------------------------------------------------------------
 

@@ -21,11 +21,11 @@ Mode = Literal["default", "auto-edit", "plan", "yolo"]
 MODES: tuple[Mode, ...] = ("default", "auto-edit", "plan", "yolo")
 Decision = Literal["allow_once", "allow_always", "deny"]
 
-_ALL_KINDS = frozenset({"read", "edit", "execute", "other"})
+_ALL_KINDS = frozenset({"read", "edit", "execute", "mcp", "other"})
 _ASKS: Mapping[str, frozenset[str]] = MappingProxyType(
     {
-        "default": frozenset({"edit", "execute"}),
-        "auto-edit": frozenset({"execute"}),
+        "default": frozenset({"edit", "execute", "mcp"}),
+        "auto-edit": frozenset({"execute", "mcp"}),
         "plan": frozenset(),
         "yolo": frozenset(),
     }
@@ -70,20 +70,23 @@ class ApprovalPolicy:
 
     mode: Mode = "default"
     always: set[str] = field(default_factory=set)
-    """Keys allowed for the rest of the session: ``edit`` or ``execute:<command root>``."""
+    """Keys allowed for the rest of the session: ``edit``, ``execute:<command root>`` or
+    ``mcp:<tool>``."""
 
-    def key(self, kind: str, arguments: dict[str, Any]) -> str:
+    def key(self, kind: str, arguments: dict[str, Any], tool: str = "") -> str:
         if kind == "execute":
             return f"execute:{_command_root(str(arguments.get('command', '')))}"
+        if kind == "mcp":
+            return f"mcp:{tool}"
         return kind
 
-    def needs_approval(self, kind: str, arguments: dict[str, Any]) -> bool:
+    def needs_approval(self, kind: str, arguments: dict[str, Any], tool: str = "") -> bool:
         if kind not in _ASKS[self.mode]:
             return False
-        return self.key(kind, arguments) not in self.always
+        return self.key(kind, arguments, tool) not in self.always
 
-    def remember(self, kind: str, arguments: dict[str, Any]) -> None:
-        self.always.add(self.key(kind, arguments))
+    def remember(self, kind: str, arguments: dict[str, Any], tool: str = "") -> None:
+        self.always.add(self.key(kind, arguments, tool))
 
 
 def _command_root(command: str) -> str:
@@ -107,7 +110,7 @@ def denial_message(request: ApprovalRequest, *, headless: bool) -> str:
     if headless:
         how = (
             "rerun with --yolo"
-            if request.kind == "execute"
+            if request.kind in ("execute", "mcp")
             else "rerun with --approval-mode auto-edit or --yolo"
         )
         return (

@@ -172,13 +172,28 @@ async def _headless(
     atif: Path | None,
 ) -> int:
     from iflow.headless import run_headless
-    from iflow.runner import build_agent
+    from iflow.runner import build_agent, start_mcp
     from iflow.workspace.local import LocalWorkspace
 
     async with LocalWorkspace(cwd) as workspace:
-        agent, recorder = build_agent(
-            settings, workspace, cwd=cwd, home=home, headless=True, store=store, resume=resumed
-        )
+        mcp = await start_mcp(settings, cwd=cwd, home=home)
+        for failure in mcp.failures() if mcp is not None else []:
+            click.echo(f"iflow: {failure} Going on without its tools.", err=True)
+        try:
+            agent, recorder = build_agent(
+                settings,
+                workspace,
+                cwd=cwd,
+                home=home,
+                headless=True,
+                store=store,
+                resume=resumed,
+                mcp=mcp,
+            )
+        except BaseException:
+            if mcp is not None:
+                await mcp.aclose()
+            raise
         try:
             return await run_headless(
                 agent,

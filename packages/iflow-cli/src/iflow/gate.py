@@ -50,7 +50,7 @@ class ToolGate:
                 title=tool.describe(call.arguments),
             )
         )
-        if self.policy.needs_approval(tool.kind, call.arguments):
+        if not tool.trusted and self.policy.needs_approval(tool.kind, call.arguments, tool.name):
             request = ApprovalRequest(
                 tool=tool.name,
                 kind=tool.kind,
@@ -68,7 +68,7 @@ class ToolGate:
                 self._finished(call, denied)
                 return denied
             if decision == "allow_always":
-                self.policy.remember(tool.kind, call.arguments)
+                self.policy.remember(tool.kind, call.arguments, tool.name)
         result = await offered.call(call, ctx)
         self._finished(call, result)
         return result

@@ -7,10 +7,11 @@ so the system prompt, tools and context engineering are the same everywhere.
 from __future__ import annotations
 
 import asyncio
+import importlib
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ale.trajectory import Role, Step
 from iflow.agent import Agent, AgentConfig
@@ -22,6 +23,23 @@ from iflow.models.base import Model
 from iflow.sessions import SessionData, SessionStore, clip_title
 from iflow.settings import Settings
 from iflow.workspace.base import Workspace
+
+if TYPE_CHECKING:
+    from iflow.mcp.hub import McpHub
+
+
+async def start_mcp(settings: Settings, *, cwd: Path, home: Path) -> McpHub | None:
+    """The settings' MCP servers, connected (None when there are none). Servers that failed
+    are in the hub's :meth:`~iflow.mcp.hub.McpHub.failures`; their logs in
+    ``<home>/.iflow/logs``. The SDK is imported only here: a session without MCP does not
+    pay for it."""
+    if not settings.mcp_servers:
+        return None
+    hub_module: Any = await asyncio.to_thread(importlib.import_module, "iflow.mcp.hub")
+    hub: McpHub = await hub_module.McpHub.start(
+        settings.mcp_servers, cwd=cwd, log_dir=home / ".iflow" / "logs"
+    )
+    return hub
 
 
 def agent_config(settings: Settings, *, headless: bool) -> AgentConfig:
@@ -154,9 +172,11 @@ def build_agent(
     store: SessionStore | None = None,
     resume: SessionData | None = None,
     memory: bool = True,
+    mcp: McpHub | None = None,
 ) -> tuple[Agent, SessionRecorder | None]:
     """An agent for ``workspace``; with ``store`` its session is saved after every turn
-    (resuming ``resume`` when given)."""
+    (resuming ``resume`` when given); with ``mcp`` (:func:`start_mcp`) it gets the tools of
+    those servers and stops them when it closes."""
     mem = render_memory(load_memory(cwd, home)) if memory else ""
     agent = Agent(
         model or model_from(settings),
@@ -165,6 +185,7 @@ def build_agent(
         approver=approver,
         on_event=on_event,
         memory=mem,
+        mcp=mcp,
     )
     recorder: SessionRecorder | None = None
     if store is not None:

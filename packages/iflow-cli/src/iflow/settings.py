@@ -51,6 +51,7 @@ from pydantic.alias_generators import to_camel
 
 from iflow.approval import Mode
 from iflow.errors import ConfigError
+from iflow.mcp.config import McpServerConfig
 
 Provider = Literal["openai", "local", "scripted"]
 ToolFormat = Literal["native", "text", "brief"]
@@ -58,6 +59,8 @@ ToolFormat = Literal["native", "text", "brief"]
 _EXTRA_ALIASES = MappingProxyType({"model": ("modelName",), "max_turns": ("maxSessionTurns",)})
 _IGNORED_KEYS = frozenset({"theme", "selectedAuthType"})
 _PATH_FIELDS = ("model_path", "script", "sessions_dir")
+_MERGED = frozenset({"mcp_servers"})
+"""Settings whose layers merge by key instead of the later one replacing the whole value."""
 _FALLBACK_ENV = MappingProxyType({"api_key": "OPENAI_API_KEY", "base_url": "OPENAI_BASE_URL"})
 _WHAT = MappingProxyType(
     {
@@ -131,6 +134,9 @@ class Settings(BaseModel):
     """Identical tool calls in a row before the agent is warned that it is looping."""
     sessions_dir: str | None = None
     """Where sessions are saved; None: ``<home>/.iflow/sessions``."""
+    mcp_servers: dict[str, McpServerConfig] = Field(default_factory=dict)
+    """MCP servers whose tools the agent gets (``mcpServers``, in Gemini CLI's shape); the
+    layers merge by server name, a later layer's entry replacing an earlier one's."""
 
     _sources: dict[str, str] = PrivateAttr(default_factory=dict)
 
@@ -182,6 +188,10 @@ def load_settings(
     sources: dict[str, str] = {}
 
     def put(name: str, value: Any, source: str, base: Path) -> None:
+        if name in _MERGED and isinstance(value, str):
+            value = _json_value(name, value, source)
+        if name in _MERGED and isinstance(values.get(name), dict) and isinstance(value, dict):
+            value = {**values[name], **value}
         values[name] = _resolve_path(name, value, base)
         sources[name] = source
 
@@ -295,6 +305,17 @@ def _read_file(path: Path) -> dict[str, Any]:
     return found
 
 
+def _json_value(name: str, value: str, source: str) -> Any:
+    """A mapping setting given as text (a variable or a flag): JSON."""
+    try:
+        return json.loads(value)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(
+            f"{source} is not valid JSON for setting '{name}' ({exc.msg} at column {exc.colno}); "
+            'give a JSON object such as {"git": {"command": "mcp-server-git"}}.'
+        ) from None
+
+
 def _resolve_path(name: str, value: Any, base: Path) -> Any:
     if name not in _PATH_FIELDS or not isinstance(value, str) or not value:
         return value
@@ -315,6 +336,10 @@ def _explain(exc: ValidationError, values: dict[str, Any], sources: dict[str, st
     reason = msg[:1].lower() + msg[1:]
     source = sources.get(name, "the settings")
     shown = "" if name == "api_key" else f" {values.get(name)!r}"
+    if name in _MERGED and len(error["loc"]) > 1:
+        where = ".".join(str(p) for p in error["loc"][1:])
+        reason = f"at {where}: {reason}"
+        shown = ""
     if source.startswith("--"):
         return f"{source} has an invalid value{shown} ({reason}); pass a valid value."
     if os.sep in source or source.endswith(".json"):

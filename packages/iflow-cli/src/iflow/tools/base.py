@@ -11,7 +11,7 @@ import json
 from collections.abc import Iterator
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
@@ -24,9 +24,10 @@ if TYPE_CHECKING:
     from iflow.workspace.base import Workspace
     from iflow.workspace.shell import ShellSession
 
-ToolKind = Literal["read", "edit", "execute", "other"]
+ToolKind = Literal["read", "edit", "execute", "mcp", "other"]
 """What approval a tool needs: ``read`` never asks, ``edit`` asks outside auto-edit/yolo,
-``execute`` asks outside yolo, ``other`` (todo, finish, task) never asks."""
+``execute`` and ``mcp`` (an MCP server's tool that is not read-only) ask outside yolo,
+``other`` (todo, finish, task) never asks."""
 
 
 class Params(BaseModel):
@@ -62,10 +63,12 @@ class ToolFailed(IflowError):
 class Tool(abc.ABC):
     """One tool. Subclasses set the class attributes and implement :meth:`run`."""
 
-    name: ClassVar[str]
-    description: ClassVar[str]
-    params: ClassVar[type[Params]]
-    kind: ClassVar[ToolKind] = "read"
+    name: str
+    description: str
+    params: type[Params]
+    kind: ToolKind = "read"
+    trusted: bool = False
+    """Never ask before running it (an MCP server configured with ``trust``)."""
 
     def compact_schema(self) -> dict[str, Any]:
         """The description of the compact prompt profile: the first sentence of the tool's

@@ -178,9 +178,13 @@ class IflowApp(App[int]):
                 f"The model could not be started: {self.failed}.", "error"
             )
             return
+        mcp = None
         try:
             runner: Any = await asyncio.to_thread(importlib.import_module, "iflow.runner")
             model = await asyncio.to_thread(runner.model_from, settings)
+            mcp = await runner.start_mcp(settings, cwd=self.cwd, home=self.home)
+            for failure in mcp.failures() if mcp is not None else []:
+                await self.conversation.notice(f"{failure} Going on without its tools.", "warning")
             agent, recorder = runner.build_agent(
                 settings,
                 workspace,
@@ -190,9 +194,12 @@ class IflowApp(App[int]):
                 model=model,
                 store=self.store,
                 resume=self.resume,
+                mcp=mcp,
             )
         except Exception as exc:  # any failure here is shown; the app stays open for /help etc.
             reason = str(exc) if isinstance(exc, IflowError) else f"{type(exc).__name__}: {exc}"
+            if mcp is not None:
+                await mcp.aclose()
             self.failed = reason
             self.status_bar.model_name = "no model"
             await self.conversation.notice(f"The model could not be started: {reason}", "error")

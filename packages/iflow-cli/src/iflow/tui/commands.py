@@ -23,6 +23,7 @@ Commands
   /mode [MODE]     show or set the approval mode: default, auto-edit, plan, yolo
   /model           the model, its provider and where each setting came from
   /todo            the agent's todo list
+  /mcp             the MCP servers: their state and tools, or why they are not running
   /save [PATH]     write the trajectory: ALE JSONL, or ATIF when PATH ends in .atif.json
                    (default: the sessions directory)
   /resume [ID]     list saved sessions; with an ID (or a unique prefix) resume that one
@@ -56,6 +57,7 @@ class SlashCommands:
             "mode": self.mode,
             "model": self.model,
             "todo": self.todo,
+            "mcp": self.mcp,
             "save": self.save,
             "resume": self.resume,
             "quit": self.quit,
@@ -144,6 +146,33 @@ class SlashCommands:
         for name in others:
             lines.append(f"  {name} from {settings.source(name)}")
         await self.app.conversation.text_block("\n".join(lines))
+
+    async def mcp(self, arg: str) -> None:
+        agent = await self._agent()
+        if agent is None:
+            return
+        if agent.mcp is None:
+            await self.app.conversation.text_block(
+                'No MCP servers are configured. Add them under "mcpServers" in '
+                "~/.iflow/settings.json or .iflow/settings.json, e.g.\n"
+                '  "mcpServers": {"git": {"command": "mcp-server-git", "args": ["-r", "."]}}'
+            )
+            return
+        offered: dict[str, list[str]] = {}
+        for tool in agent.all_tools:
+            server = getattr(tool, "server", None)  # an MCP tool names its server
+            if isinstance(server, str):
+                offered.setdefault(server, []).append(tool.name)
+        lines = ["MCP servers"]
+        for entry in agent.mcp.status():
+            state = entry["state"]
+            lines.append(f"  {entry['name']}  {state}  ({entry['transport']}: {entry['endpoint']})")
+            if state == "ready":
+                tools = offered.get(entry["name"]) or []
+                lines.append(f"    tools: {', '.join(tools) if tools else '(none)'}")
+            elif entry["error"]:
+                lines.append(f"    {entry['error']}")
+        await self.app.conversation.text_block("\n".join(lines), "mcp")
 
     async def compress(self, arg: str) -> None:
         agent = await self._agent()
