@@ -73,6 +73,11 @@ def _edge_cases() -> dict[str, Trajectory]:
             Step(role=Role.SYSTEM, content="s", usage=Usage(prompt_tokens=3))
         ],
         "no-steps": [],
+        "copied-context": [
+            Step(role=Role.USER, content="before", extra={"copied_context": True}),
+            Step(role=Role.ASSISTANT, content="noted", extra={"copied_context": True}),
+            user,
+        ],
     }
     return {name: Trajectory(agent=agent, steps=steps) for name, steps in cases.items()}
 

@@ -88,3 +88,16 @@ def test_an_agent_named_by_module_and_class_is_built_or_one_sentence(on_path: Pa
         load_agent("nowhere_mod:X")
     with pytest.raises(AgentNotFound, match="cannot be built"):
         load_agent("my_agent_mod:NOT_A_CLASS")
+
+
+def test_only_an_agent_whose_run_takes_context_is_given_one() -> None:
+    from ale.agents import accepts_context
+
+    class Plain:
+        async def run(self, instruction, sandbox, *, logs_dir=None, timeout_sec=None): ...
+
+    class Aware:
+        async def run(self, instruction, sandbox, *, context=None, **options): ...
+
+    assert not accepts_context(Plain()) and accepts_context(Aware())
+    assert not accepts_context(object())

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from ale.task import TaskError, TaskFormatError, iter_tasks, load_task
+from ale.agents import TaskContext
+from ale.task import TaskError, TaskFormatError, iter_tasks, load_task, write_task_tb2
 
 FIXTURES = Path(__file__).parent / "fixtures" / "tasks"
 
@@ -428,3 +429,81 @@ def test_an_agent_gets_the_instruction_without_its_canary_lines() -> None:
     assert agent_instruction(text) == "Do the thing.\n\n# Notes\n"
     plain = "# Title\n\nDo it; the word canary appears later.\n"
     assert agent_instruction(plain) == plain
+
+
+CONTEXT = """allow_internet = false
+skills_dir = "/opt/skills"
+
+[[environment.mcp_servers]]
+name = "git"
+transport = "stdio"
+command = "mcp-server-git"
+args = ["-r", "/app"]
+
+[[environment.mcp_servers]]
+name = "docs"
+transport = "streamable-http"
+url = "http://docs:8000/mcp"
+headers = { Authorization = "Bearer ${DOCS_TOKEN}" }
+"""
+PRIOR = (
+    '{"schema_version": "ATIF-v1.7", "agent": {"name": "a", "version": "1"}, "steps": ['
+    '{"step_id": 1, "source": "user", "message": "earlier"}]}'
+)
+
+
+def test_mcp_servers_skills_and_a_prior_conversation_load(steps: Path) -> None:
+
+    _edit(steps / "task.toml", "allow_internet = false\n", CONTEXT)
+    (steps / "steps" / "create" / "trajectory.json").write_text(PRIOR)
+    task = load_task(steps)
+    git, docs = task.environment.mcp_servers
+    assert (git.transport, git.command, git.args) == ("stdio", "mcp-server-git", ["-r", "/app"])
+    assert (docs.transport, docs.url) == ("streamable-http", "http://docs:8000/mcp")
+    assert docs.headers == {"Authorization": "Bearer ${DOCS_TOKEN}"}  # read when connecting
+    assert task.environment.skills_dir == "/opt/skills"
+    assert task.prior_trajectory == steps / "steps" / "create" / "trajectory.json"
+    context = TaskContext.of(task)
+    assert context.prior is not None and context.prior.steps[0].content == "earlier"
+    assert TaskContext.of(task, first=False).prior is None
+    assert not TaskContext()
+
+
+def test_a_one_step_task_s_prior_conversation_is_written_again(tb2: Path, tmp_path: Path) -> None:
+    (tb2 / "trajectory.json").write_text(PRIOR)
+    _edit(tb2 / "task.toml", "[environment]\n", '[environment]\nskills_dir = "/skills"\n')
+    task = load_task(tb2)
+    assert task.prior_trajectory == tb2 / "trajectory.json"
+    again = load_task(write_task_tb2(task, tmp_path / "again"))
+    assert again.prior_trajectory is not None and again.prior_trajectory.read_text() == PRIOR
+    assert again.environment.skills_dir == "/skills"
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "says"),
+    [
+        ('name = "git"\n', "", "mcp_servers[0].name"),
+        ('name = "docs"', 'name = "git"', "a name no other server has"),
+        ('transport = "stdio"', 'transport = "websocket"', '"stdio", "sse" or "streamable-http"'),
+        ('command = "mcp-server-git"\n', "", "the command of a stdio server"),
+        ('url = "http://docs:8000/mcp"\n', "", "the URL of a streamable-http server"),
+        ('args = ["-r", "/app"]', 'args = "-r /app"', "mcp_servers[0].args"),
+        ('skills_dir = "/opt/skills"', 'skills_dir = "skills"', "environment.skills_dir"),
+    ],
+)
+def test_bad_mcp_servers_and_skills_dir_are_one_sentence(
+    steps: Path, old: str, new: str, says: str
+) -> None:
+    _edit(steps / "task.toml", "allow_internet = false\n", CONTEXT)
+    _edit(steps / "task.toml", old, new)
+    assert says in str(_error(steps))
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [("{not json", "is not valid JSON"), ('{"steps": []}', "schema_version: must be")],
+)
+def test_a_bad_prior_conversation_is_one_sentence(tb2: Path, text: str, says: str) -> None:
+    (tb2 / "trajectory.json").write_text(text)
+    message = str(_error(tb2))
+    assert "trajectory.json" in message and says in message and "prior context" in message

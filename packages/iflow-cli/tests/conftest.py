@@ -17,13 +17,11 @@ IMAGE = "rock/base:bookworm"
 
 
 @pytest.fixture(scope="module")
-def docker_sandbox() -> Iterator[Any]:
-    """One real docker sandbox per test module. A missing engine fails the test unless
+def docker_client() -> Iterator[Any]:
+    """The real engine, once per test module. A missing engine fails the test unless
     ROCK_SKIP_DOCKER=1 says to skip, as in rock's own tests."""
-    from rock.backends.docker import DockerBackend
     from rock.engine import connect
     from rock.errors import EngineUnavailable
-    from rock.models import SandboxSpec
 
     try:
         client = connect()
@@ -31,13 +29,22 @@ def docker_sandbox() -> Iterator[Any]:
         if os.environ.get("ROCK_SKIP_DOCKER") == "1":
             pytest.skip(f"ROCK_SKIP_DOCKER=1 and {exc}")
         pytest.fail(str(exc))
-    backend = DockerBackend(client, daemon_id="pytest-iflow")
+    yield client
+    client.close()
+
+
+@pytest.fixture(scope="module")
+def docker_sandbox(docker_client: Any) -> Iterator[Any]:
+    """One real docker sandbox per test module."""
+    from rock.backends.docker import DockerBackend
+    from rock.models import SandboxSpec
+
+    backend = DockerBackend(docker_client, daemon_id="pytest-iflow")
     sandbox = backend.create(SandboxSpec(image=IMAGE, memory_mb=512, pids_limit=256))
     try:
         yield sandbox
     finally:
         sandbox.delete()
-        client.close()
 
 
 @pytest.fixture(params=["local", pytest.param("docker", marks=pytest.mark.docker)])

@@ -8,11 +8,11 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from mcp_servers import TOKEN, http_server
 
-from ale.trajectory import ToolCall
 from iflow.agent import Agent, AgentConfig
 from iflow.errors import ConfigError, Finished
 from iflow.mcp import McpServerConfig
@@ -45,8 +45,10 @@ def git_server(repo: Path, **extra: object) -> McpServerConfig:
     )
 
 
-def call(name: str, **arguments: object) -> ToolCall:
-    return ToolCall(id=f"c-{name}", name=name, arguments=dict(arguments))
+async def started(servers: dict[str, McpServerConfig], **options: Any) -> McpHub:
+    hub = McpHub(servers, **options)
+    await hub.connect()
+    return hub
 
 
 # -- settings ---------------------------------------------------------------------------------
@@ -110,7 +112,7 @@ def test_mcp_servers_in_a_variable_must_be_json(tmp_path: Path) -> None:
 
 
 async def test_mcp_server_git_tools_appear_and_answer(repo: Path, tmp_path: Path) -> None:
-    hub = await McpHub.start({"git": git_server(repo)}, log_dir=tmp_path / "logs")
+    hub = await started({"git": git_server(repo)}, log_dir=tmp_path / "logs")
     try:
         assert hub.failures() == []
         tools = {t.name: t for t in hub.tools()}
@@ -127,7 +129,7 @@ async def test_mcp_server_git_tools_appear_and_answer(repo: Path, tmp_path: Path
 
 async def test_include_and_exclude_choose_tools(repo: Path) -> None:
     config = git_server(repo, includeTools=["git_status", "git_log"], excludeTools=["git_log"])
-    hub = await McpHub.start({"git": config})
+    hub = await started({"git": config})
     try:
         assert [t.name for t in hub.tools()] == ["git_status"]
     finally:
@@ -135,7 +137,7 @@ async def test_include_and_exclude_choose_tools(repo: Path) -> None:
 
 
 async def test_the_agent_calls_an_mcp_tool_like_a_built_in_one(repo: Path) -> None:
-    hub = await McpHub.start({"git": git_server(repo)})
+    hub = await started({"git": git_server(repo)})
     model = ScriptedModel(
         [
             {"tool_calls": [{"name": "git_status", "arguments": {"repo_path": str(repo)}}]},
@@ -163,7 +165,7 @@ async def test_the_agent_calls_an_mcp_tool_like_a_built_in_one(repo: Path) -> No
 
 
 async def test_a_trusted_server_runs_without_asking(repo: Path) -> None:
-    hub = await McpHub.start({"git": git_server(repo, trust=True)})
+    hub = await started({"git": git_server(repo, trust=True)})
     model = ScriptedModel(
         [
             {
@@ -194,7 +196,7 @@ async def test_streamable_http_with_headers_and_a_name_clash() -> None:
         config = McpServerConfig.model_validate(
             {"httpUrl": url, "headers": {"Authorization": "Bearer ${MCP_TOKEN}"}, "timeout": 1500}
         )
-        hub = await McpHub.start({"remote": config}, env={"MCP_TOKEN": TOKEN})
+        hub = await started({"remote": config}, env={"MCP_TOKEN": TOKEN})
         try:
             assert hub.failures() == []
             names = [t.name for t in hub.tools(taken={"read_file"})]
@@ -215,7 +217,7 @@ async def test_a_refused_http_server_is_one_sentence_and_others_go_on(repo: Path
             "remote": McpServerConfig.model_validate({"httpUrl": url}),  # no token: 401
             "git": git_server(repo),
         }
-        hub = await McpHub.start(servers, start_timeout=20)
+        hub = await started(servers, start_timeout=20)
         try:
             [failure] = hub.failures()
             assert failure.startswith("MCP server 'remote' failed to start (")
@@ -233,7 +235,7 @@ async def test_a_server_that_cannot_start_says_why(tmp_path: Path) -> None:
         "missing": McpServerConfig(command="no-such-mcp-server"),
         "broken": McpServerConfig(command=STDIO_SERVER[0], args=[STDIO_SERVER[1], "--fail"]),
     }
-    hub = await McpHub.start(servers, log_dir=tmp_path / "logs", start_timeout=20)
+    hub = await started(servers, log_dir=tmp_path / "logs", start_timeout=20)
     try:
         missing, broken = hub.failures()
         assert "'no-such-mcp-server' was not found" in missing
@@ -245,9 +247,7 @@ async def test_a_server_that_cannot_start_says_why(tmp_path: Path) -> None:
 
 
 async def test_a_server_that_hangs_at_start_times_out(tmp_path: Path) -> None:
-    hub = await McpHub.start(
-        {"mute": McpServerConfig(command="sleep", args=["60"])}, start_timeout=1
-    )
+    hub = await started({"mute": McpServerConfig(command="sleep", args=["60"])}, start_timeout=1)
     try:
         [failure] = hub.failures()
         assert failure.startswith("MCP server 'mute' did not start within 1 s (sleep 60)")
@@ -257,7 +257,7 @@ async def test_a_server_that_hangs_at_start_times_out(tmp_path: Path) -> None:
 
 async def test_a_server_that_dies_mid_session_is_one_sentence(tmp_path: Path) -> None:
     config = McpServerConfig(command=STDIO_SERVER[0], args=[STDIO_SERVER[1]], timeout=10_000)
-    hub = await McpHub.start({"fragile": config})
+    hub = await started({"fragile": config})
     model = ScriptedModel(
         [
             {"tool_calls": [{"name": "echo", "arguments": {"text": "1"}}]},

@@ -6,18 +6,24 @@ An agent package (iflow, or any other) registers a class in the entry-point grou
 the harness's ``--model`` and ``--agent-kwarg key=value`` pairs, and its ``run`` gets the
 task instruction and a sandbox (:class:`ale.sandbox.SandboxVerbs`: rock's ``Sandbox`` verbs,
 ``exec``, ``read_file``, ``write_file``...). It returns the episode's trajectory in the shared schema.
+An agent whose ``run`` also takes ``context`` gets what the task gives its agent beyond the
+instruction (:class:`TaskContext`: MCP servers, skills, a prior conversation).
 """
 
 from __future__ import annotations
 
 import importlib
+import inspect
 import json
+from dataclasses import dataclass, field
 from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
+from ale.atif import read_atif
 from ale.plugins import load_entry_point
 from ale.sandbox import SandboxVerbs
+from ale.task.models import Task, TaskMcpServer
 from ale.trajectory import Trajectory
 
 GROUP = "ale.agents"
@@ -40,6 +46,42 @@ class BenchAgent(Protocol):
         """Work on ``instruction`` inside ``sandbox``; return the trajectory (its
         ``failure_mode`` says how the run ended when it did not finish cleanly)."""
         ...
+
+
+@dataclass(frozen=True)
+class TaskContext:
+    """What a task gives its agent besides the instruction (Harbor passes the same to the
+    agents that support it). A harness passes it as ``run(..., context=...)`` to an agent
+    whose ``run`` takes ``context`` (:func:`accepts_context`), when the task has any."""
+
+    mcp_servers: list[TaskMcpServer] = field(default_factory=list)
+    """MCP servers: a stdio one runs inside the sandbox, a URL one is reached as it is."""
+    skills_dir: str | None = None
+    """A directory in the sandbox of Agent Skills (``<skill>/SKILL.md``)."""
+    prior: Trajectory | None = None
+    """A conversation to start from (the task's ``trajectory.json``)."""
+
+    def __bool__(self) -> bool:
+        return bool(self.mcp_servers or self.skills_dir or self.prior is not None)
+
+    @classmethod
+    def of(cls, task: Task, *, first: bool = True) -> TaskContext:
+        """The context of ``task``'s agent (``first``: for its first or only step; the prior
+        conversation belongs to that one)."""
+        from_file = None
+        if first and task.prior_trajectory is not None:
+            from_file = read_atif(task.prior_trajectory)
+        env = task.environment
+        return cls(mcp_servers=list(env.mcp_servers), skills_dir=env.skills_dir, prior=from_file)
+
+
+def accepts_context(agent: object) -> bool:
+    """Whether ``agent.run`` takes a ``context`` keyword (:class:`TaskContext`)."""
+    run = getattr(agent, "run", None)
+    try:
+        return callable(run) and "context" in inspect.signature(run).parameters
+    except (TypeError, ValueError):
+        return False
 
 
 AGENT_CHECK = "check"

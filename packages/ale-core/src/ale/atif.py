@@ -300,6 +300,8 @@ def _message_step(step: Step) -> dict[str, Any]:
             "message": step.content,
         }
     )
+    if step.extra.get("copied_context"):
+        atif_step["is_copied_context"] = True
     ale = _step_ale(step)
     if agent:
         atif_step |= _drop_none(

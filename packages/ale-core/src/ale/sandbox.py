@@ -8,7 +8,7 @@ classes to it wherever one is passed in.
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 
 class CommandOutcome(Protocol):
@@ -82,4 +82,17 @@ class SandboxVerbs(Protocol):
 
     def delete(self) -> None:
         """Only for whoever made the sandbox; an agent is lent one and leaves it."""
+        ...
+
+
+@runtime_checkable
+class Attachable(Protocol):
+    """A sandbox that can run a program with its standard streams attached to a process on
+    this machine (rock's Docker sandboxes can): for programs that talk over stdin and
+    stdout, an MCP server among them."""
+
+    def attach_argv(self, argv: list[str], *, user: str | None = None) -> list[str]:
+        """The command line that, run here, runs ``argv`` in the sandbox (its working
+        directory and environment; as ``user`` when given) with stdin, stdout and stderr
+        connected to it. Raises an error of one sentence when it cannot."""
         ...

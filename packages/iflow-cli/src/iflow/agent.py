@@ -562,6 +562,19 @@ class Agent:
             },
         }
 
+    def seed(self, steps: list[Step]) -> None:
+        """Start from an earlier conversation (a task's prior context): its user, assistant
+        and tool steps follow the system prompt, marked ``copied_context`` (ATIF's
+        ``is_copied_context``: no training loss is taken on them)."""
+        copied = [
+            s.model_copy(update={"extra": {**s.extra, "copied_context": True}})
+            for s in steps
+            if s.role is not Role.SYSTEM
+        ]
+        self.history.extend(copied)
+        self.trajectory.steps.extend(copied)
+        self.meter.reset()
+
     def restore(
         self,
         *,

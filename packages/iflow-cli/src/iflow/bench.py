@@ -12,16 +12,21 @@ from __future__ import annotations
 import asyncio
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ale.agents import AgentConfigError
-from ale.sandbox import SandboxVerbs
+from ale.agents import AgentConfigError, TaskContext
+from ale.sandbox import Attachable, SandboxVerbs
 from ale.trajectory import Trajectory
 from iflow.errors import ConfigError
+from iflow.mcp.config import McpServerConfig
 from iflow.models import check_model
 from iflow.models.base import Model
 from iflow.runner import build_agent
 from iflow.settings import Settings, load_settings
+from iflow.skills import find_skills, render_skills
+
+if TYPE_CHECKING:
+    from iflow.mcp.hub import McpHub
 
 
 class IflowAgent:
@@ -86,8 +91,12 @@ class IflowAgent:
         logs_dir: Path | None = None,
         timeout_sec: float | None = None,
         root: str | None = None,
+        context: TaskContext | None = None,
     ) -> Trajectory:
-        """Work on ``instruction`` inside ``sandbox`` (rock Sandbox verbs); return the trajectory."""
+        """Work on ``instruction`` inside ``sandbox`` (rock Sandbox verbs); return the
+        trajectory. ``context`` (what the task gives its agent): its MCP servers' tools (a
+        stdio server runs inside the sandbox), its skills in the system prompt, its prior
+        conversation before the instruction."""
         from iflow.workspace.sandbox import SandboxWorkspace
 
         settings = self.settings
@@ -95,15 +104,31 @@ class IflowAgent:
             settings = settings.model_copy(update={"max_wall_sec": timeout_sec})
         workdir = root if root else await asyncio.to_thread(_workdir, sandbox)
         workspace = SandboxWorkspace(sandbox, root=workdir)
-        agent, _ = build_agent(
-            settings,
-            workspace,
-            cwd=Path.cwd(),
-            home=Path.home(),
-            headless=True,
-            model=self._model,
-            memory=False,
-        )
+        context = context or TaskContext()
+        skills = ""
+        if context.skills_dir:
+            skills = render_skills(await find_skills(workspace, context.skills_dir))
+        mcp = await _task_mcp(context, sandbox, logs_dir)
+        try:
+            agent, _ = build_agent(
+                settings,
+                workspace,
+                cwd=Path.cwd(),
+                home=Path.home(),
+                headless=True,
+                model=self._model,
+                memory=False,
+                mcp=mcp,
+                skills=skills,
+            )
+        except BaseException:
+            if mcp is not None:
+                await mcp.aclose()
+            raise
+        if context.prior is not None:
+            agent.seed(context.prior.steps)
+        if mcp is not None and mcp.failures():
+            agent.trajectory.extra["mcp_failures"] = mcp.failures()
         try:
             await agent.run(instruction)
         finally:
@@ -117,6 +142,37 @@ class IflowAgent:
             write_jsonl(logs_dir / "trajectory.jsonl", [trajectory])
             write_atif(trajectory, logs_dir / "trajectory.atif.json")
         return trajectory
+
+
+async def _task_mcp(
+    context: TaskContext, sandbox: SandboxVerbs, logs_dir: Path | None
+) -> McpHub | None:
+    """The task's MCP servers, connected: a stdio one inside the sandbox (when the sandbox
+    can attach a program's streams, else it fails in one sentence), a URL one as it is."""
+    if not context.mcp_servers:
+        return None
+    from iflow.mcp.hub import McpHub
+
+    servers = {}
+    for server in context.mcp_servers:
+        if server.transport == "stdio":
+            config = McpServerConfig(command=server.command, args=server.args)
+        elif server.transport == "streamable-http":
+            config = McpServerConfig(http_url=server.url, headers=server.headers)
+        else:
+            config = McpServerConfig(url=server.url, headers=server.headers)
+        servers[server.name] = config
+    launcher = sandbox.attach_argv if isinstance(sandbox, Attachable) else _cannot_attach
+    hub = McpHub(servers, log_dir=logs_dir, launcher=launcher)
+    await hub.connect()
+    return hub
+
+
+def _cannot_attach(argv: list[str]) -> list[str]:
+    raise ConfigError(
+        "this sandbox cannot attach a program's standard streams (a Docker sandbox can), so "
+        "a stdio server cannot run in it"
+    )
 
 
 def _workdir(sandbox: SandboxVerbs) -> str:

@@ -36,9 +36,8 @@ async def start_mcp(settings: Settings, *, cwd: Path, home: Path) -> McpHub | No
     if not settings.mcp_servers:
         return None
     hub_module: Any = await asyncio.to_thread(importlib.import_module, "iflow.mcp.hub")
-    hub: McpHub = await hub_module.McpHub.start(
-        settings.mcp_servers, cwd=cwd, log_dir=home / ".iflow" / "logs"
-    )
+    hub: McpHub = hub_module.McpHub(settings.mcp_servers, cwd=cwd, log_dir=home / ".iflow" / "logs")
+    await hub.connect()
     return hub
 
 
@@ -173,11 +172,14 @@ def build_agent(
     resume: SessionData | None = None,
     memory: bool = True,
     mcp: McpHub | None = None,
+    skills: str = "",
 ) -> tuple[Agent, SessionRecorder | None]:
     """An agent for ``workspace``; with ``store`` its session is saved after every turn
     (resuming ``resume`` when given); with ``mcp`` (:func:`start_mcp`) it gets the tools of
-    those servers and stops them when it closes."""
+    those servers and stops them when it closes; ``skills`` (:func:`iflow.skills.render_skills`)
+    goes into the system prompt after the memory files."""
     mem = render_memory(load_memory(cwd, home)) if memory else ""
+    mem = "\n\n".join(part for part in (mem, skills) if part)
     agent = Agent(
         model or model_from(settings),
         workspace,

@@ -14,7 +14,8 @@ from rock.errors import EngineUnavailable
 START_HINT = "start one with scripts/ensure-docker.sh (make test does this) or point DOCKER_HOST at a running engine"
 
 
-def _host() -> str:
+def engine_host() -> str:
+    """The engine the environment names (DOCKER_HOST), as the docker command line reads it."""
     return os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
 
 
@@ -30,7 +31,7 @@ def connect(timeout: float = 30) -> docker.DockerClient:
         client.ping()
     except DockerException as exc:
         raise EngineUnavailable(
-            f"No Docker engine answers at {_host()} ({_short(exc)}); {START_HINT}."
+            f"No Docker engine answers at {engine_host()} ({_short(exc)}); {START_HINT}."
         ) from None
     return client
 
@@ -79,10 +80,10 @@ def probe(timeout: float = 5) -> tuple[EngineReport, docker.DockerClient | None]
         version: dict[str, Any] = client.version()
         info: dict[str, Any] = client.info()
     except (EngineUnavailable, DockerException) as exc:
-        return EngineReport(host=_host(), reachable=False, error=str(exc)), None
+        return EngineReport(host=engine_host(), reachable=False, error=str(exc)), None
     return (
         EngineReport(
-            host=_host(),
+            host=engine_host(),
             reachable=True,
             server_version=version.get("Version"),
             api_version=version.get("ApiVersion"),

@@ -27,7 +27,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
-from ale.agents import BenchAgent
+from ale.agents import BenchAgent, TaskContext, accepts_context
 from ale.sandbox import SandboxVerbs
 from ale.task import (
     Task,
@@ -120,6 +120,19 @@ async def run_agent(
             round(time.monotonic() - started, 3),
         )
     return AgentRun(trajectory, seconds=round(time.monotonic() - started, 3))
+
+
+def with_context(
+    agent: BenchAgent, task: Task, options: dict[str, Any], *, first: bool = True
+) -> dict[str, Any]:
+    """``options`` plus the task's :class:`~ale.agents.TaskContext` for an agent that takes
+    one (MCP servers, skills, the prior conversation for the first step), when there is any."""
+    out = dict(options)
+    if "context" not in out and accepts_context(agent):
+        context = TaskContext.of(task, first=first)
+        if context:
+            out["context"] = context
+    return out
 
 
 class TaskEnv(Protocol):
@@ -288,7 +301,7 @@ async def _agent_and_verifier(
         AsUser(lent, task.agent_user) if task.agent_user else lent,
         timeout_sec=agent_timeout_sec,
         traceback_dir=traceback_dir,
-        **options,
+        **with_context(agent, task, options),
     )
     episode.agent_ended_at = datetime.now(UTC)
     episode.agent_sec = ran.seconds
@@ -335,7 +348,7 @@ async def _steps(
     own as they scale the task's."""
     agent_scale = agent_timeout_sec / task.agent_timeout_sec
     test_scale = test_timeout_sec / task.test_timeout_sec
-    for step in task.steps:
+    for index, step in enumerate(task.steps):
         out = StepOutcome(step.name)
         episode.steps.append(out)
         step_dir = verifier_dir.parent / "steps" / step.name
@@ -351,7 +364,7 @@ async def _steps(
                 out.error = f"the environment was not healthy before the step: {sick}"
                 break
         out.agent_started_at = datetime.now(UTC)
-        step_options = dict(options)
+        step_options = with_context(agent, task, options, first=index == 0)
         if "logs_dir" in step_options:
             step_options["logs_dir"] = step_dir / "agent"
         ran = await run_agent(

@@ -67,6 +67,13 @@ class AsUser(ExecVerb):
     def interrupt(self) -> int:
         return self.inner.interrupt()
 
+    def attach_argv(self, argv: list[str], *, user: str | None = None) -> list[str]:
+        attach = getattr(self.inner, "attach_argv", None)
+        if attach is None:
+            raise SandboxError("this sandbox cannot attach a program's standard streams.")
+        argv_here: list[str] = attach(argv, user=user or self.user)
+        return argv_here
+
     def delete(self) -> None:
         self.inner.delete()
 

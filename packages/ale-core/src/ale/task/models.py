@@ -104,6 +104,23 @@ class TaskArtifact(_Model):
     """The compose service it comes from; rock collects from the agent's (``main``) only."""
 
 
+class TaskMcpServer(_Model):
+    """An MCP server the task gives its agent (Harbor's ``[[environment.mcp_servers]]``): a
+    command run inside the agent's container over stdio, or a URL (SSE or streamable
+    HTTP)."""
+
+    name: str
+    transport: Literal["stdio", "sse", "streamable-http"] = "sse"
+    """Harbor's default is ``sse``."""
+    url: str | None = None
+    """The endpoint (sse and streamable-http)."""
+    command: str | None = None
+    """The program to run in the agent's container (stdio)."""
+    args: list[str] = Field(default_factory=list)
+    headers: dict[str, str] = Field(default_factory=dict)
+    """HTTP headers; ``${VAR}`` in a value is read from the environment when connecting."""
+
+
 class TaskEnvironment(_Model):
     """The container the agent works in and the limits it runs under."""
 
@@ -140,6 +157,12 @@ class TaskEnvironment(_Model):
     """GPUs the task asks for (Harbor's ``gpus``); rock's sandboxes have none."""
     tpu: bool = False
     """Whether the task asks for a TPU (Harbor's ``tpu`` table)."""
+    mcp_servers: list[TaskMcpServer] = Field(default_factory=list)
+    """MCP servers the agent may use (Harbor's ``mcp_servers``)."""
+    skills_dir: str | None = None
+    """A directory in the container holding Agent Skills (``<skill>/SKILL.md`` each, its
+    front matter naming and describing it) the agent is told about (Harbor's
+    ``skills_dir``)."""
 
 
 class TaskVerifier(_Model):
@@ -255,3 +278,6 @@ class Task(_Model):
     the image's user."""
     verifier_user: str | None = None
     """Who the tests run as (``[verifier] user``); None: the image's user."""
+    prior_trajectory: Path | None = None
+    """An ATIF trajectory the task ships (``trajectory.json`` beside its instruction, or
+    its first step's): the conversation the agent starts from (not the oracle's)."""

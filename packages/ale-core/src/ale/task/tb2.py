@@ -7,6 +7,7 @@ The 2.0 layout::
     environment/         the build context: Dockerfile (or docker-compose.yaml)
     tests/test.sh        the verifier: writes the reward to /logs/verifier/reward.txt
     solution/solve.sh    the oracle (solution/solution.yaml when carried over from 1.0)
+    trajectory.json      optional: an ATIF conversation the agent starts from
 
 A Harbor 1.4 multi-step task lists ``[[steps]]`` in task.toml, each step's files under
 ``steps/<name>/`` (instruction.md; tests/, solution/ and workdir/ optional, the task's
@@ -33,6 +34,7 @@ import unicodedata
 from pathlib import Path
 from typing import Any
 
+from ale.atif import AtifError, read_atif
 from ale.task import _fields as f
 from ale.task.errors import TaskFormatError
 from ale.task.models import (
@@ -44,6 +46,7 @@ from ale.task.models import (
     Task,
     TaskArtifact,
     TaskEnvironment,
+    TaskMcpServer,
     TaskMetadata,
     TaskStep,
     TaskVerifier,
@@ -51,6 +54,8 @@ from ale.task.models import (
 
 TASK_FILE = "task.toml"
 INSTRUCTION_FILE = "instruction.md"
+PRIOR_TRAJECTORY_FILE = "trajectory.json"
+"""An ATIF trajectory beside an instruction: the conversation the agent starts from."""
 _COMPOSE_NAMES = ("docker-compose.yaml", "docker-compose.yml")
 _SECTIONS = ("metadata", "agent", "verifier", "environment")
 KNOWN_VERSIONS = ("1.0", "1.1", "1.2", "1.3", "1.4")
@@ -176,6 +181,7 @@ def load_tb2(path: str | Path) -> Task:
         solution_env=solution_env,
         agent_user=agent_user,
         verifier_user=verifier_user,
+        prior_trajectory=_prior_trajectory(task_dir, steps[0].name if steps else None),
     )
 
 
@@ -474,7 +480,13 @@ def _environment(
     if gpus is not None and (isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 0):
         raise f.wrong(task_file, "environment.gpus", "a whole number of GPUs", gpus)
     tpu = f.table(task_file, "environment.tpu", table.get("tpu"))
+    # mcp_servers and skills_dir stay in the table too: a task written again keeps them
+    skills_dir = f.opt_str(task_file, "environment.skills_dir", table.get("skills_dir"))
+    if skills_dir is not None and not skills_dir.startswith("/"):
+        raise f.wrong(task_file, "environment.skills_dir", "an absolute path", skills_dir)
     return TaskEnvironment(
+        mcp_servers=_mcp_servers(task_file, table.get("mcp_servers")),
+        skills_dir=skills_dir,
         os="windows" if system == "windows" else "linux",
         gpus=gpus or 0,
         tpu=bool(tpu),
@@ -493,6 +505,62 @@ def _environment(
             task_file, "environment.build_timeout_sec", take("build_timeout_sec")
         ),
     )
+
+
+def _mcp_servers(task_file: Path, value: Any) -> list[TaskMcpServer]:
+    """``[[environment.mcp_servers]]``: each a name and a command (stdio) or a URL."""
+    field = "environment.mcp_servers"
+    if value is None:
+        return []
+    if not isinstance(value, list) or not all(isinstance(t, dict) for t in value):
+        raise f.wrong(task_file, field, "an array of tables ([[environment.mcp_servers]])", value)
+    servers: list[TaskMcpServer] = []
+    for index, entry in enumerate(value):
+        where = f"{field}[{index}]"
+        name = f.opt_str(task_file, f"{where}.name", entry.get("name"))
+        if not name:
+            raise f.wrong(task_file, f"{where}.name", "the server's name", name)
+        if any(s.name == name for s in servers):
+            raise f.wrong(task_file, f"{where}.name", "a name no other server has", name)
+        transport = f.opt_str(task_file, f"{where}.transport", entry.get("transport")) or "sse"
+        if transport not in ("stdio", "sse", "streamable-http"):
+            raise f.wrong(
+                task_file, f"{where}.transport", '"stdio", "sse" or "streamable-http"', transport
+            )
+        url = f.opt_str(task_file, f"{where}.url", entry.get("url"))
+        command = f.opt_str(task_file, f"{where}.command", entry.get("command"))
+        if transport == "stdio" and not command:
+            raise f.wrong(task_file, f"{where}.command", "the command of a stdio server", command)
+        if transport != "stdio" and not url:
+            raise f.wrong(task_file, f"{where}.url", f"the URL of a {transport} server", url)
+        servers.append(
+            TaskMcpServer(
+                name=name,
+                transport=transport,  # type: ignore[arg-type]
+                url=url,
+                command=command,
+                args=f.str_list(task_file, f"{where}.args", entry.get("args")),
+                headers=f.str_dict(task_file, f"{where}.headers", entry.get("headers")),
+            )
+        )
+    return servers
+
+
+def _prior_trajectory(task_dir: Path, first_step: str | None) -> Path | None:
+    """The task's ``trajectory.json`` (its first step's, for a multi-step task), checked to
+    be an ATIF document."""
+    base = task_dir / "steps" / first_step if first_step else task_dir
+    path = base / PRIOR_TRAJECTORY_FILE
+    if not path.is_file():
+        return None
+    try:
+        read_atif(path)
+    except AtifError as exc:
+        reason = str(exc).split("; fix")[0].rstrip(".")
+        raise TaskFormatError(
+            f"{reason} (the task's prior context for its agent); fix it or remove it.", path
+        ) from None
+    return path
 
 
 def _healthcheck(task_file: Path, field: str, value: Any) -> Healthcheck | None:

@@ -56,7 +56,8 @@ def write_task_tb2(task: Task, dest_dir: str | Path, *, overwrite: bool = False)
     and writes 1 to /logs/verifier/reward.txt when it exits 0, else 0 — an
     approximation of 1.0's "all pytest tests passed" rule by the exit status;
     solution.sh as solution/solve.sh, solution.yaml as solution/solution.yaml.
-    A 2.0 task's environment/, tests/ and solution/ directories are copied whole.
+    A 2.0 task's environment/, tests/ and solution/ directories are copied whole, and its
+    trajectory.json (the agent's prior context) beside them.
 
     ``metadata.extra`` is written under ``[metadata]``, except its ``"task_toml"``
     entry, whose tables go back to the top level of task.toml. TOML has no null,
@@ -82,6 +83,8 @@ def write_task_tb2(task: Task, dest_dir: str | Path, *, overwrite: bool = False)
     _write_environment(task, dest / "environment")
     _write_tests(task, dest / "tests")
     _write_solution(task, dest / "solution")
+    if task.prior_trajectory is not None:
+        shutil.copy2(task.prior_trajectory, dest / "trajectory.json")
     return dest
 
 

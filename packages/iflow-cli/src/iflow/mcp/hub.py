@@ -24,7 +24,7 @@ import json
 import os
 import re
 import shutil
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
@@ -45,6 +45,8 @@ from iflow.tools.truncate import head_tail
 START_TIMEOUT_SEC = 30.0
 """Seconds a server has to start and list its tools."""
 _NAME = re.compile(r"[^A-Za-z0-9_-]")
+Launcher = Callable[[list[str]], list[str]]
+"""Turns a stdio server's command line into the one run on this machine."""
 _ENV_REF = re.compile(r"\$\{(\w+)\}|\$(\w+)")
 
 
@@ -97,29 +99,20 @@ class McpHub:
         log_dir: Path | None = None,
         env: Mapping[str, str] | None = None,
         start_timeout: float = START_TIMEOUT_SEC,
+        launcher: Launcher | None = None,
     ) -> None:
+        """``launcher`` turns a stdio server's command line into the one to run here (a
+        sandbox's :meth:`~ale.sandbox.Attachable.attach_argv`: the server then runs inside
+        the sandbox); None: servers run on this machine, in ``cwd``. Call :meth:`connect`."""
         self.servers = {name: McpServer(name, config) for name, config in servers.items()}
         self.cwd = cwd
         self.log_dir = log_dir
         self.env = os.environ if env is None else env
         self.start_timeout = start_timeout
-
-    @classmethod
-    async def start(
-        cls,
-        servers: Mapping[str, McpServerConfig],
-        *,
-        cwd: Path | None = None,
-        log_dir: Path | None = None,
-        env: Mapping[str, str] | None = None,
-        start_timeout: float = START_TIMEOUT_SEC,
-    ) -> McpHub:
-        """Connect every enabled server, concurrently; return when each is ready or failed."""
-        hub = cls(servers, cwd=cwd, log_dir=log_dir, env=env, start_timeout=start_timeout)
-        await hub.connect()
-        return hub
+        self.launcher = launcher
 
     async def connect(self) -> None:
+        """Connect every enabled server, concurrently; return when each is ready or failed."""
         waits = []
         for server in self.servers.values():
             if server.config.disabled:
@@ -140,16 +133,15 @@ class McpHub:
             )
             await self._cancel(server)
 
-    def _target(self, server: McpServer, errlog: TextIO) -> Transport:
+    def _target(self, server: McpServer, argv: list[str], errlog: TextIO) -> Transport:
         config = server.config
         if config.transport == "stdio":
-            assert config.command is not None
             env = {k: self._expand(v) for k, v in config.env.items()}
             params = StdioServerParameters(
-                command=config.command,
-                args=config.args,
+                command=argv[0],
+                args=argv[1:],
                 env=env or None,
-                cwd=config.cwd or (str(self.cwd) if self.cwd else None),
+                cwd=None if self.launcher else config.cwd or (str(self.cwd) if self.cwd else None),
             )
             return stdio_client(params, errlog=errlog)
         headers = {k: self._expand(v) for k, v in config.headers.items()}
@@ -166,15 +158,10 @@ class McpHub:
         """The server's own task: connect, list tools, wait for the end of the session."""
         config = server.config
         try:
+            argv: list[str] = []
             if config.transport == "stdio":
-                assert config.command is not None
-                if shutil.which(config.command, path=self._path(config)) is None:
-                    server.state = ServerState.FAILED
-                    server.error = (
-                        f"MCP server '{server.name}' cannot start: the command "
-                        f"{config.command!r} was not found; install it or fix its path in "
-                        "mcpServers."
-                    )
+                argv = self._argv(server)
+                if not argv:
                     return
             with contextlib.ExitStack() as files:
                 if self.log_dir is not None:
@@ -183,7 +170,7 @@ class McpHub:
                     errlog = files.enter_context(server.log.open("w"))
                 else:
                     errlog = files.enter_context(open(os.devnull, "w"))
-                client = Client(self._target(server, errlog))
+                client = Client(self._target(server, argv, errlog))
                 async with client:
                     listed: list[mcp_types.Tool] = []
                     cursor: str | None = None
@@ -216,8 +203,28 @@ class McpHub:
             server.client = None
             server._ready.set()
 
-    def _path(self, config: McpServerConfig) -> str | None:
-        return config.env.get("PATH") or self.env.get("PATH")
+    def _argv(self, server: McpServer) -> list[str]:
+        """The command line of a stdio server, as run here; [] with the server failed (its
+        error set) when it cannot run."""
+        config = server.config
+        assert config.command is not None
+        argv = [config.command, *config.args]
+        if self.launcher is not None:
+            try:
+                argv = self.launcher(argv)
+            except Exception as exc:
+                server.state = ServerState.FAILED
+                server.error = f"MCP server '{server.name}' cannot run in the sandbox: {exc}"
+                return []
+        path = config.env.get("PATH") or self.env.get("PATH")
+        if shutil.which(argv[0], path=path) is None:
+            server.state = ServerState.FAILED
+            server.error = (
+                f"MCP server '{server.name}' cannot start: the command {argv[0]!r} was not "
+                "found; install it or fix its path in mcpServers."
+            )
+            return []
+        return argv
 
     # -- what the agent sees ---------------------------------------------------------------
 

@@ -8,6 +8,7 @@ import io
 import posixpath
 import re
 import secrets
+import shutil
 import socket
 import struct
 import tarfile
@@ -29,6 +30,7 @@ from rock.backends.base import (
     SandboxError,
     SandboxNotFound,
 )
+from rock.engine import engine_host
 from rock.models import DEFAULT_MAX_OUTPUT, ExecRequest, ExecResult, SandboxSpec
 
 _PID_PREFIX = b"__ROCK_PID "
@@ -302,6 +304,27 @@ class DockerSandbox(Sandbox):
         before = self._oom_seen or 0
         self._oom_seen = now
         return now > before
+
+    # --- attached programs --------------------------------------------------
+
+    def attach_argv(self, argv: list[str], *, user: str | None = None) -> list[str]:
+        """``docker exec -i`` of ``argv`` in this container (:class:`ale.sandbox.Attachable`):
+        the program's stdin, stdout and stderr are those of the ``docker`` process. Closing
+        its stdin ends a well-behaved program; deleting the sandbox ends any."""
+        docker_cli = shutil.which("docker")
+        if docker_cli is None:
+            raise SandboxError(
+                "attaching a program to a sandbox needs the docker command-line client on this "
+                "machine; install it (Debian: docker.io)."
+            )
+        cmd = [docker_cli, "-H", engine_host(), "exec", "-i"]
+        if self.spec.workdir:
+            cmd += ["-w", self.spec.workdir]
+        for key, value in (self.spec.env or {}).items():
+            cmd += ["-e", f"{key}={value}"]
+        if user:
+            cmd += ["-u", user]
+        return [*cmd, self.container.id, *argv]
 
     # --- sessions -----------------------------------------------------------
 
