@@ -507,3 +507,21 @@ def test_a_bad_prior_conversation_is_one_sentence(tb2: Path, text: str, says: st
     (tb2 / "trajectory.json").write_text(text)
     message = str(_error(tb2))
     assert "trajectory.json" in message and says in message and "prior context" in message
+
+
+def test_phase_network_modes_load_and_a_step_s_own_wins(steps: Path) -> None:
+    _edit(steps / "task.toml", "[agent]\n", '[agent]\nnetwork_mode = "no-network"\n')
+    with (steps / "task.toml").open("a") as toml:
+        toml.write('\n[verifier]\nnetwork_mode = "public"\n')
+    _edit(steps / "task.toml", 'name = "append"\n', (
+        'name = "append"\n\n[steps.agent]\nnetwork_mode = "public"\n'
+    ))  # fmt: skip
+    task = load_task(steps)
+    assert (task.agent_network, task.verifier_network) == (False, True)
+    create, append = task.steps
+    assert (create.agent_network, create.verifier_network) == (False, True)
+    assert (append.agent_network, append.verifier_network) == (True, True)
+    _edit(steps / "task.toml", '"no-network"', '"allowlist"\nallowed_hosts = ["pypi.org"]')
+    assert load_task(steps).agent_network is False  # rock cannot open the network to some hosts
+    _edit(steps / "task.toml", '"allowlist"', '"offline"')
+    assert "agent.network_mode" in str(_error(steps))

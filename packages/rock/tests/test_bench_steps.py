@@ -122,6 +122,23 @@ def tasks(tmp_path_factory: pytest.TempPathFactory) -> Path:
         '[ "$(cat /tmp/agent)" = 1000 ] && [ "$(cat /tmp/hook)" = 1002 ] && [ "$(id -u)" = 1001 ] '
         "&& r=1 || r=0\necho $r > /logs/verifier/reward.txt\n"
     )
+    # phases with their own network: closed environment, open agent, closed tests; and the
+    # other way round (Harbor's usual: an open set-up, a closed agent, open tests)
+    probe = "ls /sys/class/net | grep -cvx lo"  # interfaces besides loopback
+    for name, env_net, agent_mode, verifier_mode, agent_sees, tests_see in (
+        ("phases", "false", "public", "no-network", "1", "0"),
+        ("phases-closed-agent", "true", "allowlist", "public", "0", "1"),
+    ):
+        task = Path(shutil.copytree(EXAMPLE.parent / "hello-tb2", root / name))
+        _edit(task / "task.toml", "allow_internet = false", f"allow_internet = {env_net}")
+        _edit(task / "task.toml", "[agent]\n", f'[agent]\nnetwork_mode = "{agent_mode}"\n')
+        _edit(task / "task.toml", "[verifier]\n", f'[verifier]\nnetwork_mode = "{verifier_mode}"\n')
+        (task / "solution" / "solve.sh").write_text(f"#!/bin/bash\n{probe} > /app/agent-net\n")
+        (task / "tests" / "test.sh").write_text(
+            "#!/bin/bash\n"
+            f'[ "$(cat /app/agent-net)" = "{agent_sees}" ] && [ "$({probe})" = "{tests_see}" ] '
+            "&& r=1 || r=0\necho $r > /logs/verifier/reward.txt\n"
+        )
     # never healthy: the agent never starts
     task = Path(shutil.copytree(EXAMPLE.parent / "hello-tb2", root / "sick"))
     _edit(task / "task.toml", "allow_internet = false", (
@@ -245,4 +262,12 @@ def test_the_agent_the_tests_and_a_hook_run_as_the_users_the_task_names(
     oracle_run: Path,
 ) -> None:
     trial = _trial(oracle_run, "users")
+    assert trial["is_resolved"] is True, trial["error"]
+
+
+@pytest.mark.parametrize("task", ["phases", "phases-closed-agent"])
+def test_the_agent_and_the_tests_get_the_network_their_phase_asks_for(
+    oracle_run: Path, task: str
+) -> None:
+    trial = _trial(oracle_run, task)
     assert trial["is_resolved"] is True, trial["error"]

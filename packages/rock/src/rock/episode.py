@@ -152,9 +152,16 @@ class TaskEnv(Protocol):
         """Give ``sandbox`` back (delete it, return it to its pool, or keep it)."""
         ...
 
-    async def open_verifier(self, task: Task, verifier: TaskVerifier) -> Sandbox:
-        """A fresh sandbox for a separate verifier (its image, limits and network), given
-        back with :meth:`close`."""
+    async def open_verifier(
+        self, task: Task, verifier: TaskVerifier, network: bool | None = None
+    ) -> Sandbox:
+        """A fresh sandbox for a separate verifier (its image, limits and network, or
+        ``network`` when the verifier's phase sets it), given back with :meth:`close`."""
+        ...
+
+    async def network(self, task: Task, sandbox: Sandbox, on: bool | None) -> None:
+        """Give ``sandbox`` the network a phase of ``task`` asks for (its agent's, its
+        tests'): ``on``, or the environment's when None."""
         ...
 
     def failure_of(self, exc: Exception) -> FailureMode | None:
@@ -294,6 +301,7 @@ async def _agent_and_verifier(
             test_timeout_sec, verifier_dir, traceback_dir, options, keep_artifacts,
         )  # fmt: skip
         return
+    await env.network(task, sandbox, task.agent_network)
     episode.agent_started_at = datetime.now(UTC)
     ran = await run_agent(
         agent,
@@ -316,7 +324,7 @@ async def _agent_and_verifier(
     episode.test_started_at = datetime.now(UTC)
     verdict = await _verify(
         task, env, sandbox, task.verifier, None, task.verifier_env, test_timeout_sec,
-        verifier_dir, handed,
+        verifier_dir, handed, task.verifier_network,
     )  # fmt: skip
     episode.verdict = verdict
     stdout = verifier_dir / "stdout.txt"
@@ -352,6 +360,7 @@ async def _steps(
         out = StepOutcome(step.name)
         episode.steps.append(out)
         step_dir = verifier_dir.parent / "steps" / step.name
+        await env.network(task, sandbox, None)  # a step's set-up: the environment's network
         try:
             await asyncio.to_thread(_prepare_step, sandbox, step, workdir)
         except _SetupFailed as exc:
@@ -363,6 +372,7 @@ async def _steps(
                 out.failure = episode.infrastructure_failure = FailureMode.SANDBOX_ERROR
                 out.error = f"the environment was not healthy before the step: {sick}"
                 break
+        await env.network(task, sandbox, step.agent_network)
         out.agent_started_at = datetime.now(UTC)
         step_options = with_context(agent, task, options, first=index == 0)
         if "logs_dir" in step_options:
@@ -387,6 +397,7 @@ async def _steps(
         out.verdict = await _verify(
             task, env, sandbox, step.verifier, step, step.verifier_env,
             step.test_timeout_sec * test_scale, step_dir / "verifier", handed,
+            step.verifier_network,
         )  # fmt: skip
         stdout = step_dir / "verifier" / "stdout.txt"
         out.verifier_stdout = stdout.read_text(errors="replace") if stdout.is_file() else ""
@@ -492,19 +503,22 @@ async def _verify(
     timeout_sec: float,
     out_dir: Path,
     handed: list[tuple[str, Path]],
+    network: bool | None,
 ) -> VerifierOutcome:
     """Run the tests (the task's, a step's over them) in the agent's sandbox, or in a
     separate verifier's sandbox that gets only the artifacts copied out of the agent's
-    (``handed``: each one's path in the container and its copy here)."""
+    (``handed``: each one's path in the container and its copy here), with the network the
+    verifier's phase asks for (None: the environment's)."""
     user = step.verifier_user if step is not None else task.verifier_user
     if verifier is None:
+        await env.network(task, sandbox, network)
         await env.stage_tests(task, sandbox)
         if step is not None and step.tests_dir is not None:
             await asyncio.to_thread(upload, sandbox, step.tests_dir, TESTS_DIR)
         return await asyncio.to_thread(
             _run_tests, task, sandbox, user, out_dir, timeout_sec, variables
         )
-    checker = await env.open_verifier(task, verifier)
+    checker = await env.open_verifier(task, verifier, network)
     try:
         check = verifier.environment.healthcheck if verifier.environment else None
         sick = None if check is None else await asyncio.to_thread(wait_healthy, checker, check)

@@ -222,6 +222,11 @@ class TaskStep(_Model):
     """Who the step's agent runs as: its own ``[steps.agent] user``, else the task's."""
     verifier_user: str | None = None
     """Who the step's tests run as: its own ``[steps.verifier] user``, else the task's."""
+    agent_network: bool | None = None
+    """Whether the step's agent has the network: its own ``[steps.agent] network_mode``,
+    else the task's; None: the environment's."""
+    verifier_network: bool | None = None
+    """The same for the step's tests (``[steps.verifier] network_mode``)."""
     collect: list[CollectHook] = Field(default_factory=list)
     """The hooks run after this step's agent: the task's, then the step's own."""
     artifacts: list[TaskArtifact] = Field(default_factory=list)
@@ -278,6 +283,13 @@ class Task(_Model):
     the image's user."""
     verifier_user: str | None = None
     """Who the tests run as (``[verifier] user``); None: the image's user."""
+    agent_network: bool | None = None
+    """Whether the agent has the network while it works (Harbor's ``[agent] network_mode``,
+    a phase override: ``public`` True, ``no-network`` False, ``allowlist`` False as rock
+    cannot open the network to some hosts only); None: the environment's."""
+    verifier_network: bool | None = None
+    """The same for the tests (``[verifier] network_mode``); None: the environment's (a
+    separate verifier's own environment's)."""
     prior_trajectory: Path | None = None
     """An ATIF trajectory the task ships (``trajectory.json`` beside its instruction, or
     its first step's): the conversation the agent starts from (not the oracle's)."""

@@ -114,6 +114,8 @@ def load_tb2(path: str | Path) -> Task:
     collect = _hooks(task_file, "verifier.collect", verifier.get("collect"))
     agent_user = _user(task_file, "agent.user", agent.get("user"))
     verifier_user = _user(task_file, "verifier.user", verifier.get("user"))
+    agent_network = _phase_network(task_file, "agent", agent)
+    verifier_network = _phase_network(task_file, "verifier", verifier)
     solution = f.table(task_file, "solution", data.get("solution"))
     solution_env = _substituted(
         task_file, "solution.env", f.str_dict(task_file, "solution.env", solution.get("env"))
@@ -144,6 +146,7 @@ def load_tb2(path: str | Path) -> Task:
             collect,
             artifacts,
             (agent_user, verifier_user),
+            (agent_network, verifier_network),
         )
         for i, table in enumerate(steps_data)
     ]
@@ -182,6 +185,8 @@ def load_tb2(path: str | Path) -> Task:
         agent_user=agent_user,
         verifier_user=verifier_user,
         prior_trajectory=_prior_trajectory(task_dir, steps[0].name if steps else None),
+        agent_network=agent_network,
+        verifier_network=verifier_network,
     )
 
 
@@ -196,6 +201,7 @@ def _step(
     task_collect: list[CollectHook],
     task_artifacts: list[TaskArtifact],
     task_users: tuple[str | None, str | None],
+    task_networks: tuple[bool | None, bool | None],
 ) -> TaskStep:
     """One ``[[steps]]`` table and its directory ``steps/<name>/``."""
     field = f"steps[{index}]"
@@ -250,7 +256,15 @@ def _step(
         verifier_user=(
             _user(task_file, f"{field}.verifier.user", verifier.pop("user", None)) or task_users[1]
         ),
+        agent_network=_either(_phase_network(task_file, f"{field}.agent", agent), task_networks[0]),
+        verifier_network=_either(
+            _phase_network(task_file, f"{field}.verifier", verifier), task_networks[1]
+        ),
     )
+
+
+def _either(own: bool | None, inherited: bool | None) -> bool | None:
+    return inherited if own is None else own
 
 
 _RESERVED = re.compile(r"^(con|prn|aux|nul|conin\$|conout\$|com[1-9¹²³]|lpt[1-9¹²³])$")
@@ -588,6 +602,20 @@ def _healthcheck(task_file: Path, field: str, value: Any) -> Healthcheck | None:
 
 
 _USER = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*(:[A-Za-z0-9_.-]+)?")
+
+
+def _phase_network(task_file: Path, field: str, table: dict[str, Any]) -> bool | None:
+    """A phase's ``network_mode`` (``[agent]``, ``[verifier]``, a step's): True for public,
+    False for no-network or an allowlist (rock cannot open the network to some hosts only),
+    None when the phase does not override the environment's."""
+    mode = f.opt_str(task_file, f"{field}.network_mode", table.get("network_mode"))
+    if mode is None:
+        return None
+    if mode not in ("public", "no-network", "allowlist"):
+        raise f.wrong(
+            task_file, f"{field}.network_mode", '"public", "no-network" or "allowlist"', mode
+        )
+    return mode == "public"
 
 
 def _user(task_file: Path, field: str, value: Any) -> str | None:

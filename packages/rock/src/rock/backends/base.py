@@ -131,6 +131,17 @@ class Sandbox(ExecVerb):
         return how many were running."""
         return 0
 
+    def set_network(self, on: bool) -> None:
+        """Open or close the sandbox's network while it runs (a task's phases may differ:
+        the agent closed, its tests open). Only a sandbox made with a network can have it
+        opened again; closing leaves loopback. A :class:`SandboxError` of one sentence when
+        the sandbox cannot."""
+        if on != (self.spec.network != "none"):
+            raise SandboxError(
+                f"sandbox {self.id} cannot change its network while it runs; create it with "
+                "the network it needs."
+            )
+
     @abc.abstractmethod
     def snapshot(self, tag: str) -> str:
         """Save the sandbox's filesystem as a new image; return its id."""

@@ -392,6 +392,32 @@ class DockerSandbox(Sandbox):
 
     # --- lifecycle ----------------------------------------------------------
 
+    def set_network(self, on: bool) -> None:
+        """Connect the container to the default bridge, or disconnect it (loopback stays)."""
+        try:
+            self.container.reload()
+        except NotFound:
+            raise SandboxNotFound(f"sandbox {self.id} is gone.") from None
+        attached = set(self.container.attrs["NetworkSettings"].get("Networks") or {})
+        if on == ("bridge" in attached):
+            return
+        if self.spec.network == "none":
+            raise SandboxError(
+                f"sandbox {self.id} was made without a network, so it cannot be given one; "
+                "create it with network bridge (and close it until it is needed)."
+            )
+        bridge = self._client.networks.get("bridge")
+        try:
+            if on:
+                bridge.connect(self.container)
+            else:
+                bridge.disconnect(self.container, force=True)
+        except APIError as exc:
+            raise SandboxError(
+                f"the engine would not {'connect' if on else 'disconnect'} sandbox {self.id} "
+                f"{'to' if on else 'from'} its network ({exc.explanation or exc})."
+            ) from None
+
     def snapshot(self, tag: str) -> str:
         repository, _, version = tag.rpartition(":")
         if not repository:

@@ -373,10 +373,14 @@ class Harness:
         _record(episode, task, result, logs)
         return episode.infrastructure_failure is not None
 
-    def _spec(self, task: Task, image: str, run_id: str) -> SandboxSpec:
+    def _spec(
+        self, task: Task, image: str, run_id: str, phases: tuple[bool | None, ...] = ()
+    ) -> SandboxSpec:
+        """The sandbox of ``task``: with a network when the environment or one of
+        ``phases`` (the agent's, the tests') asks for it; --internet/--no-internet rule."""
         env = task.environment
         wanted = self.options.allow_internet
-        internet = env.allow_internet if wanted is None else wanted
+        internet = env.allow_internet or any(phases) if wanted is None else wanted
         return SandboxSpec(
             image=image,
             cpus=min(env.cpus or 1.0, float(os.cpu_count() or 1)),
@@ -397,19 +401,37 @@ class _TrialEnv:
         self.harness, self.image, self.run_id = harness, image, run_id
 
     async def open(self, task: Task) -> tuple[Sandbox, str]:
-        sandbox = await self._create(task, self.image, "/logs/agent /logs/verifier")
+        phases = (
+            task.agent_network,
+            task.verifier_network if task.verifier is None else None,
+            *(s.agent_network for s in task.steps),
+            *(s.verifier_network for s in task.steps if s.verifier is None),
+        )
+        sandbox = await self._create(task, self.image, "/logs/agent /logs/verifier", phases)
         return sandbox, task.environment.workdir or "/app"
 
-    async def _create(self, task: Task, image: str, dirs: str) -> Sandbox:
-        """A sandbox of ``image`` under ``task``'s limits, with ``dirs`` made in it."""
-        spec = self.harness._spec(task, image, self.run_id)
+    async def _create(
+        self, task: Task, image: str, dirs: str, phases: tuple[bool | None, ...] = ()
+    ) -> Sandbox:
+        """A sandbox of ``image`` under ``task``'s limits, with ``dirs`` made in it; made with
+        a network for a later phase, it starts with the environment's (closed)."""
+        spec = self.harness._spec(task, image, self.run_id, phases)
         sandbox = await asyncio.to_thread(self.harness.backend.create, spec)
         try:
+            await self.network(task, sandbox, None)
             await asyncio.to_thread(sandbox.exec, f"mkdir -p {dirs}", timeout=30)
         except BaseException:
             await asyncio.shield(self.close(sandbox))
             raise
         return sandbox
+
+    async def network(self, task: Task, sandbox: Sandbox, on: bool | None) -> None:
+        if self.harness.options.allow_internet is not None:
+            return  # --internet / --no-internet hold for every phase
+        wanted = task.environment.allow_internet if on is None else on
+        if sandbox.spec.network == "none" and not wanted:
+            return  # made closed, and staying so
+        await asyncio.to_thread(sandbox.set_network, wanted)
 
     async def stage_tests(self, task: Task, sandbox: Sandbox) -> None:
         await asyncio.to_thread(stage, task, sandbox, stand_ins=not self.harness.options.strict)
@@ -418,9 +440,12 @@ class _TrialEnv:
         if not self.harness.options.keep_sandboxes:
             await asyncio.to_thread(_delete, sandbox)
 
-    async def open_verifier(self, task: Task, verifier: TaskVerifier) -> Sandbox:
+    async def open_verifier(
+        self, task: Task, verifier: TaskVerifier, network: bool | None = None
+    ) -> Sandbox:
         """The separate verifier's sandbox: its own image (a prebuilt one, or built from the
-        tests' Dockerfile) or the agent's, under its own limits and network, or the task's."""
+        tests' Dockerfile) or the agent's, under its own limits and network, or the task's
+        (``network``, the verifier phase's, over either)."""
         image = self.image
         if verifier.bundled:
             own = TaskEnvironment(
@@ -431,7 +456,10 @@ class _TrialEnv:
             )
             checking = task.model_copy(update={"id": f"{task.id}-verifier", "environment": own})
             image = (await asyncio.to_thread(self.harness.builder.build, checking)).tag
-        limits = task.model_copy(update={"environment": verifier.environment or task.environment})
+        own = verifier.environment or task.environment
+        if network is not None:
+            own = own.model_copy(update={"allow_internet": network})
+        limits = task.model_copy(update={"environment": own})
         return await self._create(limits, image, "/logs/verifier")
 
     def failure_of(self, exc: Exception) -> FailureMode | None:

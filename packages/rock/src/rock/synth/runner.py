@@ -348,7 +348,12 @@ class PoolRunner:
         finally:
             self.episodes += 1  # episodes that had a sandbox
 
-    async def open_verifier(self, task: Task, verifier: TaskVerifier) -> Sandbox:
+    async def network(self, task: Task, sandbox: Sandbox, on: bool | None) -> None:
+        """Synthesis and training sandboxes keep the network their source gave them."""
+
+    async def open_verifier(
+        self, task: Task, verifier: TaskVerifier, network: bool | None = None
+    ) -> Sandbox:
         raise SandboxError(
             f"task {task.id} asks for a separate verifier container, which synthesis and "
             "training do not provide; run it with rock bench."
