@@ -73,15 +73,13 @@ from typing import Any
 from _rockbench import machine
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "scripts"))
+import harbor_env  # noqa: E402 - the shared Harbor venv (scripts/harbor_env.py)
+
+HARBOR = harbor_env.HARBOR
+HARBOR_VERSION = harbor_env.HARBOR_VERSION
 DATASET = REPO / "datasets" / "terminal-bench-local"
 ROCK = Path(sys.executable).with_name("rock")
-HARBOR_VERSION = "0.26.0"
-HARBOR_VENV = (
-    Path(os.environ.get("XDG_CACHE_HOME", "~/.cache")).expanduser()
-    / "ale-tests"
-    / f"harbor-{HARBOR_VERSION}"
-)
-HARBOR = HARBOR_VENV / "bin" / "harbor"
 COMPOSE_DEB = (
     "http://deb.debian.org/debian/pool/main/d/docker-compose/docker-compose_2.26.1-4_amd64.deb"
 )
@@ -161,41 +159,13 @@ def ensure_docker() -> None:
         raise SetupError(f"docker compose v2 was installed in {COMPOSE_PLUGIN} but does not run.")
 
 
-def _python312() -> Path | None:
-    found = sorted(Path("~/.pyenv/versions").expanduser().glob("3.12*/bin/python"))
-    if found:
-        return found[-1]
-    for name in ("python3.12", "python3.13"):
-        path = shutil.which(name)
-        if path:
-            return Path(path)
-    return None
-
-
 def ensure_harbor() -> None:
-    ready = HARBOR_VENV / ".installed"
-    if not (ready.is_file() and HARBOR.is_file()):
-        python = _python312()
-        if python is None:
-            raise SetupError(
-                "Harbor needs Python 3.12, and none is installed (pyenv install 3.12)."
-            )
-        print(f"installing harbor=={HARBOR_VERSION} into {HARBOR_VENV}", flush=True)
-        if not _ok([python, "-m", "venv", "--clear", HARBOR_VENV]) or not _ok(
-            [
-                HARBOR_VENV / "bin" / "python",
-                "-m",
-                "pip",
-                "install",
-                "-q",
-                f"harbor=={HARBOR_VERSION}",
-            ],
-            timeout=900,
-        ):
-            raise SetupError(f"harbor=={HARBOR_VERSION} could not be installed in {HARBOR_VENV}.")
-        ready.write_text(f"harbor=={HARBOR_VERSION}")
+    try:
+        harbor_env.ensure_harbor()
+    except harbor_env.HarborUnavailable as exc:
+        raise SetupError(str(exc)) from None
     if not _ok([HARBOR, "--help"]):
-        raise SetupError(f"{HARBOR} does not run; delete {HARBOR_VENV} to have it made again.")
+        raise SetupError(f"{HARBOR} does not run; delete {harbor_env.VENV} to have it made again.")
 
 
 # -- tasks and base images ------------------------------------------------------------------

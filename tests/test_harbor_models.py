@@ -4,7 +4,6 @@ virtual environment of its own that this test makes once and keeps in the user c
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -15,10 +14,8 @@ from ale.atif import to_atif
 from ale.samples import sample_trajectory
 from ale.trajectory import AgentInfo, Role, Step, ToolCall, ToolResult, Trajectory, Usage
 
-HARBOR = "harbor==0.26.0"
-VENV = (
-    Path(os.environ.get("XDG_CACHE_HOME", "~/.cache")).expanduser() / "ale-tests" / "harbor-0.26.0"
-)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+from harbor_env import ensure_harbor
 
 CHECK = """
 import json, sys
@@ -33,26 +30,9 @@ print(json.dumps(bad))
 """
 
 
-def _python312() -> Path:
-    found = sorted(Path("~/.pyenv/versions").expanduser().glob("3.12*/bin/python"))
-    if found:
-        return found[-1]
-    for name in ("python3.12", "python3.13"):
-        done = subprocess.run(["which", name], capture_output=True, text=True)
-        if done.returncode == 0:
-            return Path(done.stdout.strip())
-    raise RuntimeError("Harbor needs Python 3.12 or newer; install one (pyenv install 3.12)")
-
-
 @pytest.fixture(scope="session")
 def harbor_python() -> Path:
-    python = VENV / "bin" / "python"
-    ready = VENV / ".installed"
-    if not ready.is_file():
-        subprocess.run([_python312(), "-m", "venv", "--clear", VENV], check=True)
-        subprocess.run([python, "-m", "pip", "install", "-q", HARBOR], check=True, timeout=900)
-        ready.write_text(HARBOR)
-    return python
+    return ensure_harbor()
 
 
 def _edge_cases() -> dict[str, Trajectory]:
