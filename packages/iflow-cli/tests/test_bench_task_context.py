@@ -80,6 +80,39 @@ def _task(root: Path, name: str, *, server: str = "/opt/mcp/server.py") -> Path:
     return task
 
 
+COMPOSE = """\
+services:
+  main:
+    depends_on:
+      vault:
+        condition: service_healthy
+  vault:
+    build: ./vault
+    command: ["python3", "/srv/mini_mcp_http.py", "8000"]
+    healthcheck:
+      test: ["CMD", "python3", "-c", "import socket; socket.create_connection(('localhost', 8000))"]
+      interval: 1s
+      retries: 30
+"""
+
+
+def _http_task(root: Path, name: str) -> Path:
+    """The vault's MCP server in a side service of the task's compose file, over HTTP."""
+    task = _task(root, name)
+    toml = (task / "task.toml").read_text()
+    stdio = 'transport = "stdio"\ncommand = "python3"\nargs = ["/opt/mcp/server.py"]\n'
+    assert stdio in toml
+    http = 'transport = "streamable-http"\nurl = "http://vault:8000/mcp"\n'
+    (task / "task.toml").write_text(toml.replace(stdio, http))
+    vault = task / "environment" / "vault"
+    vault.mkdir()
+    for script in ("mini_mcp.py", "mini_mcp_http.py"):
+        shutil.copy(HERE / "data" / script, vault / script)
+    (vault / "Dockerfile").write_text("FROM rock/base:bookworm\nCOPY *.py /srv/\n")
+    (task / "environment" / "docker-compose.yaml").write_text(COMPOSE)
+    return task
+
+
 def _script(path: Path) -> Path:
     path.write_text(
         json.dumps(
@@ -110,6 +143,7 @@ def run(docker_client: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
     tasks = root / "tasks"
     _task(tasks, "vault")
     _task(tasks, "absent", server="/opt/mcp/missing.py")  # the server dies at once
+    _http_task(tasks, "vault-http")
     out = root / "run"
     harness = Harness(
         DockerBackend(docker_client),
@@ -169,3 +203,12 @@ def test_a_server_that_cannot_start_is_one_sentence_and_the_agent_goes_on(run: P
     assert results[0].is_error and "Unknown tool 'get_secret'" in results[0].content
     trial = json.loads((run / "absent.1-of-1" / "results.json").read_text())
     assert trial["is_resolved"] is True  # the rest of the script still did the work
+
+
+def test_an_mcp_server_in_a_side_service_is_reached_over_http(run: Path) -> None:
+    trial = json.loads((run / "vault-http.1-of-1" / "results.json").read_text())
+    assert trial["is_resolved"] is True, trial["error"]
+    trajectory = _trajectory(run, "vault-http")
+    assert "mcp_failures" not in trajectory.extra, trajectory.extra
+    results = [r for s in trajectory.steps for r in s.tool_results]
+    assert results[0].content == "the secret is opal"

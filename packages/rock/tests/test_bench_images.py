@@ -23,6 +23,7 @@ from rock.bench.images import (
     plan_build,
     rewrite_dockerfile,
 )
+from rock.bench.services import ComposeError, read_compose
 
 
 # -- images: the image map -------------------------------------------------------------------
@@ -203,7 +204,6 @@ def test_plan_build_of_a_dockerfile_task(tmp_path: Path) -> None:
     assert plan.context == tmp_path.resolve() / "df" / "environment"
     assert plan.dockerfile == "Dockerfile"
     assert plan.text == "FROM python:3.12-slim\nWORKDIR /app\n"
-    assert plan.env == {}
 
 
 COMPOSE_MAIN = """\
@@ -235,7 +235,11 @@ def test_plan_build_of_a_compose_task_uses_the_main_service(tmp_path: Path) -> N
     assert plan.context == tmp_path.resolve() / "composed" / "environment"
     assert plan.dockerfile == "Dockerfile"
     assert plan.text == "FROM ubuntu:24.04\n"
-    assert plan.env == {"FOO": "bar", "EMPTY": ""}
+    compose = read_compose(task, env={"NOVALUE": "from-here"})
+    assert compose is not None and compose.side == []
+    assert compose.main.environment == {
+        "FOO": "bar", "EMPTY": "", "LOGS": "", "NOVALUE": "from-here"
+    }  # fmt: skip
 
 
 def test_plan_build_of_a_compose_task_with_a_build_string_and_a_dict_environment(
@@ -257,27 +261,77 @@ def test_plan_build_of_a_compose_task_with_a_build_string_and_a_dict_environment
     assert plan.context == tmp_path.resolve() / "single" / "environment" / "image"
     assert plan.dockerfile == "Dockerfile"
     assert plan.text == "FROM debian:12\n"
-    assert plan.env == {"PORT": "8080"}
+    compose = read_compose(task, env={})
+    assert compose is not None and compose.main.environment == {"PORT": "8080"}
 
 
-def test_plan_build_refuses_side_services(tmp_path: Path) -> None:
+def test_side_services_are_read_in_the_order_they_wait_for_each_other(tmp_path: Path) -> None:
     compose = (
         "services:\n"
-        "  main:\n    build: .\n"
-        "  db:\n    image: postgres:16\n"
-        "  cache:\n    image: redis:7\n"
+        "  main:\n    build: .\n    depends_on:\n      db:\n        condition: service_healthy\n"
+        "  app:\n    image: ${APP_IMAGE:-app:1}\n    depends_on: [db]\n"
+        "    volumes: ['./init.sql:/init.sql:ro', 'data:/var/lib/data']\n"
+        "  db:\n    image: postgres:16\n    environment: {POSTGRES_PASSWORD: pw}\n"
+        "    healthcheck:\n      test: pg_isready\n      interval: 1m30s\n      retries: 5\n"
     )
-    task = load_task(make_task(tmp_path, "sides", compose=compose))
-    with pytest.raises(TaskImageError) as info:
-        plan_build(task)
-    message = str(info.value)
-    assert "also starts cache, db" in message
-    assert "side services are not supported" in message
+    task = load_task(make_task(tmp_path, "sides", compose=compose, files={"init.sql": "--"}))
+    assert plan_build(task).dockerfile == "Dockerfile"  # main still builds
+    found = read_compose(task, env={})
+    assert found is not None and found.main.depends_on == {"db": "service_healthy"}
+    db, app = found.order()
+    assert (db.name, db.image, db.environment) == ("db", "postgres:16", {"POSTGRES_PASSWORD": "pw"})
+    assert db.healthcheck == {
+        "test": ["CMD-SHELL", "pg_isready"],
+        "interval": 90 * 10**9,
+        "retries": 5,
+    }
+    assert (app.image, app.depends_on) == ("app:1", {"db": "service_started"})
+    init = (tmp_path / "sides" / "environment" / "init.sql").resolve()
+    assert app.volumes == [f"{init}:/init.sql:ro", "data:/var/lib/data:rw"]
+    assert read_compose(task, env={"APP_IMAGE": "mine:2"}).side[0].image == "mine:2"  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(
+    ("extra", "needle"),
+    [
+        (
+            "  a:\n    image: x\n    depends_on: [b]\n  b:\n    image: x\n    depends_on: [a]\n",
+            "go round in a circle",
+        ),
+        ("  a:\n    image: x\n    depends_on: [nowhere]\n", "does not define"),
+        (
+            "  a:\n    image: x\n    depends_on:\n      main:\n        condition: ready\n",
+            "which compose does not define",
+        ),
+        (
+            "  a:\n    image: x\n    healthcheck:\n      test: 'true'\n      interval: soon\n",
+            "is not a duration",
+        ),
+        ("  a:\n    image: x\n    volumes: ['./absent:/x']\n", "which does not exist"),
+    ],
+)
+def test_bad_side_services_are_one_sentence(tmp_path: Path, extra: str, needle: str) -> None:
+    task = load_task(
+        make_task(tmp_path, "bad", compose="services:\n  main:\n    build: .\n" + extra)
+    )
+    with pytest.raises(ComposeError) as info:
+        compose = read_compose(task, env={})
+        assert compose is not None
+        compose.order()
+    assert needle in str(info.value) and "\n" not in str(info.value)
+
+
+def test_a_main_service_without_build_uses_the_task_s_dockerfile_as_harbor_does(
+    tmp_path: Path,
+) -> None:
+    compose = "services:\n  main:\n    environment: {A: b}\n  db:\n    image: x\n"
+    task = load_task(make_task(tmp_path, "harbor", compose=compose))
+    assert plan_build(task).context == tmp_path.resolve() / "harbor" / "environment"
 
 
 def test_plan_build_refuses_compose_without_a_build_section(tmp_path: Path) -> None:
     compose = "services:\n  main:\n    image: ubuntu:24.04\n"
-    task = load_task(make_task(tmp_path, "nobuild", compose=compose))
+    task = load_task(make_task(tmp_path, "nobuild", compose=compose, dockerfile=None))
     with pytest.raises(TaskImageError) as info:
         plan_build(task)
     assert "service 'main'" in str(info.value)

@@ -227,7 +227,7 @@ def test_a_healthcheck_collect_hooks_and_the_solution_s_variables(oracle_run: Pa
     lines = [line for line in log.splitlines() if not line.startswith("broken")]
     assert lines[0] == "exit 0 `cp /tmp/tries /app/hooked.txt`"
     assert lines[1] == "exit 4 `echo broken >&2; exit 4`"
-    assert "service 'db'" in lines[2] and "main" in lines[2]
+    assert "service 'db', which this task does not run" in lines[2]
 
 
 def test_an_environment_that_never_becomes_healthy_runs_no_agent(oracle_run: Path) -> None:

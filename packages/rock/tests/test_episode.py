@@ -44,6 +44,12 @@ class Env:
         self.closed.append(sandbox.id)
         sandbox.delete()
 
+    async def network(self, task: Task, sandbox: Sandbox, on: bool | None) -> None:
+        pass
+
+    def services(self, sandbox: Sandbox) -> dict[str, Any]:
+        return {}
+
     def failure_of(self, exc: Exception) -> FailureMode | None:
         return FailureMode.SANDBOX_ERROR if isinstance(exc, SandboxError) else None
 

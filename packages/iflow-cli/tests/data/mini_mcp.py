@@ -31,12 +31,17 @@ def answer(request):
     return None
 
 
-for line in sys.stdin:
+def main():
+    for line in sys.stdin:
+        serve(line)
+
+
+def serve(line):
     if not line.strip():
-        continue
+        return
     request = json.loads(line)
     if "id" not in request:
-        continue  # a notification
+        return  # a notification
     result = answer(request)
     reply = {"jsonrpc": "2.0", "id": request["id"]}
     if result is None:
@@ -45,3 +50,7 @@ for line in sys.stdin:
         reply["result"] = result
     sys.stdout.write(json.dumps(reply) + "\n")
     sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import inspect
 import math
 import shlex
@@ -26,11 +27,13 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal, Protocol
+from urllib.parse import urlsplit, urlunsplit
 
 from ale.agents import BenchAgent, TaskContext, accepts_context
 from ale.sandbox import SandboxVerbs
 from ale.task import (
     Task,
+    TaskMcpServer,
     TaskStep,
     TaskVerifier,
     agent_instruction,
@@ -48,6 +51,7 @@ from rock.task_phases import (
     COLLECT_LOG,
     AsUser,
     EpisodeSandbox,
+    Services,
     collect_artifacts,
     run_hooks,
     wait_healthy,
@@ -123,16 +127,37 @@ async def run_agent(
 
 
 def with_context(
-    agent: BenchAgent, task: Task, options: dict[str, Any], *, first: bool = True
+    agent: BenchAgent,
+    task: Task,
+    options: dict[str, Any],
+    services: Services,
+    *,
+    first: bool = True,
 ) -> dict[str, Any]:
     """``options`` plus the task's :class:`~ale.agents.TaskContext` for an agent that takes
-    one (MCP servers, skills, the prior conversation for the first step), when there is any."""
+    one (MCP servers, skills, the prior conversation for the first step), when there is any;
+    an MCP server's URL naming a side service is sent to that service's address."""
     out = dict(options)
     if "context" not in out and accepts_context(agent):
         context = TaskContext.of(task, first=first)
         if context:
-            out["context"] = context
+            servers = [_reachable(s, services) for s in context.mcp_servers]
+            out["context"] = dataclasses.replace(context, mcp_servers=servers)
     return out
+
+
+def _reachable(server: TaskMcpServer, services: Services) -> TaskMcpServer:
+    """``server`` with its URL's host, when it names a side service, made that service's
+    address (the agent runs on this machine, outside the trial's network)."""
+    if not server.url:
+        return server
+    parts = urlsplit(server.url)
+    port = services.get(parts.hostname or "")
+    address = port.address() if port is not None else None
+    if address is None:
+        return server
+    netloc = address + (f":{parts.port}" if parts.port else "")
+    return server.model_copy(update={"url": urlunsplit(parts._replace(netloc=netloc))})
 
 
 class TaskEnv(Protocol):
@@ -162,6 +187,10 @@ class TaskEnv(Protocol):
     async def network(self, task: Task, sandbox: Sandbox, on: bool | None) -> None:
         """Give ``sandbox`` the network a phase of ``task`` asks for (its agent's, its
         tests'): ``on``, or the environment's when None."""
+        ...
+
+    def services(self, sandbox: Sandbox) -> Services:
+        """The side services running beside ``sandbox`` (a compose task's), by name."""
         ...
 
     def failure_of(self, exc: Exception) -> FailureMode | None:
@@ -309,18 +338,19 @@ async def _agent_and_verifier(
         AsUser(lent, task.agent_user) if task.agent_user else lent,
         timeout_sec=agent_timeout_sec,
         traceback_dir=traceback_dir,
-        **with_context(agent, task, options),
+        **with_context(agent, task, options, env.services(sandbox)),
     )
     episode.agent_ended_at = datetime.now(UTC)
     episode.agent_sec = ran.seconds
     episode.trajectory = ran.trajectory
     episode.agent_failure = episode.failure = ran.failure
     episode.error = ran.error
-    await asyncio.to_thread(run_hooks, sandbox, task.collect, hooks_log)
+    services = env.services(sandbox)
+    await asyncio.to_thread(run_hooks, sandbox, task.collect, hooks_log, services)
     handed: list[tuple[str, Path]] = []
     if keep_artifacts or task.verifier is not None:
         out = verifier_dir.parent / "artifacts"
-        handed = await asyncio.to_thread(collect_artifacts, sandbox, task.artifacts, out)
+        handed = await asyncio.to_thread(collect_artifacts, sandbox, task.artifacts, out, services)
     episode.test_started_at = datetime.now(UTC)
     verdict = await _verify(
         task, env, sandbox, task.verifier, None, task.verifier_env, test_timeout_sec,
@@ -374,7 +404,7 @@ async def _steps(
                 break
         await env.network(task, sandbox, step.agent_network)
         out.agent_started_at = datetime.now(UTC)
-        step_options = with_context(agent, task, options, first=index == 0)
+        step_options = with_context(agent, task, options, env.services(sandbox), first=index == 0)
         if "logs_dir" in step_options:
             step_options["logs_dir"] = step_dir / "agent"
         ran = await run_agent(
@@ -388,11 +418,15 @@ async def _steps(
         out.agent_ended_at = datetime.now(UTC)
         out.agent_sec, out.trajectory = ran.seconds, ran.trajectory
         out.failure, out.error = ran.failure, ran.error
-        await asyncio.to_thread(run_hooks, sandbox, step.collect, step_dir / COLLECT_LOG)
+        services = env.services(sandbox)
+        log = step_dir / COLLECT_LOG
+        await asyncio.to_thread(run_hooks, sandbox, step.collect, log, services)
         handed: list[tuple[str, Path]] = []
         if keep_artifacts or step.verifier is not None:
             kept = step_dir / "artifacts"
-            handed = await asyncio.to_thread(collect_artifacts, sandbox, step.artifacts, kept)
+            handed = await asyncio.to_thread(
+                collect_artifacts, sandbox, step.artifacts, kept, services
+            )
         out.test_started_at = datetime.now(UTC)
         out.verdict = await _verify(
             task, env, sandbox, step.verifier, step, step.verifier_env,

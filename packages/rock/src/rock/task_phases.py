@@ -1,6 +1,8 @@
 """What a Harbor task asks of the container around its agent, for the episode room
 (:mod:`rock.episode`) to call: a healthcheck before the agent, collect hooks after it, the
-artifacts copied out (with Harbor's manifest), and a sandbox seen as the task's user."""
+artifacts copied out (with Harbor's manifest), and a sandbox seen as the task's user. A hook
+or an artifact of another compose service goes to that service's container
+(:class:`ServicePort`)."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ import json
 import posixpath
 import tarfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -29,6 +31,23 @@ class EpisodeSandbox(SandboxVerbs, Protocol):
     def run(self, request: ExecRequest) -> ExecResult:
         """Run one command as ``request`` says (as another user, say)."""
         ...
+
+
+class ServicePort(Protocol):
+    """Another service of a compose task (a database beside the agent's container), as the
+    episode reaches it: commands, files out, and its address from this machine."""
+
+    def run(self, request: ExecRequest) -> ExecResult: ...
+
+    def get_archive(self, path: str) -> bytes: ...
+
+    def address(self) -> str | None:
+        """Its IP address on the trial's network (None when it has none)."""
+        ...
+
+
+Services = Mapping[str, ServicePort]
+"""A compose task's side services by name (empty for a task without them)."""
 
 
 class AsUser(ExecVerb):
@@ -107,21 +126,25 @@ def wait_healthy(
         sleep(check.start_interval_sec if starting else check.interval_sec)
 
 
-def run_hooks(sandbox: Sandbox, hooks: list[CollectHook], log: Path) -> None:
-    """Run the collect hooks in the agent's sandbox, best effort (as Harbor: a hook that
-    fails never fails the trial); what each did goes to ``log``."""
+def run_hooks(
+    sandbox: Sandbox, hooks: list[CollectHook], log: Path, services: Services | None = None
+) -> None:
+    """Run the collect hooks in the agent's sandbox, or in the side service each names, best
+    effort (as Harbor: a hook that fails never fails the trial); what each did goes to
+    ``log``."""
     if not hooks:
         return
     lines = []
     for hook in hooks:
-        if hook.service != "main":
+        target = sandbox if hook.service == "main" else (services or {}).get(hook.service)
+        if target is None:
             lines.append(
-                f"skipped `{hook.command}`: it names service {hook.service!r}, and rock runs "
-                "collect hooks in the agent's container (main) only"
+                f"skipped `{hook.command}`: it names service {hook.service!r}, which this "
+                "task does not run"
             )
             continue
         try:
-            done = sandbox.run(
+            done = target.run(
                 ExecRequest(command=hook.command, timeout=hook.timeout_sec, user=hook.user)
             )
         except SandboxError as exc:
@@ -143,12 +166,16 @@ type and status (ok, empty, failed, skipped), as Harbor's manifest."""
 
 
 def collect_artifacts(
-    sandbox: Sandbox, artifacts: list[TaskArtifact], out: Path
+    sandbox: Sandbox,
+    artifacts: list[TaskArtifact],
+    out: Path,
+    services: Services | None = None,
 ) -> list[tuple[str, Path]]:
     """Harbor's collection pass: ``/logs/artifacts`` (unless an entry names it) and each
-    artifact copied out of ``sandbox`` under ``out`` (at its destination, else its own
-    path), without what its ``exclude`` names, and ``manifest.json``; an artifact that is not
-    there is recorded, never an error. The (source, copy) of each one copied."""
+    artifact copied out of ``sandbox`` (or out of the side service it names) under ``out``
+    (at its destination, else its own path), without what its ``exclude`` names, and
+    ``manifest.json``; an artifact that is not there is recorded, never an error. The
+    (source, copy) of each one copied."""
     entries = list(artifacts)
     if not any(a.source.rstrip("/") == ARTIFACTS_DIR for a in entries):
         entries.insert(0, TaskArtifact(source=ARTIFACTS_DIR))
@@ -162,11 +189,14 @@ def collect_artifacts(
         }  # fmt: skip
         manifest.append(record)
         claimed = any(r["destination"] == destination for r in manifest[:-1])
-        if artifact.service != "main" or claimed:
-            continue  # another container's, or a place already taken: the first one wins
+        source: Sandbox | ServicePort | None = (
+            sandbox if artifact.service == "main" else (services or {}).get(artifact.service)
+        )
+        if source is None or claimed:
+            continue  # a service the task does not run, or a place taken: the first one wins
         target = out / destination
         try:
-            archive = sandbox.get_archive(artifact.source)
+            archive = source.get_archive(artifact.source)
             unpack_download(archive, target, artifact.exclude)
         except (SandboxError, tarfile.TarError, OSError):
             record["status"] = "failed"  # not there (or unreadable): nothing to hand over
@@ -186,6 +216,8 @@ __all__ = [
     "MANIFEST",
     "AsUser",
     "EpisodeSandbox",
+    "ServicePort",
+    "Services",
     "collect_artifacts",
     "run_hooks",
     "wait_healthy",

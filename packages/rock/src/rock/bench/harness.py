@@ -63,10 +63,12 @@ from rock.bench.results import (
     collect_trials,
     trial_path,
 )
+from rock.bench.services import Compose, ComposeError, ServiceGroup, read_compose
 from rock.bench.verifier import toolchain
 from rock.bench.verify import VerifierOutcome, stage
 from rock.episode import Episode, episode_threads, run_episode, verifier_result
 from rock.models import SandboxSpec
+from rock.task_phases import Services
 
 DEFAULT_MEMORY_MB = 2048
 LABEL_RUN = "dev.ale.rock.bench.run"
@@ -399,6 +401,8 @@ class _TrialEnv:
 
     def __init__(self, harness: Harness, image: str, run_id: str) -> None:
         self.harness, self.image, self.run_id = harness, image, run_id
+        self.services_of: dict[str, ServiceGroup] = {}
+        """The side services of each open sandbox (compose tasks), by sandbox id."""
 
     async def open(self, task: Task) -> tuple[Sandbox, str]:
         phases = (
@@ -407,17 +411,65 @@ class _TrialEnv:
             *(s.agent_network for s in task.steps),
             *(s.verifier_network for s in task.steps if s.verifier is None),
         )
-        sandbox = await self._create(task, self.image, "/logs/agent /logs/verifier", phases)
+        compose = await asyncio.to_thread(read_compose, task)
+        group = await self._side_services(task, compose) if compose else None
+        try:
+            sandbox = await self._create(
+                task, self.image, "/logs/agent /logs/verifier", phases, compose, group
+            )
+        except BaseException:
+            if group is not None:
+                await asyncio.shield(asyncio.to_thread(group.stop))
+            raise
+        if group is not None:
+            self.services_of[sandbox.id] = group
         return sandbox, task.environment.workdir or "/app"
 
+    async def _side_services(self, task: Task, compose: Compose) -> ServiceGroup | None:
+        """The compose file's other services, up and on a network of the trial's own."""
+        if not compose.side:
+            return None
+        builder = self.harness.builder
+        images = {
+            s.name: await asyncio.to_thread(builder.service_image, task, s) for s in compose.side
+        }
+        wanted = self.harness.options.allow_internet
+        group = ServiceGroup(
+            builder.client,
+            compose,
+            images,
+            internet=task.environment.allow_internet if wanted is None else wanted,
+            labels={LABEL_RUN: self.run_id, "dev.ale.rock.bench.task": task.id},
+        )
+        await asyncio.to_thread(group.start)
+        return group
+
     async def _create(
-        self, task: Task, image: str, dirs: str, phases: tuple[bool | None, ...] = ()
+        self,
+        task: Task,
+        image: str,
+        dirs: str,
+        phases: tuple[bool | None, ...] = (),
+        compose: Compose | None = None,
+        services: ServiceGroup | None = None,
     ) -> Sandbox:
-        """A sandbox of ``image`` under ``task``'s limits, with ``dirs`` made in it; made with
-        a network for a later phase, it starts with the environment's (closed)."""
+        """A sandbox of ``image`` under ``task``'s limits (the compose main service's
+        environment under the task's), with ``dirs`` made in it; made with a network for a
+        later phase or for ``services`` (joined, answering to its service name), it starts
+        with the environment's (closed)."""
         spec = self.harness._spec(task, image, self.run_id, phases)
+        if compose is not None:
+            spec.env = {**compose.main.environment, **spec.env}
+        if services is not None:
+            spec.network = "bridge"  # joined to the services' network below, bridge cut after
         sandbox = await asyncio.to_thread(self.harness.backend.create, spec)
         try:
+            if services is not None:
+                container = getattr(sandbox, "container", None)
+                if container is None:
+                    raise ComposeError("a task with side services needs a Docker sandbox.")
+                await asyncio.to_thread(services.attach, container.id)
+                await asyncio.to_thread(services.ready_for_main)
             await self.network(task, sandbox, None)
             await asyncio.to_thread(sandbox.exec, f"mkdir -p {dirs}", timeout=30)
         except BaseException:
@@ -426,19 +478,29 @@ class _TrialEnv:
         return sandbox
 
     async def network(self, task: Task, sandbox: Sandbox, on: bool | None) -> None:
-        if self.harness.options.allow_internet is not None:
-            return  # --internet / --no-internet hold for every phase
-        wanted = task.environment.allow_internet if on is None else on
+        wanted = self.harness.options.allow_internet  # --internet / --no-internet: every phase
+        if wanted is None:
+            wanted = task.environment.allow_internet if on is None else on
         if sandbox.spec.network == "none" and not wanted:
             return  # made closed, and staying so
         await asyncio.to_thread(sandbox.set_network, wanted)
+
+    def services(self, sandbox: Sandbox) -> Services:
+        group = self.services_of.get(sandbox.id)
+        return group.ports() if group is not None else {}
 
     async def stage_tests(self, task: Task, sandbox: Sandbox) -> None:
         await asyncio.to_thread(stage, task, sandbox, stand_ins=not self.harness.options.strict)
 
     async def close(self, sandbox: Sandbox) -> None:
-        if not self.harness.options.keep_sandboxes:
+        if self.harness.options.keep_sandboxes:
+            return
+        try:
             await asyncio.to_thread(_delete, sandbox)
+        finally:
+            group = self.services_of.pop(sandbox.id, None)
+            if group is not None:
+                await asyncio.to_thread(group.stop)
 
     async def open_verifier(
         self, task: Task, verifier: TaskVerifier, network: bool | None = None
@@ -463,6 +525,8 @@ class _TrialEnv:
         return await self._create(limits, image, "/logs/verifier")
 
     def failure_of(self, exc: Exception) -> FailureMode | None:
+        if isinstance(exc, TaskImageError):  # a side service's image
+            return FailureMode.BUILD_FAILED
         return FailureMode.SANDBOX_ERROR if isinstance(exc, SandboxError) else None
 
 

@@ -29,11 +29,11 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import docker
-import yaml
 from docker.errors import APIError, DockerException, ImageNotFound
 from pydantic import BaseModel, Field
 
-from ale.task import Task
+from ale.task import Task, TaskEnvironment
+from rock.bench.services import ComposeError, Service, read_compose
 from rock.errors import RockError
 from rock.images.base import BASE_IMAGE
 
@@ -46,8 +46,6 @@ IMAGE_REPO = "rock-bench"
 """Repository of task images: ``rock-bench/<task>:<digest>``."""
 LABEL_DIGEST = "dev.ale.rock.bench.digest"
 LABEL_TASK = "dev.ale.rock.bench.task"
-MAIN_SERVICES = ("main", "client")
-"""Names of the service a task's compose file runs the agent in (Harbor, Terminal-Bench 1.0)."""
 
 
 class TaskImageError(RockError):
@@ -137,8 +135,6 @@ class BuildPlan(BaseModel):
     context: Path
     dockerfile: str
     text: str
-    env: dict[str, str] = Field(default_factory=dict)
-    """The main service's environment (compose tasks)."""
 
 
 _FROM = re.compile(r"^(\s*FROM\s+)((?:--\S+\s+)*)(\S+)(.*)$", re.I)
@@ -185,68 +181,41 @@ def _expand(text: str, args: dict[str, str]) -> str:
 
 
 def plan_build(task: Task) -> BuildPlan:
-    """Where the task's image comes from: its Dockerfile, or its compose file's main service."""
+    """Where the task's image comes from: its compose file's main service when that builds
+    (a 2.0 task's compose file first), else its Dockerfile (as Harbor builds ``main``)."""
     env = task.environment
     if env.compose_file is not None and (env.dockerfile is None or _compose_first(task)):
-        return _plan_compose(task, env.compose_file)
+        try:
+            compose = read_compose(task)
+        except ComposeError as exc:
+            raise TaskImageError(str(exc)) from None
+        main = compose.main if compose is not None else None
+        if main is not None and main.dockerfile is not None and main.build_context is not None:
+            return _plan(main.build_context, main.dockerfile)
+        if env.dockerfile is None:
+            raise TaskImageError(
+                f"service {main.name if main else 'main'!r} of {env.compose_file} has no build "
+                "section and the task has no environment/Dockerfile; give it "
+                "'build: {context: ., dockerfile: Dockerfile}'."
+            )
     if env.dockerfile is None:
         raise TaskImageError(
             f"task {task.id} declares no Dockerfile to build; give it environment/Dockerfile."
         )
-    context = env.build_context or env.dockerfile.parent
+    return _plan(env.build_context or env.dockerfile.parent, env.dockerfile)
+
+
+def _plan(context: Path, dockerfile: Path) -> BuildPlan:
     try:
-        rel = env.dockerfile.relative_to(context).as_posix()
+        rel = dockerfile.relative_to(context).as_posix()
     except ValueError:
         rel = ".rock.Dockerfile"
-    return BuildPlan(context=context, dockerfile=rel, text=env.dockerfile.read_text())
+    return BuildPlan(context=context, dockerfile=rel, text=dockerfile.read_text())
 
 
 def _compose_first(task: Task) -> bool:
     """A 2.0 task whose environment has docker-compose.yaml builds through it."""
     return task.source_format == "tb2" and task.environment.compose_file is not None
-
-
-def _plan_compose(task: Task, compose_file: Path) -> BuildPlan:
-    try:
-        data = yaml.safe_load(compose_file.read_text()) or {}
-    except yaml.YAMLError as exc:
-        raise TaskImageError(f"{compose_file} is not valid YAML ({exc}); fix it.") from None
-    services = data.get("services") if isinstance(data, dict) else None
-    if not isinstance(services, dict) or not services:
-        raise TaskImageError(f"{compose_file} has no services; give it a 'main' service.")
-    name = next((n for n in MAIN_SERVICES if n in services), None)
-    if name is None and len(services) == 1:
-        name = next(iter(services))
-    if name is None:
-        raise TaskImageError(
-            f"{compose_file} has services {sorted(services)} but none named "
-            f"{' or '.join(MAIN_SERVICES)}; name the service the agent works in 'main'."
-        )
-    others = sorted(n for n in services if n != name)
-    if others:
-        raise TaskImageError(
-            f"{compose_file} also starts {', '.join(others)}; rock bench runs the main "
-            "service only, so tasks with side services are not supported yet."
-        )
-    service = services[name] or {}
-    build = service.get("build")
-    if isinstance(build, str):
-        build = {"context": build}
-    if not isinstance(build, dict):
-        raise TaskImageError(
-            f"service {name!r} of {compose_file} has no build section; give it "
-            "'build: {context: ., dockerfile: Dockerfile}'."
-        )
-    context = (compose_file.parent / str(build.get("context", "."))).resolve()
-    dockerfile = str(build.get("dockerfile", "Dockerfile"))
-    path = (context / dockerfile).resolve()
-    if not path.is_file():
-        raise TaskImageError(f"{compose_file} builds from {path}, which does not exist.")
-    environment = service.get("environment") or {}
-    if isinstance(environment, list):
-        environment = dict(item.partition("=")[::2] for item in environment if "=" in item)
-    env = {str(k): str(v) for k, v in environment.items() if v is not None and "${" not in str(v)}
-    return BuildPlan(context=context, dockerfile=dockerfile, text=path.read_text(), env=env)
 
 
 def _context_files(context: Path) -> list[Path]:
@@ -405,6 +374,26 @@ class ImageBuilder:
                 bases=bases,
                 log=log,
             )
+
+    def service_image(self, task: Task, service: Service) -> str:
+        """The image of one of ``task``'s side services: built from its ``build`` like a
+        task's (cached by digest), or its ``image`` as the base-image map and this machine
+        have it (nothing is pulled)."""
+        if service.dockerfile is not None:
+            own = TaskEnvironment(
+                dockerfile=service.dockerfile,
+                build_context=service.build_context,
+                build_timeout_sec=task.environment.build_timeout_sec,
+            )
+        elif service.image:
+            own = TaskEnvironment(image=service.image)
+        else:
+            raise TaskImageError(
+                f"service {service.name!r} of task {task.id} has neither image nor build; "
+                "give it one."
+            )
+        part = task.model_copy(update={"id": f"{task.id}-{service.name}", "environment": own})
+        return self.build(part).tag
 
     def _prebuilt(self, task: Task, image: str) -> BuildResult:
         local = self.resolve(image)

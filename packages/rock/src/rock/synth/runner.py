@@ -30,6 +30,7 @@ from rock.client import Client
 from rock.episode import run_episode, verifier_result
 from rock.errors import DaemonUnreachable, PoolExhausted, RockError, ShuttingDown
 from rock.models import SandboxSpec
+from rock.task_phases import Services
 
 SYNTH_IMAGE = "rock/bench-base:bookworm"
 """The base image generated tasks build on (their Dockerfiles say FROM it)."""
@@ -350,6 +351,10 @@ class PoolRunner:
 
     async def network(self, task: Task, sandbox: Sandbox, on: bool | None) -> None:
         """Synthesis and training sandboxes keep the network their source gave them."""
+
+    def services(self, sandbox: Sandbox) -> Services:
+        """Synthesis and training run a task's main container only."""
+        return {}
 
     async def open_verifier(
         self, task: Task, verifier: TaskVerifier, network: bool | None = None

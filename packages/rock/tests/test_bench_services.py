@@ -1,0 +1,147 @@
+"""Compose tasks with side services, run for real: the services' network, their images,
+health and order, the agent's container answering to ``main``, and the cleanup."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rock.backends.docker import DockerBackend
+from rock.bench.harness import LABEL_RUN, BenchOptions, Harness
+from rock.bench.images import ImageBuilder, ImageMap
+
+pytestmark = pytest.mark.docker
+
+TASK_TOML = """\
+version = "1.0"
+artifacts = [{ source = "/tmp/hook.txt", service = "db" }, { source = "/x", service = "nope" }]
+
+[agent]
+timeout_sec = 120.0
+
+[verifier]
+timeout_sec = 60.0
+
+[environment]
+allow_internet = false
+
+[[verifier.collect]]
+command = "echo hooked-in-$(hostname -s | cut -c1-0)db > /tmp/hook.txt"
+service = "db"
+"""
+COMPOSE = """\
+services:
+  main:
+    environment:
+      - DB_URL=http://db:8000
+    depends_on:
+      db:
+        condition: service_healthy
+      seed:
+        condition: service_completed_successfully
+  seed:
+    image: rock/base:bookworm
+    command: ["sh", "-c", "echo seeded > /shared/seed.txt"]
+    volumes: ["shared:/shared"]
+  db:
+    build: ./db
+    command: ["python3", "-m", "http.server", "8000", "--directory", "/srv"]
+    volumes: ["./data/secret.txt:/srv/secret.txt:ro", "shared:/srv/shared"]
+    depends_on: [seed]
+    healthcheck:
+      test: ["CMD", "python3", "-c", "import urllib.request as u; u.urlopen('http://localhost:8000/')"]
+      interval: 1s
+      retries: 30
+"""
+FETCH = (
+    'python3 -c "import os, urllib.request as u; '
+    "print(u.urlopen(os.environ['DB_URL'] + '/{path}').read().decode().strip())\""
+)
+
+
+def _task(root: Path, name: str, compose: str) -> Path:
+    task = root / name
+    env = task / "environment"
+    (env / "db").mkdir(parents=True)
+    (env / "data").mkdir()
+    (task / "tests").mkdir()
+    (task / "solution").mkdir()
+    (task / "task.toml").write_text(TASK_TOML)
+    (task / "instruction.md").write_text("Fetch the secret from the db service.\n")
+    (env / "Dockerfile").write_text("FROM rock/base:bookworm\nWORKDIR /app\n")
+    (env / "db" / "Dockerfile").write_text("FROM rock/base:bookworm\n")
+    (env / "data" / "secret.txt").write_text("opal\n")
+    (env / "docker-compose.yaml").write_text(compose)
+    (task / "solution" / "solve.sh").write_text(
+        "#!/bin/bash\n"
+        f"{FETCH.format(path='secret.txt')} > /app/out.txt\n"
+        f"{FETCH.format(path='shared/seed.txt')} >> /app/out.txt\n"
+        "(getent hosts deb.debian.org >/dev/null && echo online || echo offline) >> /app/out.txt\n"
+    )
+    (task / "tests" / "test.sh").write_text(
+        "#!/bin/bash\nmkdir -p /logs/verifier\n"
+        "[ \"$(cat /app/out.txt | tr '\\n' ' ')\" = \"opal seeded offline \" ] && r=1 || r=0\n"
+        "echo $r > /logs/verifier/reward.txt\n"
+    )
+    return task
+
+
+@pytest.fixture(scope="module")
+def run(docker_client: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("services")
+    tasks = root / "tasks"
+    _task(tasks, "served", COMPOSE)
+    _task(tasks, "sick", COMPOSE.replace("u.urlopen('http://localhost:8000/')", "exit(1)")
+          .replace("retries: 30", "retries: 2"))  # fmt: skip
+    _task(tasks, "unpullable", COMPOSE.replace("image: rock/base:bookworm", "image: nosuch/db:9"))
+    out = root / "run"
+    harness = Harness(
+        DockerBackend(docker_client),
+        ImageBuilder(docker_client, ImageMap.load(user_file=None)),
+        BenchOptions(n_concurrent=3),
+    )
+    asyncio.run(harness.run(tasks, out, agent="oracle"))
+    return out
+
+
+def _trial(run: Path, task: str) -> dict[str, Any]:
+    return json.loads((run / f"{task}.1-of-1" / "results.json").read_text())
+
+
+def test_the_agent_reaches_its_side_services_by_name_without_the_internet(run: Path) -> None:
+    trial = _trial(run, "served")
+    assert trial["is_resolved"] is True, trial["error"]
+
+
+def test_a_service_that_never_becomes_healthy_is_one_sentence(run: Path) -> None:
+    trial = _trial(run, "sick")
+    assert trial["failure_mode"] == "sandbox_error"
+    assert "service 'db' is unhealthy: its healthcheck failed 2 times in a row" in trial["error"]
+
+
+def test_a_service_image_that_is_not_here_is_a_build_failure(run: Path) -> None:
+    trial = _trial(run, "unpullable")
+    assert trial["failure_mode"] == "build_failed"
+    assert "nosuch/db:9" in trial["error"] and "\n" not in trial["error"]
+
+
+def test_nothing_of_a_trial_is_left_behind(run: Path, docker_client: Any) -> None:
+    for task in ("served", "sick", "unpullable"):
+        label = {"label": [f"{LABEL_RUN}=run", f"dev.ale.rock.bench.task={task}"]}
+        assert docker_client.containers.list(all=True, filters=label) == []
+        assert docker_client.networks.list(filters=label) == []
+        assert docker_client.volumes.list(filters=label) == []
+
+
+def test_hooks_and_artifacts_of_a_side_service_come_from_its_container(run: Path) -> None:
+    trial = run / "served.1-of-1"
+    assert "exit 0 `echo hooked" in (trial / "collect-hooks.log").read_text()
+    assert (trial / "artifacts" / "tmp" / "hook.txt").read_text() == "hooked-in-db\n"
+    manifest = json.loads((trial / "artifacts" / "manifest.json").read_text())
+    assert [(m["source"], m["status"]) for m in manifest[1:]] == [
+        ("/tmp/hook.txt", "ok"), ("/x", "skipped"),
+    ]  # fmt: skip
