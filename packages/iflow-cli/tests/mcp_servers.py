@@ -18,7 +18,7 @@ TOKEN = "test-token-123"
 
 
 def tools_server() -> MCPServer:
-    server = MCPServer("test-tools")
+    server = MCPServer("test-tools", log_level="WARNING")
 
     @server.tool(description="Echo the text back.")
     def echo(text: str) -> str:
