@@ -11,7 +11,7 @@ import pytest
 
 from rock.backends.base import LABEL_DAEMON, LABEL_MANAGED, SandboxError, SandboxNotFound
 from rock.backends.docker import DockerBackend, DockerSandbox
-from rock.models import SandboxSpec
+from rock.models import DEFAULT_CAPABILITIES, SandboxSpec
 
 pytestmark = pytest.mark.docker
 
@@ -139,13 +139,52 @@ def test_limits_and_labels_are_applied(backend: DockerBackend, isolated: DockerS
         and host["NanoCpus"] == 1_000_000_000
     )
     assert host["Privileged"] is False and host["NetworkMode"] == "none"
-    assert "no-new-privileges" in host["SecurityOpt"] and not host["CapAdd"]
+    assert "no-new-privileges" in host["SecurityOpt"] and host["CapDrop"] == ["ALL"]
+    assert sorted(c.removeprefix("CAP_") for c in host["CapAdd"]) == list(DEFAULT_CAPABILITIES)
     assert (
         attrs["Config"]["Labels"][LABEL_MANAGED] == "1"
         and attrs["Config"]["Labels"][LABEL_DAEMON] == "pytest"
     )
     assert backend.get(sandbox.id).id == sandbox.id
     assert sandbox.id in {s.id for s in backend.list()}
+
+
+ESCAPES = {
+    "a raw socket": "python3 -c 'import socket; socket.socket(socket.AF_INET, socket.SOCK_RAW, 1)'",
+    "a packet socket": "python3 -c 'import socket; socket.socket(socket.AF_PACKET, socket.SOCK_RAW)'",
+    "mounting": "mkdir -p /mnt/x && mount -t tmpfs none /mnt/x",
+    "the sysrq trigger": "echo h > /proc/sysrq-trigger",
+    "a device node": "mknod /tmp/disk b 8 0 && head -c 1 /tmp/disk >/dev/null",
+    "the host's disks": "ls /dev/sd? /dev/vd? /dev/nvme?n? 2>/dev/null | grep .",
+    "kernel memory": "head -c 1 /dev/mem >/dev/null",
+    "the Docker socket": "test -e /var/run/docker.sock -o -e /run/docker.sock",
+    "chroot": "chroot / true",
+    "a kernel module": "python3 -c 'import ctypes, os; "
+    "assert ctypes.CDLL(None, use_errno=True).syscall(175, 0, 0, 0) == 0, os.strerror(ctypes.get_errno())'",
+    "the hostname": "hostname escaped",
+    "the clock": "date -s '2001-01-01'",
+}
+
+
+@pytest.mark.parametrize("what", sorted(ESCAPES))
+def test_escape_probes_fail(isolated: DockerSandbox, what: str) -> None:
+    """What a sandbox's root must not do, under both runtimes: each probe fails."""
+    result = isolated.exec(ESCAPES[what], timeout=30)
+    assert result.exit_code != 0, (what, result.stdout_text, result.stderr_text)
+
+
+def test_root_keeps_what_terminal_tasks_use(isolated: DockerSandbox) -> None:
+    """The capabilities kept: files given away, another user's process signalled, a port
+    under 1024 served."""
+    script = (
+        "set -e; touch /tmp/f; chown 1000:1000 /tmp/f; chmod 4755 /tmp/f; "
+        "python3 -c 'import os; print(os.stat(\"/tmp/f\").st_uid)'; "
+        "setpriv --reuid 1000 --regid 1000 --clear-groups sleep 30 & sleep 0.5; kill $!; "
+        'python3 -c \'import socket; s = socket.socket(); s.bind(("127.0.0.1", 80)); print("bound")\''
+    )
+    result = isolated.exec(script, timeout=30)
+    assert result.exit_code == 0, result.stderr_text
+    assert result.stdout_text.split() == ["1000", "bound"]
 
 
 def test_fork_bomb_is_contained(isolated: DockerSandbox) -> None:
@@ -224,3 +263,12 @@ def test_a_runsc_sandbox_runs_on_gvisor_s_kernel_and_says_what_it_cannot(
         "the engine runs runsc with --network=none, so a runsc sandbox cannot have network "
         "bridge; ask for network none, or runtime runc."
     )
+
+
+def test_a_capability_asked_for_is_kept_and_read_back(backend: DockerBackend) -> None:
+    caps = [*DEFAULT_CAPABILITIES, "net_raw"]
+    with backend.create(SandboxSpec(capabilities=caps)) as sb:
+        assert sb.exec(ESCAPES["a raw socket"]).exit_code == 0
+        assert backend.get(sb.id).spec.capabilities == sorted({*DEFAULT_CAPABILITIES, "NET_RAW"})
+    with pytest.raises(ValueError, match="unknown capabilities SYS_EVERYTHING"):
+        SandboxSpec(capabilities=["SYS_EVERYTHING"])

@@ -9,11 +9,33 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from rock.images.base import BASE_IMAGE
 
 DEFAULT_MAX_OUTPUT = 1 << 20
+
+DOCKER_CAPABILITIES = (
+    "AUDIT_WRITE", "CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "MKNOD",
+    "NET_BIND_SERVICE", "NET_RAW", "SETFCAP", "SETGID", "SETPCAP", "SETUID", "SYS_CHROOT",
+)  # fmt: skip
+"""The capabilities Docker gives a container's root by default."""
+DEFAULT_CAPABILITIES = ("CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "SETGID", "SETUID")
+"""What a rock sandbox's root keeps: Docker's default set without raw sockets (NET_RAW),
+device nodes (MKNOD), file capabilities (SETFCAP), capability bounding (SETPCAP), chroot
+(SYS_CHROOT), the audit log (AUDIT_WRITE) and NET_BIND_SERVICE (a container may bind low
+ports without it), none of which the bench and synthesis task sets or the probes of common
+task commands use; each kept one is used by them (``benchmarks/rock_capabilities.py``)."""
+LINUX_CAPABILITIES = frozenset(
+    {
+        *DOCKER_CAPABILITIES, "AUDIT_CONTROL", "AUDIT_READ", "BLOCK_SUSPEND", "BPF",
+        "CHECKPOINT_RESTORE", "DAC_READ_SEARCH", "IPC_LOCK", "IPC_OWNER", "LEASE",
+        "LINUX_IMMUTABLE", "MAC_ADMIN", "MAC_OVERRIDE", "NET_ADMIN", "NET_BROADCAST",
+        "PERFMON", "SYS_ADMIN", "SYS_BOOT", "SYS_MODULE", "SYS_NICE", "SYS_PACCT",
+        "SYS_PTRACE", "SYS_RAWIO", "SYS_RESOURCE", "SYS_TIME", "SYS_TTY_CONFIG", "SYSLOG",
+        "WAKE_ALARM",
+    }
+)  # fmt: skip
 
 
 class _Model(BaseModel):
@@ -42,6 +64,10 @@ class SandboxSpec(_Model):
     """The container runtime: ``runc`` (Docker's own) or ``runsc`` (gVisor: the sandbox's
     system calls go to a kernel of gVisor's, not the host's; ``make engine`` registers it,
     with its network off). Docker sandboxes only."""
+    capabilities: list[str] | None = None
+    """The Linux capabilities the sandbox's root keeps (names without ``CAP_``); None:
+    :data:`DEFAULT_CAPABILITIES`. Docker sandboxes only; never more than the engine allows
+    an unprivileged container."""
     workdir: str | None = None
     """Working directory for commands; None keeps the image's."""
     env: dict[str, str] = Field(default_factory=dict)
@@ -52,6 +78,24 @@ class SandboxSpec(_Model):
     """Delete the sandbox this long after creation."""
     idle_timeout_sec: float | None = Field(default=None, gt=0, le=MAX_SECONDS)
     """Delete the sandbox after this long without a command."""
+
+    @field_validator("capabilities")
+    @classmethod
+    def _known_capabilities(cls, value: list[str] | None) -> list[str] | None:
+        if value is None:
+            return None
+        names = [v.upper().removeprefix("CAP_") for v in value]
+        unknown = sorted(set(names) - LINUX_CAPABILITIES)
+        if unknown:
+            raise ValueError(
+                f"unknown capabilities {', '.join(unknown)}; name Linux capabilities such as "
+                "CHOWN or NET_RAW"
+            )
+        return sorted(set(names))
+
+    def kept_capabilities(self) -> list[str]:
+        """The capabilities the sandbox's root keeps."""
+        return list(DEFAULT_CAPABILITIES if self.capabilities is None else self.capabilities)
 
 
 class ExecRequest(_Model):

@@ -8,7 +8,7 @@ import fnmatch
 import io
 import posixpath
 import tarfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Protocol
@@ -95,6 +95,19 @@ class Sandbox(ExecVerb):
 
     id: str
     spec: SandboxSpec
+
+    def run_streaming(
+        self, request: ExecRequest, on_output: Callable[[int, bytes], None] | None
+    ) -> ExecResult:
+        """:meth:`run`, with the output also handed to ``on_output(stream, bytes)`` (1 for
+        stdout, 2 for stderr) as it comes; a backend that cannot stream hands it at the end."""
+        result = self.run(request)
+        if on_output is not None:
+            if result.stdout:
+                on_output(1, result.stdout)
+            if result.stderr:
+                on_output(2, result.stderr)
+        return result
 
     @abc.abstractmethod
     def session(self, *, max_output_bytes: int = DEFAULT_MAX_OUTPUT) -> Session:

@@ -31,7 +31,13 @@ from rock.backends.base import (
     SandboxNotFound,
 )
 from rock.engine import engine_host
-from rock.models import DEFAULT_MAX_OUTPUT, ExecRequest, ExecResult, SandboxSpec
+from rock.models import (
+    DEFAULT_MAX_OUTPUT,
+    DOCKER_CAPABILITIES,
+    ExecRequest,
+    ExecResult,
+    SandboxSpec,
+)
 
 _PID_PREFIX = b"__ROCK_PID "
 _KEEPALIVE = ["sh", "-c", "trap 'exit 0' TERM; while :; do sleep 3600 & wait $!; done"]
@@ -143,6 +149,11 @@ class DockerSandbox(Sandbox):
     # --- exec ---------------------------------------------------------------
 
     def run(self, request: ExecRequest) -> ExecResult:
+        return self.run_streaming(request, None)
+
+    def run_streaming(
+        self, request: ExecRequest, on_output: Callable[[int, bytes], None] | None
+    ) -> ExecResult:
         argv = (
             ["bash", "-c", request.command]
             if isinstance(request.command, str)
@@ -188,8 +199,12 @@ class DockerSandbox(Sandbox):
                         self._running[pid_box[0]] = request.tag
                 if rest:
                     err.add(rest)
+                    if on_output is not None:
+                        on_output(2, rest)
                 return
             (err if stream == 2 else out).add(data)
+            if on_output is not None:
+                on_output(2 if stream == 2 else 1, data)
 
         reader = threading.Thread(target=self._drain, args=(_reader(raw), on_frame), daemon=True)
         reader.start()
@@ -507,6 +522,8 @@ class DockerBackend(Backend):
                 nano_cpus=int(spec.cpus * 1e9),
                 pids_limit=spec.pids_limit,
                 privileged=False,
+                cap_drop=["ALL"],
+                cap_add=spec.kept_capabilities() or None,
                 security_opt=["no-new-privileges"],
                 working_dir=spec.workdir,
                 environment=spec.env or None,
@@ -607,6 +624,9 @@ def _spec_of(container: docker.models.containers.Container) -> SandboxSpec:
         pids_limit=host.get("PidsLimit") or 512,
         network="bridge" if host.get("NetworkMode") == "bridge" else "none",
         runtime="runsc" if host.get("Runtime") == "runsc" else "runc",
+        capabilities=[c.removeprefix("CAP_") for c in host.get("CapAdd") or []]
+        if "ALL" in (host.get("CapDrop") or [])
+        else list(DOCKER_CAPABILITIES),
         workdir=config.get("WorkingDir") or None,
         labels={
             k: v

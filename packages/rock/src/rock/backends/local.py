@@ -509,6 +509,11 @@ class LocalBackend(Backend):
                 f"a local sandbox runs on this machine's own kernel, not under {spec.runtime}; "
                 "use the Docker backend for runtime runsc."
             )
+        if spec.capabilities is not None:
+            raise SandboxError(
+                "a local sandbox runs as this machine's user, whose capabilities rock cannot "
+                "choose; use the Docker backend to set capabilities."
+            )
         sandbox_id = _check_id(sandbox_id) if sandbox_id is not None else _new_id()
         source = _image_dir(spec.image)
         home = self.directory / sandbox_id

@@ -93,6 +93,8 @@ class BenchOptions(BaseModel):
     max_retries: int = Field(default=0, ge=0)
     """Run a trial again, up to this many times, when the harness failed it (the sandbox
     failed or went away, the harness raised): never for the agent's own failures."""
+    capabilities: list[str] | None = None
+    """The capabilities every trial's root keeps; None: rock's default set."""
 
 
 class DatasetScan(BaseModel):
@@ -389,6 +391,7 @@ class Harness:
             memory_mb=env.memory_mb or DEFAULT_MEMORY_MB,
             pids_limit=2048,
             network="bridge" if internet else "none",
+            capabilities=self.options.capabilities,
             workdir=env.workdir,
             env=dict(env.env),
             labels={LABEL_RUN: run_id, "dev.ale.rock.bench.task": task.id},

@@ -167,6 +167,14 @@ def _default_output() -> Path:
     help="Run a trial again when the harness failed it (its sandbox failed or went away), "
     "never for the agent's own failures; counted in the results.",
 )
+@click.option(
+    "--cap",
+    "capabilities",
+    multiple=True,
+    metavar="NAME",
+    help="A Linux capability every trial's root keeps (repeatable; replaces rock's default "
+    "set, e.g. --cap NET_RAW with the defaults for a task that pings).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the run's results.json at the end.")
 @_image_options
 def bench_run(
@@ -183,6 +191,7 @@ def bench_run(
     no_internet: bool,
     keep_sandboxes: bool,
     max_retries: int,
+    capabilities: tuple[str, ...],
     as_json: bool,
     image_map: tuple[Path, ...],
     map_image: tuple[str, ...],
@@ -191,9 +200,12 @@ def bench_run(
 
     Exit status 0 when the run completed (whatever the agent scored), 1 on an error.
     """
+    from pydantic import ValidationError
+
     from ale.agents import AgentConfigError, AgentNotFound, parse_agent_kwargs
     from ale.plugins import PluginLoadError
     from rock.bench.harness import BenchError, BenchOptions
+    from rock.models import SandboxSpec
 
     if resume and output is None:
         raise BadInput("--resume needs --output naming the run to continue.")
@@ -201,14 +213,20 @@ def bench_run(
         kwargs = parse_agent_kwargs(list(agent_kwargs))
     except ValueError as exc:
         raise BadInput(str(exc)) from None
-    opts = BenchOptions(
-        n_concurrent=n_concurrent,
-        n_attempts=n_attempts,
-        timeout_multiplier=timeout_multiplier,
-        allow_internet=False if no_internet else None,
-        keep_sandboxes=keep_sandboxes,
-        max_retries=max_retries,
-    )
+    try:
+        opts = BenchOptions(
+            n_concurrent=n_concurrent,
+            n_attempts=n_attempts,
+            timeout_multiplier=timeout_multiplier,
+            allow_internet=False if no_internet else None,
+            keep_sandboxes=keep_sandboxes,
+            max_retries=max_retries,
+            capabilities=SandboxSpec(capabilities=list(capabilities)).capabilities
+            if capabilities
+            else None,
+        )
+    except ValidationError as exc:
+        raise BadInput(f"--cap: {exc.errors()[0]['msg'].removeprefix('Value error, ')}.") from None
     harness = _harness(opts, image_map, map_image, _Live(f"rock bench: {agent}"))
     out = output or _default_output()
     try:

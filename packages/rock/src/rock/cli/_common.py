@@ -234,6 +234,14 @@ _SPEC_OPTIONS = [
         default=None,
         help="'runc' (the default) or 'runsc': gVisor's own kernel between sandbox and host.",
     ),
+    click.option(
+        "--cap",
+        "capabilities",
+        multiple=True,
+        metavar="NAME",
+        help="A Linux capability the sandbox's root keeps (repeatable; replaces the default "
+        "set: CHOWN DAC_OVERRIDE FOWNER FSETID KILL SETGID SETUID).",
+    ),
     click.option("--workdir", default=None, help="Working directory of commands."),
     click.option(
         "--env",
@@ -272,6 +280,7 @@ _SPEC_FIELDS = (
     "pids_limit",
     "network",
     "runtime",
+    "capabilities",
     "workdir",
     "env",
     "labels",
@@ -286,6 +295,7 @@ def spec_options(func: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         given = {name: kwargs.pop(name) for name in _SPEC_FIELDS}
+        given["capabilities"] = list(given["capabilities"]) or None
         fields = {k: v for k, v in given.items() if v is not None and v != {}}
         return func(*args, spec_fields=fields, **kwargs)
 

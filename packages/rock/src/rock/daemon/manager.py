@@ -304,11 +304,20 @@ class SandboxManager(PoolsMixin, UpkeepMixin):
 
     # --- verbs --------------------------------------------------------------------
 
-    def exec(self, sandbox_id: str, request: ExecRequest) -> ExecResult:
+    def exec(
+        self,
+        sandbox_id: str,
+        request: ExecRequest,
+        on_output: Callable[[int, bytes], None] | None = None,
+    ) -> ExecResult:
+        """Run one command; with ``on_output`` its output is also handed over as it comes
+        (``stream``: 1 stdout, 2 stderr)."""
         box = self._box(sandbox_id)
         started_at = datetime.now(UTC)
         with self._tracked():
-            result = box.run(request)
+            result = (
+                box.run(request) if on_output is None else box.run_streaming(request, on_output)
+            )
         self.store.record_exec(
             sandbox_id,
             command=request.command

@@ -23,7 +23,10 @@ log = logging.getLogger("rock.daemon")
 
 def _shape(spec: SandboxSpec) -> tuple[object, ...]:
     """What a pool's sandboxes share with a request for them: image and limits."""
-    return (spec.image, spec.memory_mb, spec.cpus, spec.pids_limit, spec.network)
+    return (
+        spec.image, spec.memory_mb, spec.cpus, spec.pids_limit, spec.network, spec.runtime,
+        tuple(spec.kept_capabilities()),
+    )  # fmt: skip
 
 
 class _Pool:
