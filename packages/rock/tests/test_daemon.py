@@ -475,3 +475,23 @@ def test_kill_9_under_load_then_restart_leaks_nothing(
         proc.send_signal(signal.SIGTERM)
         proc.wait(60)
     assert docker_client.api.containers(all=True, filters=label) == []
+
+
+def test_the_listening_socket_sends_small_answers_at_once() -> None:
+    """Accepted connections inherit TCP_NODELAY from the daemon's own listening socket
+    (uvicorn sets it only on sockets it made): without it every answer written in two
+    parts waited for the client's delayed ACK."""
+    import socket as sockets
+
+    from rock.daemon.server import _bind
+
+    listening = _bind("127.0.0.1", 0)
+    try:
+        listening.listen()
+        client = sockets.create_connection(listening.getsockname())
+        accepted, _ = listening.accept()
+        assert accepted.getsockopt(sockets.IPPROTO_TCP, sockets.TCP_NODELAY) == 1
+        accepted.close()
+        client.close()
+    finally:
+        listening.close()

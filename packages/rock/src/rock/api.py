@@ -20,6 +20,7 @@ from pydantic import BaseModel, TypeAdapter
 from rock.backends._shell import SessionError
 from rock.backends.base import (
     PathEscape,
+    PathMissing,
     PoolNotFound,
     SandboxConflict,
     SandboxError,
@@ -66,6 +67,7 @@ _KINDS: dict[str, type[Exception]] = {
     "UnknownSandbox": SandboxNotFound,
     "PoolNotFound": PoolNotFound,
     "PathEscape": PathEscape,
+    "PathMissing": PathMissing,
     "SandboxError": SandboxError,
     "SandboxConflict": SandboxConflict,
     "IllegalTransition": IllegalTransition,

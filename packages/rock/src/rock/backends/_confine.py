@@ -13,7 +13,7 @@ import stat
 import tarfile
 from pathlib import Path
 
-from rock.backends.base import PathEscape, SandboxError
+from rock.backends.base import PathEscape, PathMissing, SandboxError
 
 
 def _inside(real: str, root: str) -> bool:
@@ -66,7 +66,7 @@ class ConfinedRoot:
         try:  # O_NONBLOCK: a fifo must not hang the open
             fd = os.open(real, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
         except FileNotFoundError:
-            raise SandboxError(f"{path} does not exist in sandbox {self.id}.") from None
+            raise PathMissing(f"{path} does not exist in sandbox {self.id}.") from None
         except OSError as exc:
             raise SandboxError(
                 f"cannot read {path} in sandbox {self.id}: {exc.strerror}."
@@ -159,7 +159,7 @@ class ConfinedRoot:
         """A tar of ``path`` (a symlink to it followed) whose top member is its base name."""
         real = self.resolve(path)
         if not os.path.exists(real):
-            raise SandboxError(f"{path} does not exist in sandbox {self.id}.")
+            raise PathMissing(f"{path} does not exist in sandbox {self.id}.")
         rel = self.relative(path)
         name = posixpath.basename(rel) if rel != "." else self.root.name or "root"
         buf = io.BytesIO()

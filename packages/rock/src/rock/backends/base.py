@@ -44,6 +44,13 @@ class PoolNotFound(SandboxError, KeyError):
         return str(self.args[0]) if self.args else "pool not found"
 
 
+class PathMissing(SandboxError, FileNotFoundError):
+    """A path that is not in the sandbox."""
+
+    def __str__(self) -> str:  # OSError would format the message as errno and strerror
+        return str(self.args[0]) if self.args else "no such path in the sandbox"
+
+
 class PathEscape(SandboxError, PermissionError):
     """A path points outside the sandbox root."""
 

@@ -26,6 +26,7 @@ from rock.backends.base import (
     LABEL_MANAGED,
     LABEL_SANDBOX,
     Backend,
+    PathMissing,
     Sandbox,
     SandboxError,
     SandboxNotFound,
@@ -369,7 +370,7 @@ class DockerSandbox(Sandbox):
         try:
             stream, _ = self.container.get_archive(path)
         except NotFound:
-            raise SandboxError(f"{path} does not exist in sandbox {self.id}.") from None
+            raise PathMissing(f"{path} does not exist in sandbox {self.id}.") from None
         with tarfile.open(fileobj=io.BytesIO(b"".join(stream))) as tar:
             member = tar.next()
             if member is None or not member.isfile():
@@ -402,7 +403,7 @@ class DockerSandbox(Sandbox):
         try:
             stream, _ = self.container.get_archive(path)
         except NotFound:
-            raise SandboxError(f"{path} does not exist in sandbox {self.id}.") from None
+            raise PathMissing(f"{path} does not exist in sandbox {self.id}.") from None
         return b"".join(stream)
 
     # --- lifecycle ----------------------------------------------------------

@@ -31,6 +31,7 @@ from rock.backends.base import (
     SandboxError,
     SandboxNotFound,
 )
+from rock.daemon.e2b import e2b_routes
 from rock.daemon.manager import SandboxManager
 from rock.daemon.metrics import Metrics
 from rock.errors import (
@@ -203,6 +204,7 @@ def create_app(
     _file_routes(api, manager)
     _pool_routes(api, manager)
     app.include_router(api)
+    e2b_routes(app, manager, token)
     return app
 
 

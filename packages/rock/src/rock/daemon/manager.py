@@ -282,6 +282,11 @@ class SandboxManager(PoolsMixin, UpkeepMixin):
             return self._info(record)
         return self._info(self._destroy(sandbox_id, reason))
 
+    def set_timeout(self, sandbox_id: str, ttl_sec: float | None) -> SandboxInfo:
+        """The sandbox is deleted ``ttl_sec`` from now (None: kept until deleted)."""
+        self._box(sandbox_id)
+        return self._info(self.store.set_expiry(sandbox_id, ttl_sec))
+
     def stop(self, sandbox_id: str) -> SandboxInfo:
         box = self._box(sandbox_id, allow_stopped=True)
         self._close_sessions(sandbox_id)

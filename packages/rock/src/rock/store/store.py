@@ -331,6 +331,20 @@ class StateStore:
             )
             return _get(session, sandbox_id)
 
+    def set_expiry(self, sandbox_id: str, ttl_sec: float | None) -> SandboxRecord:
+        """The sandbox expires ``ttl_sec`` from now (None: never)."""
+        expires = _now() + timedelta(seconds=ttl_sec) if ttl_sec is not None else None
+        with self._transaction() as session:
+            stmt = (
+                update(Sandbox)
+                .where(Sandbox.id == sandbox_id)
+                .values(expires_at=expires)
+                .execution_options(synchronize_session=False)
+            )
+            if cast(CursorResult[Any], session.execute(stmt)).rowcount != 1:
+                raise _unknown(sandbox_id)
+            return _get(session, sandbox_id)
+
     def touch(self, sandbox_id: str) -> None:
         """Mark the sandbox used now (the idle timeout counts from here)."""
         with self._transaction() as session:

@@ -1,0 +1,633 @@
+"""The E2B API, served by the daemon beside its own: E2B's REST API (create, connect, list,
+kill, timeouts) and the part of its in-sandbox API (envd) that the official ``e2b`` SDK uses
+for commands and files, so that E2B clients drive rock sandboxes unchanged.
+
+A client points the SDK at the daemon with its own settings: ``E2B_API_URL`` and
+``E2B_SANDBOX_URL`` both the daemon's URL, ``E2B_API_KEY`` the daemon's token. The REST
+routes check the key (``X-API-Key``); every envd call names its sandbox in the
+``E2b-Sandbox-Id`` header and carries the access token that create and connect handed out
+for that sandbox (``X-Access-Token``, derived from the daemon's token). Errors take E2B's
+shapes: ``{"code": 404, "message": ...}`` for the REST API, Connect's
+``{"code": "not_found", "message": ...}`` for envd.
+
+What rock does differently: a sandbox's network is closed unless the create request sets
+``allow_internet_access`` (E2B opens it by default); the template ``base`` is rock's base
+image and any other template names a local image; commands run as the image's user (root)
+unless the call names one; envd's version is reported as 0.5.7, and what later versions
+added (file metadata, directory watches) is not served.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import hashlib
+import hmac
+import itertools
+import json
+import posixpath
+import shlex
+import struct
+from collections.abc import AsyncIterator, Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+from urllib.parse import parse_qsl, unquote
+
+from fastapi import FastAPI, Request, Response
+from fastapi.responses import JSONResponse, StreamingResponse
+from pydantic import ValidationError
+from starlette.concurrency import run_in_threadpool
+
+from rock.backends.base import PathMissing, SandboxError, SandboxNotFound
+from rock.daemon.manager import SandboxManager
+from rock.errors import PoolExhausted, RockError, ShuttingDown
+from rock.images.base import BASE_IMAGE
+from rock.models import CreateSandboxRequest, ExecRequest, SandboxInfo, SandboxSpec
+from rock.store import UnknownSandbox
+
+ENVD_VERSION = "0.5.7"
+"""The envd version reported: commands without stdin, uploads as octet-stream."""
+DEFAULT_TIMEOUT_SEC = 300
+"""E2B's sandbox timeout when a create request gives none."""
+LABEL = "dev.ale.rock.e2b"
+META = "e2b.metadata."
+"""Labels holding a sandbox's E2B metadata, one per key."""
+_MISSING = (SandboxNotFound, UnknownSandbox)
+_CONNECT_STATUS = {
+    "invalid_argument": 400,
+    "unauthenticated": 401,
+    "permission_denied": 403,
+    "not_found": 404,
+    "already_exists": 409,
+    "resource_exhausted": 429,
+    "internal": 500,
+    "unavailable": 503,
+    "deadline_exceeded": 504,
+}
+
+
+class _Failed(Exception):
+    """An answer other than success, in the shape of the API that was called."""
+
+    def __init__(self, status: int, message: str, code: str = "") -> None:
+        super().__init__(message)
+        self.status, self.message, self.code = status, message, code
+
+
+def access_token(token: str, sandbox_id: str) -> str:
+    """The envd access token of one sandbox: only the daemon's token holder can make it."""
+    return hmac.new(token.encode(), sandbox_id.encode(), hashlib.sha256).hexdigest()[:40]
+
+
+class _Gate:
+    """What every E2B route needs: the manager, the key, and the shapes of answers."""
+
+    def __init__(self, manager: SandboxManager, token: str) -> None:
+        self.manager, self.token = manager, token
+        self.expected = token.encode()
+        self.pids = itertools.count(1000)
+        self.live: set[tuple[str, int]] = set()
+        """The processes started through Start and not ended yet: (sandbox, pid)."""
+
+    def api_key(self, request: Request) -> None:
+        given = request.headers.get("x-api-key", "")
+        if not hmac.compare_digest(given.encode(), self.expected):
+            raise _Failed(401, "the API key is wrong; set E2B_API_KEY to the rock daemon's token.")
+
+    def sandbox_of(self, request: Request) -> str:
+        """The sandbox an envd call is for, its access token checked."""
+        sandbox_id = request.headers.get("e2b-sandbox-id", "")
+        if not sandbox_id:
+            raise _Failed(400, "no E2b-Sandbox-Id header names the sandbox.", "invalid_argument")
+        given = request.headers.get("x-access-token", "")
+        if not hmac.compare_digest(given.encode(), access_token(self.token, sandbox_id).encode()):
+            raise _Failed(401, "the sandbox's access token is wrong.", "unauthenticated")
+        try:
+            state = self.manager.get(sandbox_id).state
+        except _MISSING:
+            raise _Failed(502, f"sandbox {sandbox_id} was not found", "unavailable") from None
+        if state != "busy":
+            raise _Failed(502, f"sandbox {sandbox_id} was not found ({state})", "unavailable")
+        return sandbox_id
+
+    def described(self, info: SandboxInfo) -> dict[str, Any]:
+        template = info.labels.get(f"{LABEL}.template", "base")
+        return {
+            "templateID": template,
+            "sandboxID": info.id,
+            "clientID": self.manager.daemon_id,
+            "envdVersion": ENVD_VERSION,
+            "envdAccessToken": access_token(self.token, info.id),
+            "alias": template,
+            "domain": None,
+        }
+
+    def listed(self, info: SandboxInfo) -> dict[str, Any]:
+        ends = info.expires_at or (datetime.now(UTC) + timedelta(days=3650))
+        short = {
+            k: v for k, v in self.described(info).items() if k not in ("envdAccessToken", "domain")
+        }
+        return {
+            **short,
+            "startedAt": info.created_at.isoformat(),
+            "endAt": ends.isoformat(),
+            "cpuCount": max(1, round(info.spec.cpus)),
+            "memoryMB": info.spec.memory_mb,
+            "diskSizeMB": 0,
+            "state": "running",
+            "metadata": {k[len(META) :]: v for k, v in info.labels.items() if k.startswith(META)},
+        }
+
+    def page(self, rows: list[dict[str, Any]], request: Request) -> Response:
+        """One page of a listing, filtered by the SDK's ``metadata`` and ``state`` queries,
+        with ``x-next-token`` when more follow."""
+        query = request.query_params
+        wanted = _metadata_query(query.get("metadata", ""))
+        if "running" not in (query.get("state") or "running").split(","):
+            rows = []
+        rows = [r for r in rows if all(r["metadata"].get(k) == v for k, v in wanted.items())]
+        start = int(query.get("nextToken") or 0)
+        limit = int(query.get("limit") or 0) or len(rows) or 1
+        more = start + limit < len(rows)
+        headers = {"x-next-token": str(start + limit)} if more else {}
+        return JSONResponse(rows[start : start + limit], headers=headers)
+
+
+def e2b_routes(app: FastAPI, manager: SandboxManager, token: str) -> None:
+    """Add the E2B routes to the daemon's ``app``."""
+    gate = _Gate(manager, token)
+    _rest_routes(app, gate)
+    _lifetime_routes(app, gate)
+    _file_routes(app, gate)
+    _filesystem_routes(app, gate)
+    _process_routes(app, gate)
+
+
+def _rest_routes(app: FastAPI, gate: _Gate) -> None:
+    """Create, connect and list sandboxes."""
+
+    @app.post("/v2/sandboxes", include_in_schema=False)
+    async def create(request: Request) -> Response:
+        async def answer() -> Response:
+            gate.api_key(request)
+            spec = _spec_of(await _json(request))
+            try:
+                info = await run_in_threadpool(gate.manager.create, CreateSandboxRequest(spec=spec))
+            except SandboxError as exc:  # an image that is not here, say
+                raise _Failed(400, str(exc)) from None
+            return JSONResponse(gate.described(info), status_code=201)
+
+        return await _rest(answer)
+
+    @app.post("/v2/sandboxes/{sandbox_id}/connect", include_in_schema=False)
+    async def connect(sandbox_id: str, request: Request) -> Response:
+        async def answer() -> Response:
+            gate.api_key(request)
+            body = await _json(request)
+            info = await run_in_threadpool(_running, gate.manager, sandbox_id)
+            if body.get("timeout") is not None:
+                info = await run_in_threadpool(
+                    gate.manager.set_timeout, sandbox_id, float(body["timeout"])
+                )
+            return JSONResponse(gate.described(info), status_code=200)
+
+        return await _rest(answer)
+
+    @app.get("/v2/sandboxes", include_in_schema=False)
+    async def list_(request: Request) -> Response:
+        async def answer() -> Response:
+            gate.api_key(request)
+            infos = await run_in_threadpool(gate.manager.list, states=["busy"])
+            return gate.page([gate.listed(i) for i in infos], request)
+
+        return await _rest(answer)
+
+
+def _lifetime_routes(app: FastAPI, gate: _Gate) -> None:
+    """Inspect, kill and time out one sandbox."""
+
+    @app.get("/sandboxes/{sandbox_id}", include_in_schema=False)
+    async def info(sandbox_id: str, request: Request) -> Response:
+        async def answer() -> Response:
+            gate.api_key(request)
+            found = await run_in_threadpool(_running, gate.manager, sandbox_id)
+            return JSONResponse(
+                {**gate.listed(found), "envdAccessToken": access_token(gate.token, found.id)}
+            )
+
+        return await _rest(answer)
+
+    @app.delete("/sandboxes/{sandbox_id}", include_in_schema=False)
+    async def kill(sandbox_id: str, request: Request) -> Response:
+        async def answer() -> Response:
+            gate.api_key(request)
+            await run_in_threadpool(_running, gate.manager, sandbox_id)
+            await run_in_threadpool(gate.manager.delete, sandbox_id, "killed through the E2B API")
+            return Response(status_code=204)
+
+        return await _rest(answer)
+
+    @app.post("/sandboxes/{sandbox_id}/timeout", include_in_schema=False)
+    async def set_timeout(sandbox_id: str, request: Request) -> Response:
+        async def answer() -> Response:
+            gate.api_key(request)
+            body = await _json(request)
+            try:
+                seconds = float(body["timeout"])
+            except (KeyError, TypeError, ValueError):
+                raise _Failed(400, 'give the timeout in seconds: {"timeout": 60}.') from None
+            await run_in_threadpool(_running, gate.manager, sandbox_id)
+            await run_in_threadpool(gate.manager.set_timeout, sandbox_id, seconds)
+            return Response(status_code=204)
+
+        return await _rest(answer)
+
+
+def _file_routes(app: FastAPI, gate: _Gate) -> None:
+    """envd's plain HTTP file routes: read and write."""
+
+    @app.get("/files", include_in_schema=False)
+    async def read(request: Request) -> Response:
+        async def answer() -> Response:
+            sandbox_id = gate.sandbox_of(request)
+            path = _path(request.query_params.get("path", ""))
+            try:
+                data = await run_in_threadpool(gate.manager.read_file, sandbox_id, path)
+            except PathMissing:
+                raise _Failed(404, f"path '{path}' does not exist") from None
+            return Response(data, media_type="application/octet-stream")
+
+        return await _rest(answer)
+
+    @app.post("/files", include_in_schema=False)
+    async def write(request: Request) -> Response:
+        async def answer() -> Response:
+            sandbox_id = gate.sandbox_of(request)
+            files: list[tuple[str, bytes]] = []
+            if request.headers.get("content-type", "").startswith("multipart/form-data"):
+                form = await request.form()
+                for part in form.getlist("file"):
+                    if isinstance(part, str):
+                        continue
+                    files.append((_path(part.filename or ""), await part.read()))
+            else:
+                files.append((_path(request.query_params.get("path", "")), await request.body()))
+            if not files:
+                raise _Failed(400, "no file was sent; send a multipart field named 'file'.")
+            user = request.query_params.get("username")
+            written = []
+            for path, data in files:
+                await run_in_threadpool(gate.manager.write_file, sandbox_id, path, data, 0o644)
+                if user and user != "root":
+                    chown = ExecRequest(command=["chown", user, path], timeout=30)
+                    await run_in_threadpool(gate.manager.exec, sandbox_id, chown)
+                written.append({"name": posixpath.basename(path), "type": "file", "path": path})
+            return JSONResponse(written)
+
+        return await _rest(answer)
+
+
+def _filesystem_routes(app: FastAPI, gate: _Gate) -> None:
+    """envd's filesystem RPCs: ListDir, Stat, MakeDir, Remove."""
+
+    @app.post("/filesystem.Filesystem/ListDir", include_in_schema=False)
+    async def list_dir(request: Request) -> Response:
+        async def answer() -> Response:
+            sandbox_id = gate.sandbox_of(request)
+            body = await _json(request)
+            path = _path(str(body.get("path", "")))
+            depth = int(body.get("depth") or 1)
+            entries = await run_in_threadpool(_entries, gate.manager, sandbox_id, path, depth)
+            return JSONResponse({"entries": entries})
+
+        return await _rpc(answer)
+
+    @app.post("/filesystem.Filesystem/Stat", include_in_schema=False)
+    async def stat(request: Request) -> Response:
+        async def answer() -> Response:
+            sandbox_id = gate.sandbox_of(request)
+            path = _path(str((await _json(request)).get("path", "")))
+            entries = await run_in_threadpool(_entries, gate.manager, sandbox_id, path, 0)
+            return JSONResponse({"entry": entries[0]})
+
+        return await _rpc(answer)
+
+    @app.post("/filesystem.Filesystem/MakeDir", include_in_schema=False)
+    async def make_dir(request: Request) -> Response:
+        async def answer() -> Response:
+            sandbox_id = gate.sandbox_of(request)
+            path = _path(str((await _json(request)).get("path", "")))
+            quoted = shlex.quote(path)
+            script = f"test -e {quoted} && exit 3; mkdir -p {quoted}"
+            made = await run_in_threadpool(
+                gate.manager.exec, sandbox_id, ExecRequest(command=script, timeout=30)
+            )
+            if made.exit_code == 3:
+                raise _Failed(409, f"path '{path}' already exists", "already_exists")
+            if made.exit_code != 0:
+                raise _Failed(400, made.stderr_text.strip() or "mkdir failed", "invalid_argument")
+            entries = await run_in_threadpool(_entries, gate.manager, sandbox_id, path, 0)
+            return JSONResponse({"entry": entries[0]})
+
+        return await _rpc(answer)
+
+    @app.post("/filesystem.Filesystem/Remove", include_in_schema=False)
+    async def remove(request: Request) -> Response:
+        async def answer() -> Response:
+            sandbox_id = gate.sandbox_of(request)
+            path = _path(str((await _json(request)).get("path", "")))
+            quoted = shlex.quote(path)
+            script = f"test -e {quoted} -o -L {quoted} || exit 3; rm -rf {quoted}"
+            done = await run_in_threadpool(
+                gate.manager.exec, sandbox_id, ExecRequest(command=script, timeout=60)
+            )
+            if done.exit_code == 3:
+                raise _Failed(404, f"path '{path}' does not exist", "not_found")
+            return JSONResponse({})
+
+        return await _rpc(answer)
+
+
+def _process_routes(app: FastAPI, gate: _Gate) -> None:
+    """envd's process RPCs: Start (streamed) and SendSignal."""
+
+    @app.post("/process.Process/SendSignal", include_in_schema=False)
+    async def send_signal(request: Request) -> Response:
+        async def answer() -> Response:
+            sandbox_id = gate.sandbox_of(request)
+            body = await _json(request)
+            pid = int((body.get("process") or {}).get("pid") or 0)
+            stopped = await run_in_threadpool(gate.manager.interrupt, sandbox_id, f"e2b-{pid}")
+            for _ in range(30):  # a process just started may not be running in the sandbox yet
+                if stopped or (sandbox_id, pid) not in gate.live:
+                    break
+                await asyncio.sleep(0.1)
+                stopped = await run_in_threadpool(gate.manager.interrupt, sandbox_id, f"e2b-{pid}")
+            if not stopped:
+                raise _Failed(404, f"process with pid {pid} not found", "not_found")
+            return JSONResponse({})
+
+        return await _rpc(answer)
+
+    @app.post("/process.Process/Start", include_in_schema=False)
+    async def start(request: Request) -> Response:
+        try:
+            sandbox_id = gate.sandbox_of(request)
+            message = _unenvelope(await request.body())
+            config = message.get("process") or {}
+            argv = [str(config.get("cmd") or "")] + [str(a) for a in config.get("args") or []]
+            if not argv[0]:
+                raise _Failed(400, "the process has no cmd.", "invalid_argument")
+            limit = request.headers.get("connect-timeout-ms")
+            exec_request = ExecRequest(
+                command=argv,
+                env={str(k): str(v) for k, v in (config.get("envs") or {}).items()},
+                cwd=config.get("cwd") or None,
+                user=_user(request),
+                timeout=int(limit) / 1000 if limit and int(limit) > 0 else None,
+                tag=f"e2b-{next(gate.pids)}",
+            )
+        except _Failed as failed:
+            return _connect_error(failed)
+        except (ValueError, ValidationError) as exc:
+            return _connect_error(
+                _Failed(400, f"the request is not valid: {exc}", "invalid_argument")
+            )
+        assert exec_request.tag is not None
+        pid = int(exec_request.tag.removeprefix("e2b-"))
+        return StreamingResponse(
+            _process_events(gate, sandbox_id, exec_request, pid),
+            media_type="application/connect+json",
+        )
+
+
+async def _process_events(
+    gate: _Gate, sandbox_id: str, request: ExecRequest, pid: int
+) -> AsyncIterator[bytes]:
+    """The Connect stream of one process: start, its output as it comes, its end."""
+    manager = gate.manager
+    loop = asyncio.get_running_loop()
+    queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
+
+    def on_output(stream: int, data: bytes) -> None:
+        loop.call_soon_threadsafe(queue.put_nowait, ("stdout" if stream == 1 else "stderr", data))
+
+    def work() -> None:
+        try:
+            result = manager.exec(sandbox_id, request, on_output)
+        except Exception as exc:  # the sandbox's failure travels as the stream's error
+            loop.call_soon_threadsafe(queue.put_nowait, ("failed", exc))
+        else:
+            loop.call_soon_threadsafe(queue.put_nowait, ("end", result))
+        finally:
+            gate.live.discard((sandbox_id, pid))
+
+    gate.live.add((sandbox_id, pid))
+    worker = loop.run_in_executor(None, work)
+    yield _envelope({"event": {"start": {"pid": pid}}})
+    try:
+        while True:
+            kind, value = await queue.get()
+            if kind in ("stdout", "stderr"):
+                data = base64.b64encode(value).decode()
+                yield _envelope({"event": {"data": {kind: data}}})
+            elif kind == "end":
+                if value.timed_out:
+                    yield _end_of_stream(
+                        "deadline_exceeded",
+                        f"the command ran past its timeout of {request.timeout:g} s and was killed",
+                    )
+                    return
+                code = value.exit_code
+                end: dict[str, Any] = {
+                    "exitCode": code,
+                    "exited": True,
+                    "status": f"exit status {code}",
+                }
+                if code != 0:
+                    end["error"] = f"exit status {code}"
+                yield _envelope({"event": {"end": end}})
+                yield _end_of_stream()
+                return
+            else:
+                missing = isinstance(value, _MISSING)
+                yield _end_of_stream(
+                    "unavailable" if missing else "internal",
+                    f"sandbox {sandbox_id} was not found" if missing else str(value),
+                )
+                return
+    finally:
+        del worker  # a client that goes away leaves the command running, as E2B does
+
+
+def _spec_of(body: dict[str, Any]) -> SandboxSpec:
+    """The rock spec of an E2B create request (template, envVars, metadata, timeout)."""
+    template = str(body.get("templateID") or "base")
+    metadata = body.get("metadata") or {}
+    labels = {LABEL: "1", f"{LABEL}.template": template}
+    try:
+        labels.update({f"{META}{k}": str(v) for k, v in metadata.items()})
+        return SandboxSpec(
+            image=BASE_IMAGE if template == "base" else template,
+            env={str(k): str(v) for k, v in (body.get("envVars") or {}).items()},
+            network="bridge" if body.get("allow_internet_access") is True else "none",
+            ttl_sec=float(body.get("timeout") or DEFAULT_TIMEOUT_SEC),
+            labels=labels,
+        )
+    except (ValidationError, ValueError, TypeError, AttributeError) as exc:
+        raise _Failed(400, f"the sandbox cannot be made as asked: {exc}") from None
+
+
+def _envelope(message: dict[str, Any], flags: int = 0) -> bytes:
+    data = json.dumps(message, separators=(",", ":")).encode()
+    return struct.pack(">BI", flags, len(data)) + data
+
+
+def _end_of_stream(code: str = "", message: str = "") -> bytes:
+    body: dict[str, Any] = {"error": {"code": code, "message": message}} if code else {}
+    return _envelope(body, flags=0x02)
+
+
+def _unenvelope(body: bytes) -> dict[str, Any]:
+    if len(body) < 5:
+        raise _Failed(400, "the request has no message envelope.", "invalid_argument")
+    flags, size = struct.unpack(">BI", body[:5])
+    if flags & 0x01:
+        raise _Failed(400, "compressed messages are not accepted.", "invalid_argument")
+    message = json.loads(body[5 : 5 + size] or b"{}")
+    if not isinstance(message, dict):
+        raise _Failed(400, "the message is not a JSON object.", "invalid_argument")
+    return message
+
+
+async def _json(request: Request) -> dict[str, Any]:
+    raw = await request.body()
+    if not raw:
+        return {}
+    try:
+        data = json.loads(raw)
+    except json.JSONDecodeError:
+        raise _Failed(400, "the body is not JSON.", "invalid_argument") from None
+    if not isinstance(data, dict):
+        raise _Failed(400, "the body is not a JSON object.", "invalid_argument")
+    return data
+
+
+def _path(path: str) -> str:
+    if not path.startswith("/"):
+        raise _Failed(
+            400, f"path '{path}' is not absolute; give an absolute path.", "invalid_argument"
+        )
+    return posixpath.normpath(path)
+
+
+def _user(request: Request) -> str | None:
+    """The user of an envd call: ``Authorization: Basic base64("<user>:")``."""
+    header = request.headers.get("authorization", "")
+    if not header.lower().startswith("basic "):
+        return None
+    try:
+        decoded = base64.b64decode(header[6:]).decode()
+    except (ValueError, UnicodeDecodeError):
+        raise _Failed(
+            401, "the Authorization header is not valid Basic.", "unauthenticated"
+        ) from None
+    user = decoded.partition(":")[0]
+    return None if user in ("", "root") else user
+
+
+def _metadata_query(raw: str) -> dict[str, str]:
+    """The SDK's metadata filter: ``k=v&k2=v2``, each key and value quoted once more."""
+    return {unquote(k): unquote(v) for k, v in parse_qsl(raw)}
+
+
+def _running(manager: SandboxManager, sandbox_id: str) -> SandboxInfo:
+    try:
+        info = manager.get(sandbox_id)
+    except _MISSING:
+        raise _Failed(
+            404, f"sandbox \"{sandbox_id}\" doesn't exist or you don't have access to it"
+        ) from None
+    if info.state != "busy":
+        raise _Failed(404, f'sandbox "{sandbox_id}" is not running ({info.state})')
+    return info
+
+
+_TYPES = {"f": "FILE_TYPE_FILE", "d": "FILE_TYPE_DIRECTORY", "l": "FILE_TYPE_SYMLINK"}
+_FIND = (
+    'p={path}; [ -e "$p" ] || [ -L "$p" ] || exit 3; '
+    'find "$p" -mindepth {low} -maxdepth {high} '
+    "-printf '%y\\t%s\\t%m\\t%u\\t%g\\t%T@\\t%l\\t%M\\t%p\\n' 2>/dev/null; exit 0"
+)
+
+
+def _entries(
+    manager: SandboxManager, sandbox_id: str, path: str, depth: int
+) -> list[dict[str, Any]]:
+    """EntryInfo objects of ``path``'s tree to ``depth`` (0: the path itself)."""
+    low, high = (0, 0) if depth == 0 else (1, depth)
+    script = _FIND.format(path=shlex.quote(path), low=low, high=high)
+    done = manager.exec(sandbox_id, ExecRequest(command=script, timeout=60))
+    if done.exit_code == 3:
+        raise _Failed(404, f"path '{path}' does not exist", "not_found")
+    entries = []
+    for line in done.stdout_text.splitlines():
+        kind, size, mode, owner, group, mtime, target, perms, full = line.split("\t", 8)
+        mode_bits = int(mode, 8) | (1 << 31 if kind == "d" else 0)
+        entry: dict[str, Any] = {
+            "name": posixpath.basename(full) or full,
+            "type": _TYPES.get(kind, "FILE_TYPE_FILE"),
+            "path": full,
+            "size": int(size),
+            "mode": mode_bits,
+            "permissions": perms,
+            "owner": owner,
+            "group": group,
+            "modifiedTime": datetime.fromtimestamp(float(mtime), UTC)
+            .isoformat()
+            .replace("+00:00", "Z"),
+        }
+        if kind == "l":
+            entry["isSymlink"] = True
+            entry["symlinkTarget"] = target
+        entries.append(entry)
+    return entries
+
+
+async def _rest(answer: Callable[[], Any]) -> Response:
+    """Run a REST route: its failures as E2B's ``{"code", "message"}``."""
+    try:
+        response: Response = await answer()
+        return response
+    except _Failed as failed:
+        status, message = failed.status, failed.message
+    except PoolExhausted as exc:
+        status, message = 429, str(exc)
+    except ShuttingDown as exc:
+        status, message = 503, str(exc)
+    except _MISSING as exc:
+        status, message = 404, str(exc)
+    except RockError as exc:
+        status, message = 500, str(exc)
+    headers = {"should-retry": "false"} if status in (429, 502, 503, 504) else {}
+    return JSONResponse({"code": status, "message": message}, status_code=status, headers=headers)
+
+
+async def _rpc(answer: Callable[[], Any]) -> Response:
+    """Run a unary Connect RPC: its failures as Connect's ``{"code", "message"}``."""
+    try:
+        response: Response = await answer()
+        return response
+    except _Failed as failed:
+        return _connect_error(failed)
+    except _MISSING as exc:
+        return _connect_error(_Failed(503, str(exc), "unavailable"))
+    except RockError as exc:
+        return _connect_error(_Failed(500, str(exc), "internal"))
+
+
+def _connect_error(failed: _Failed) -> Response:
+    code = failed.code or {404: "not_found", 401: "unauthenticated"}.get(failed.status, "internal")
+    return JSONResponse(
+        {"code": code, "message": failed.message}, status_code=_CONNECT_STATUS.get(code, 500)
+    )

@@ -1,0 +1,147 @@
+"""The daemon's E2B API, driven by the official ``e2b`` SDK itself (sync and async), pointed
+at the daemon by its own settings: E2B_API_URL, E2B_SANDBOX_URL and E2B_API_KEY."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import docker
+import httpx
+import pytest
+from e2b import AsyncSandbox, CommandExitException, Sandbox
+from e2b.exceptions import (
+    AuthenticationException,
+    FileNotFoundException,
+    SandboxException,
+    TimeoutException,
+)
+from rock_daemons import Running, start_daemon, stop_daemon
+
+pytestmark = pytest.mark.docker
+
+
+@pytest.fixture(scope="module")
+def daemon(
+    tmp_path_factory: pytest.TempPathFactory, docker_client: docker.DockerClient
+) -> Iterator[Running]:
+    running = start_daemon(tmp_path_factory.mktemp("rock-home"), cleanup=True)
+    yield running
+    stop_daemon(running, docker_client)
+
+
+@pytest.fixture
+def e2b_env(daemon: Running, monkeypatch: pytest.MonkeyPatch) -> Running:
+    monkeypatch.setenv("E2B_API_URL", daemon.url)
+    monkeypatch.setenv("E2B_SANDBOX_URL", daemon.url)
+    monkeypatch.setenv("E2B_API_KEY", daemon.token)
+    monkeypatch.delenv("E2B_DEBUG", raising=False)
+    return daemon
+
+
+def test_the_sync_sdk_creates_runs_streams_and_kills(e2b_env: Running, tmp_path: Path) -> None:
+    sandbox = Sandbox.create(timeout=120, metadata={"owner": "tests"}, envs={"GREETING": "hi"})
+    try:
+        assert sandbox.sandbox_id.startswith("sb-")
+        out: list[str] = []
+        err: list[str] = []
+        result = sandbox.commands.run(
+            'echo "$GREETING out"; echo to-err >&2; echo second',
+            on_stdout=out.append,
+            on_stderr=err.append,
+        )
+        assert (result.exit_code, result.stdout, result.stderr) == (
+            0,
+            "hi out\nsecond\n",
+            "to-err\n",
+        )
+        assert "".join(out) == "hi out\nsecond\n" and "".join(err) == "to-err\n"
+        assert sandbox.commands.run("pwd", cwd="/tmp").stdout == "/tmp\n"
+        with pytest.raises(CommandExitException) as failed:
+            sandbox.commands.run("echo partial; exit 7")
+        assert failed.value.exit_code == 7 and failed.value.stdout == "partial\n"
+        sandbox.files.write("/tmp/work/note.txt", "written through e2b\n")
+        assert sandbox.files.read("/tmp/work/note.txt") == "written through e2b\n"
+        names = {e.name: e for e in sandbox.files.list("/tmp/work")}
+        assert set(names) == {"note.txt"} and names["note.txt"].size == 20
+        with pytest.raises(FileNotFoundException):
+            sandbox.files.read("/tmp/nowhere.txt")
+        listed = Sandbox.list().next_items()
+        mine = [s for s in listed if s.sandbox_id == sandbox.sandbox_id]
+        assert mine and mine[0].metadata == {"owner": "tests"}
+        again = Sandbox.connect(sandbox.sandbox_id)
+        assert again.commands.run("echo connected").stdout == "connected\n"
+        sandbox.set_timeout(300)
+    finally:
+        assert sandbox.kill() is True
+    assert Sandbox.kill(sandbox.sandbox_id) is False  # gone: E2B answers 404, the SDK False
+
+
+def test_output_streams_while_the_command_runs(e2b_env: Running) -> None:
+    sandbox = Sandbox.create()
+    try:
+        seen: list[tuple[float, str]] = []
+        sandbox.commands.run(
+            "echo first; sleep 2; echo second",
+            on_stdout=lambda line: seen.append((time.monotonic(), line)),
+        )
+        assert [line for _, line in seen] == ["first\n", "second\n"]
+        assert seen[1][0] - seen[0][0] > 1.5  # the first line came before the command ended
+    finally:
+        sandbox.kill()
+
+
+def test_a_command_past_its_timeout_is_a_timeout_and_background_kill(e2b_env: Running) -> None:
+    sandbox = Sandbox.create()
+    try:
+        with pytest.raises(TimeoutException):
+            sandbox.commands.run("sleep 30", timeout=1)
+        handle = sandbox.commands.run("sleep 60", background=True)
+        assert handle.pid > 0 and handle.kill() is True
+        assert sandbox.commands.run("echo still here").stdout == "still here\n"
+    finally:
+        sandbox.kill()
+
+
+def test_the_async_sdk_does_the_same(e2b_env: Running) -> None:
+    async def main() -> None:
+        sandbox = await AsyncSandbox.create()
+        try:
+            result = await sandbox.commands.run("echo async; echo e >&2")
+            assert (result.stdout, result.stderr) == ("async\n", "e\n")
+            await sandbox.files.write("/tmp/a.txt", b"bytes\x00here")
+            assert await sandbox.files.read("/tmp/a.txt", format="bytes") == b"bytes\x00here"
+            entries = await sandbox.files.list("/tmp")
+            assert "a.txt" in {e.name for e in entries}
+        finally:
+            await sandbox.kill()
+
+    asyncio.run(main())
+
+
+def test_unknown_sandboxes_and_wrong_keys_in_e2b_s_shapes(
+    e2b_env: Running, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    response = httpx.post(
+        f"{e2b_env.url}/v2/sandboxes/sb-nope/connect",
+        json={},
+        headers={"X-API-Key": e2b_env.token},
+    )
+    assert response.status_code == 404
+    body = response.json()
+    assert body["code"] == 404 and "sb-nope" in body["message"]
+    with pytest.raises(SandboxException, match="sb-nope"):
+        Sandbox.connect("sb-nope")
+    with pytest.raises(SandboxException):
+        Sandbox.set_timeout("sb-nope", 30)
+    monkeypatch.setenv("E2B_API_KEY", "not-the-token")
+    with pytest.raises(AuthenticationException):
+        Sandbox.create()
+    envd = httpx.get(
+        f"{e2b_env.url}/files",
+        params={"path": "/etc/hostname"},
+        headers={"E2b-Sandbox-Id": "sb-nope", "X-Access-Token": "wrong"},
+    )
+    assert envd.status_code == 401 and envd.json()["code"] == 401
