@@ -7,7 +7,9 @@ loopback port); ``server.push(...)`` queues behaviours, one consumed per request
   the request asks for one; plain JSON when the request does not stream);
 - :class:`Fail` answers an HTTP error with an OpenAI-style error body and headers;
 - :class:`Hang` waits before answering with the next behaviour (to make the client time out);
-- :class:`Raw` answers exactly the body given (garbage, HTML from a wrong URL).
+- :class:`Raw` answers exactly the body given (garbage, HTML from a wrong URL);
+- :class:`Endless` streams one line for ever, as a model that repeats itself does, until the
+  client goes away (then ``server.gone`` is set).
 
 ``server.requests`` holds every request body it got, ``server.headers`` their headers. With
 ``server.reject_stream_options`` set, a request carrying ``stream_options`` is refused with a
@@ -81,7 +83,15 @@ class Raw:
     media_type: str = "text/event-stream"
 
 
-Behaviour = Reply | Fail | Hang | Raw
+@dataclass
+class Endless:
+    """Stream ``line`` every ``every`` seconds until the client disconnects."""
+
+    line: str = "I will repeat this line.\n"
+    every: float = 0.05
+
+
+Behaviour = Reply | Fail | Hang | Raw | Endless
 
 
 class FakeOpenAI:
@@ -93,6 +103,8 @@ class FakeOpenAI:
         self.headers: list[dict[str, str]] = []
         self.reject_stream_options = False
         self.base_url = ""
+        self.gone = threading.Event()
+        """Set when a client left an :class:`Endless` stream."""
 
     def push(self, *behaviours: Behaviour) -> None:
         self.behaviours.extend(behaviours)
@@ -102,6 +114,7 @@ class FakeOpenAI:
         self.requests.clear()
         self.headers.clear()
         self.reject_stream_options = False
+        self.gone.clear()
 
     def app(self) -> FastAPI:
         app = FastAPI()
@@ -130,6 +143,11 @@ class FakeOpenAI:
                 return _error(behaviour)
             if isinstance(behaviour, Raw):
                 return Response(behaviour.body, behaviour.status, media_type=behaviour.media_type)
+            if isinstance(behaviour, Endless):
+                return StreamingResponse(
+                    self._endless(behaviour, body.get("model", "m")),
+                    media_type="text/event-stream",
+                )
             if body.get("stream"):
                 usage = (body.get("stream_options") or {}).get("include_usage", False)
                 return StreamingResponse(
@@ -139,6 +157,15 @@ class FakeOpenAI:
             return JSONResponse(_completion(behaviour, body.get("model", "m")))
 
         return app
+
+    async def _endless(self, endless: Endless, model: str) -> AsyncIterator[str]:
+        try:
+            yield _chunk(model, {"role": "assistant", "content": ""})
+            while True:
+                yield _chunk(model, {"content": endless.line})
+                await asyncio.sleep(endless.every)
+        finally:  # the client closed the connection (or the server stops)
+            self.gone.set()
 
 
 def _error(fail: Fail) -> JSONResponse:

@@ -382,3 +382,18 @@ async def test_state_restore_round_trip(ws) -> None:
     assert other.turn == agent.turn
     await other.run("again")
     assert other.history[: len(agent.history)] == agent.history
+
+
+@pytest.mark.parametrize(
+    ("command", "root"),
+    [("ls;", "ls"), ("ls; rm -rf /tmp/x", "ls"), ("ls|wc -l", "ls"), ("git status && y", "git")],
+)
+def test_always_allow_remembers_the_program_without_shell_punctuation(
+    command: str, root: str
+) -> None:
+    from iflow.approval import ApprovalPolicy
+
+    policy = ApprovalPolicy()
+    policy.remember("execute", {"command": command})
+    assert policy.always == {f"execute:{root}"}
+    assert not policy.needs_approval("execute", {"command": f"{root} -la"})

@@ -131,7 +131,9 @@ def test_exit_code_is_nonzero_unless_finished(tmp_path: Path, env, work: Path) -
 def test_headless_refuses_to_ask(tmp_path: Path, env, work: Path) -> None:
     s = script(tmp_path / "s.json", [shell("touch nope"), finish("could not")])
     r = iflow(["-p", "go", "--provider", "scripted", "--script", str(s), "-o", "json"], env, work)
-    assert r.returncode == 0
+    assert r.returncode == 3  # finished, but with a call denied: the work may not be done
+    record = json.loads(r.stdout)
+    assert record["denied"] == ["run_shell_command"] and "were denied" in record["message"]
     assert not (work / "nope").exists()
     store = SessionStore(Path(env["HOME"]) / ".iflow" / "sessions")
     data, _ = store.latest()
@@ -247,3 +249,83 @@ def test_settings_files_are_used(tmp_path: Path, env, work: Path) -> None:
     r = iflow(["-p", "go", "-o", "json"], env, work)
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["result"] == "ok"
+
+
+def test_text_mode_shows_each_denial_and_exits_non_zero(tmp_path: Path, env, work: Path) -> None:
+    (work / "calc.py").write_text("print(1 + 1)\n")
+    write = {
+        "tool_calls": [
+            {"name": "write_file", "arguments": {"path": "calc.py", "content": "print(2)\n"}}
+        ]
+    }
+    s = script(tmp_path / "s.json", [write, finish("Fixed")])
+    r = iflow(["-p", "fix calc.py", "--provider", "scripted", "--script", str(s)], env, work)
+    assert r.returncode == 3
+    assert r.stdout.strip() == "Fixed"
+    assert "✗ denied: write_file needs approval" in r.stderr
+    assert "1 tool call(s) were denied (write_file)" in r.stderr and "Traceback" not in r.stderr
+    assert (work / "calc.py").read_text() == "print(1 + 1)\n"
+
+
+def test_without_a_terminal_and_without_a_prompt_it_says_to_use_p(
+    tmp_path: Path, env, work: Path
+) -> None:
+    s = script(tmp_path / "s.json", [finish("a session to resume")])
+    assert (
+        iflow(["-p", "go", "--provider", "scripted", "--script", str(s)], env, work).returncode == 0
+    )
+    for args in ([], ["--resume"]):
+        r = subprocess.run(
+            [sys.executable, "-m", "iflow.cli", "--provider", "scripted", *args],
+            env=env,
+            cwd=work,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            stdin=subprocess.DEVNULL,
+        )
+        assert r.returncode == 2, r.stderr
+        assert "needs a terminal" in r.stderr and '-p "PROMPT"' in r.stderr
+        assert "\x1b[" not in r.stderr + r.stdout  # no TUI drawn
+        assert len(r.stderr.strip().splitlines()) == 1
+
+
+def test_a_trajectory_path_in_a_missing_directory_is_refused_before_the_run(
+    tmp_path: Path, env, work: Path
+) -> None:
+    s = script(tmp_path / "s.json", [shell("touch ran"), finish("ok")])
+    missing = tmp_path / "nonexist" / "dir" / "t.jsonl"
+    for flag in ("--trajectory", "--atif"):
+        r = iflow(
+            ["-p", "go", "--provider", "scripted", "--script", str(s), "-y", flag, str(missing)],
+            env,
+            work,
+        )
+        assert r.returncode == 1 and "does not exist; create it" in r.stderr, r.stderr
+        assert "Traceback" not in r.stderr
+    assert not (tmp_path / "nonexist").exists() and not (work / "ran").exists()
+
+
+def test_a_trajectory_that_cannot_be_written_is_saved_elsewhere_and_said(
+    tmp_path: Path, env, work: Path
+) -> None:
+    s = script(tmp_path / "s.json", [shell("echo hi"), finish("ok")])
+    r = iflow(
+        [
+            "-p",
+            "go",
+            "--provider",
+            "scripted",
+            "--script",
+            str(s),
+            "-y",
+            "--trajectory",
+            "/proc/t.jsonl",
+        ],
+        env,
+        work,
+    )
+    assert r.returncode == 0, r.stderr
+    saved = Path(env["HOME"]) / ".iflow" / "trajectories" / "t.jsonl"
+    assert f"it was saved to {saved} instead" in r.stderr and "Traceback" not in r.stderr
+    assert next(iter(read_jsonl(saved, Trajectory))).steps

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -11,9 +12,10 @@ import pytest
 from ale.trajectory import Role, Step, ToolCall, ToolResult
 from iflow.errors import ContextTooLong, ModelError
 from iflow.models import INVALID_JSON_KEY, OpenAIModel, render_tools_prompt
+from iflow.models.openai_http import DEFAULT_OUTPUT_TOKENS
 
 sys.path.insert(0, str(Path(__file__).parent))
-from openai_server import Fail, FakeOpenAI, Hang, Raw, Reply, closed_port_url, serve_openai
+from openai_server import Endless, Fail, FakeOpenAI, Hang, Raw, Reply, closed_port_url, serve_openai
 
 TOOLS = [
     {
@@ -317,3 +319,51 @@ def test_count_tokens_is_the_estimate() -> None:
 def test_bad_tool_format_is_refused() -> None:
     with pytest.raises(ValueError, match="tool_format"):
         OpenAIModel("m", base_url="http://127.0.0.1:9/v1", tool_format="xml")  # type: ignore[arg-type]
+
+
+async def test_an_output_cap_is_sent_by_default(server: FakeOpenAI) -> None:
+    server.push(Reply("ok"))
+    async with make(server) as model:
+        await model.complete(MESSAGES, [])
+    assert server.requests[0]["max_tokens"] == DEFAULT_OUTPUT_TOKENS
+
+
+async def test_a_model_that_runs_on_is_cancelled_at_the_call_timeout(server: FakeOpenAI) -> None:
+    server.push(Endless())
+    started = time.monotonic()
+    async with make(server, call_timeout=1.0) as model:
+        with pytest.raises(ModelError, match="did not finish one answer within 1 s"):
+            await model.complete(MESSAGES, [])
+    assert time.monotonic() - started < 5
+    assert server.gone.wait(10)  # the request was cancelled: the server stopped generating
+
+
+async def test_an_answer_cut_at_the_output_limit_is_not_a_finish(
+    server: FakeOpenAI, tmp_path: Path
+) -> None:
+    from iflow.agent import Agent, AgentConfig
+    from iflow.errors import FormatError
+    from iflow.workspace import LocalWorkspace
+
+    server.push(*[Reply("I will now explain at grea", finish_reason="length")] * 3)
+    async with make(server) as model, LocalWorkspace(tmp_path) as ws:
+        agent = Agent(model, ws, config=AgentConfig(headless=True))
+        end = await agent.run("explain")
+        await agent.aclose()
+    assert isinstance(end, FormatError) and "cut at its output limit" in str(end)
+    assert end.exit_code != 0 and agent.final_answer == ""
+    reminders = [s.content for s in agent.trajectory.steps if s.role is Role.TOOL]
+    assert reminders and "cut off at the output limit" in reminders[0]
+
+
+async def test_an_interrupted_call_stops_the_server_generating(server: FakeOpenAI) -> None:
+    import asyncio
+
+    server.push(Endless())
+    async with make(server) as model:
+        call = asyncio.ensure_future(model.complete(MESSAGES, []))
+        await asyncio.sleep(0.5)
+        call.cancel()  # what Ctrl+C does to the running turn
+        with pytest.raises(asyncio.CancelledError):
+            await call
+    assert server.gone.wait(10)

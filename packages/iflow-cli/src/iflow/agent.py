@@ -52,7 +52,13 @@ from iflow.events import (
 )
 from iflow.gate import ToolGate
 from iflow.models.base import Model, ModelResponse
-from iflow.prompts import COMPACT_TOOLS, FINISH_REMINDER, TODO_REMINDER, system_prompt
+from iflow.prompts import (
+    COMPACT_TOOLS,
+    FINISH_REMINDER,
+    TODO_REMINDER,
+    TRUNCATED_REMINDER,
+    system_prompt,
+)
 from iflow.tools import Tool, ToolContext, ToolRegistry, default_tools
 from iflow.tools.todo import TodoList
 from iflow.workspace.base import Workspace
@@ -339,6 +345,13 @@ class Agent:
         if response.format_errors:
             self._format_errors += 1
             results += [ToolResult(content=e, is_error=True) for e in response.format_errors]
+        elif not response.tool_calls and response.finish_reason == "length":
+            # cut at the output limit: not an answer to finish on
+            self._format_errors += 1
+            notes.append(TRUNCATED_REMINDER)
+            self.emit(
+                Notice(text="The model's answer was cut at its output limit.", level="warning")
+            )
         elif not response.tool_calls:
             if not self.config.require_finish:
                 self.final_answer = response.content
@@ -349,8 +362,12 @@ class Agent:
             self._format_errors = 0
         end: AgentEnd | None = None
         if self._format_errors >= self.config.max_format_errors and not response.tool_calls:
+            cut = response.finish_reason == "length"
             end = FormatError(
-                f"the model gave {self._format_errors} answers in a row without a usable "
+                f"the model's last {self._format_errors} answers were cut at its output limit; "
+                "raise max_output_tokens or ask for less."
+                if cut
+                else f"the model gave {self._format_errors} answers in a row without a usable "
                 "tool call; check that it supports tool calls (or set tool_format to text)."
             )
         return results, notes, end

@@ -90,11 +90,14 @@ class ApprovalPolicy:
 
 
 def _command_root(command: str) -> str:
+    """The program a command line starts with: ``ls`` for ``ls; rm x`` or ``ls|wc``."""
+    lexer = shlex.shlex(command, posix=True, punctuation_chars=True)
+    lexer.whitespace_split = True
     try:
-        words = shlex.split(command)
-    except ValueError:
-        words = command.split()
-    return words[0] if words else ""
+        first = next(iter(lexer), "")
+    except ValueError:  # an unclosed quote: the first word as written
+        first = command.split()[0] if command.split() else ""
+    return first.rstrip(";&|")
 
 
 async def headless_approver(request: ApprovalRequest) -> Decision:

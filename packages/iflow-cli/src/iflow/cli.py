@@ -11,7 +11,7 @@ from typing import Any
 import click
 
 from iflow import __version__
-from iflow.errors import IflowError
+from iflow.errors import ConfigError, IflowError
 from iflow.sessions import SessionData, SessionStore, sessions_root
 from iflow.settings import Settings, load_settings
 
@@ -147,7 +147,17 @@ def main(
         resumed = _resume(store, resume)
         if prompt is None and not sys.stdin.isatty():
             prompt = sys.stdin.read().strip() or None
+        if prompt is None and not (sys.stdin.isatty() and sys.stdout.isatty()):
+            click.echo(
+                "iflow: the TUI needs a terminal, and this one has none; run headless with "
+                '-p "PROMPT" (or pipe the prompt on stdin), with --resume to go on with a session.',
+                err=True,
+            )
+            sys.exit(2)
         if prompt is not None:
+            for path, flag in ((trajectory, "--trajectory"), (atif, "--atif")):
+                if path is not None:
+                    check_output_path(path, flag)
             code = asyncio.run(
                 _headless(
                     settings, cwd, home, store, resumed, prompt, output_format, trajectory, atif
@@ -213,6 +223,23 @@ def _tui(
     from iflow.tui.app import run_tui
 
     return run_tui(settings, cwd=cwd, home=home, store=store, resume=resumed)
+
+
+def check_output_path(path: Path, flag: str) -> None:
+    """Before a run: ``path``'s directory must exist and be writable (nothing is made
+    outside the workspace); an :class:`IflowError` of one sentence otherwise."""
+    parent = path.expanduser().absolute().parent
+    if path.is_dir():
+        raise ConfigError(f"{flag} {path} is a directory; give a file path.")
+    if not parent.is_dir():
+        raise ConfigError(
+            f"{flag} {path}: the directory {parent} does not exist; create it or choose "
+            "another path."
+        )
+    if not os.access(parent, os.W_OK):
+        raise ConfigError(
+            f"{flag} {path}: the directory {parent} is not writable; choose another path."
+        )
 
 
 if __name__ == "__main__":

@@ -64,6 +64,10 @@ TODO_REMINDER = (
     "<reminder>Your todo list has open items:\n{todos}\nKeep it current with todo_write, "
     "and finish only when the items are done or no longer needed.</reminder>"
 )
+TRUNCATED_REMINDER = (
+    "<reminder>Your last answer was cut off at the output limit and was not used. Answer "
+    "again, shorter: one tool call, or the finish call with a brief report.</reminder>"
+)
 FINISH_REMINDER = (
     "<reminder>You answered without calling a tool. If the task is done, call finish with "
     "your report; otherwise continue with a tool call.</reminder>"

@@ -71,6 +71,7 @@ def model_from(settings: Settings) -> Model:
         temperature=settings.temperature,
         max_tokens=settings.max_output_tokens,
         tool_format=settings.tool_format,
+        **({"call_timeout": settings.model_timeout_sec} if settings.model_timeout_sec else {}),
     )
 
 

@@ -106,7 +106,11 @@ class Settings(BaseModel):
     temperature: float | None = Field(default=None, ge=0)
     """Sampling temperature; None: the server's default."""
     max_output_tokens: int | None = Field(default=None, gt=0)
-    """Most tokens one answer may have; None: the server's default."""
+    """Most tokens one answer may have; None: 8192 for an OpenAI-compatible server (always
+    sent: a model that repeats itself must stop), the model's own for a local one."""
+    model_timeout_sec: float | None = Field(default=None, gt=0)
+    """Most seconds one model call may take, its stream included (past it the request is
+    cancelled); None: 600 for an OpenAI-compatible server."""
     tool_format: ToolFormat | None = None
     """How tool calls travel: native function calls, or ``<tool_call>`` text (``brief``: text,
     with each tool described in one line, for small models); None: the provider's default."""

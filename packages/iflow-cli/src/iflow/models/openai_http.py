@@ -53,6 +53,13 @@ _CONTEXT_PATTERN = re.compile(
 )
 
 
+DEFAULT_OUTPUT_TOKENS = 8192
+"""The output cap sent when no ``max_output_tokens`` is set: without one a server may let a
+model that repeats itself run until the context is full."""
+DEFAULT_CALL_TIMEOUT_SEC = 600.0
+"""The wall-clock bound of one model call when no ``model_timeout_sec`` is set."""
+
+
 @dataclass
 class _Attempt:
     """What one streamed answer accumulated."""
@@ -81,15 +88,20 @@ class OpenAIModel:
         api_key: str | None = None,
         context_limit: int = 131072,
         temperature: float | None = None,
-        max_tokens: int | None = None,
+        max_tokens: int | None = DEFAULT_OUTPUT_TOKENS,
         tool_format: ToolFormat = "native",
         max_retries: int = 4,
         backoff_base: float = 0.5,
         backoff_max: float = 20.0,
         timeout: float = 600.0,
+        call_timeout: float | None = DEFAULT_CALL_TIMEOUT_SEC,
         extra_body: dict[str, Any] | None = None,
         name: str | None = None,
     ) -> None:
+        """``max_tokens`` caps one answer (sent to the server; None sends none);
+        ``timeout`` is the HTTP client's per-read limit; ``call_timeout`` bounds a whole
+        model call, its stream included (None: no bound): past it the request is cancelled,
+        which closes the connection and so stops the server's generation."""
         if tool_format not in ("native", "text", "brief"):
             raise ConfigError(
                 f'tool_format must be "native", "text" or "brief" for an OpenAI-compatible server, '
@@ -102,6 +114,7 @@ class OpenAIModel:
         self.max_tokens = max_tokens
         self.tool_format: ToolFormat = tool_format
         self.max_retries = max_retries
+        self.call_timeout = call_timeout
         self.backoff_base = backoff_base
         self.backoff_max = backoff_max
         self.extra_body = dict(extra_body or {})
@@ -153,6 +166,23 @@ class OpenAIModel:
         tools: list[dict[str, Any]],
         *,
         on_delta: DeltaCallback | None = None,
+    ) -> ModelResponse:
+        try:
+            return await asyncio.wait_for(
+                self._complete(messages, tools, on_delta), self.call_timeout
+            )
+        except TimeoutError:
+            raise ModelError(
+                f"the model server at {self.server} did not finish one answer within "
+                f"{self.call_timeout:g} s, so the request was cancelled; raise "
+                "model_timeout_sec, or lower max_output_tokens if the model ran on."
+            ) from None
+
+    async def _complete(
+        self,
+        messages: list[Step],
+        tools: list[dict[str, Any]],
+        on_delta: DeltaCallback | None,
     ) -> ModelResponse:
         body = self.request_body(messages, tools)
         streamed = 0  # characters of content already streamed, so a retry does not repeat them
