@@ -37,6 +37,7 @@ from iflow.errors import (
     LoopDetected,
     ModelError,
     ModelFailed,
+    StoppedByHook,
 )
 from iflow.events import (
     AssistantDelta,
@@ -51,6 +52,7 @@ from iflow.events import (
     TurnStarted,
 )
 from iflow.gate import ToolGate
+from iflow.hooks import HookEvent, HookRunner, HookVerdict
 from iflow.models.base import Model, ModelResponse
 from iflow.prompts import (
     COMPACT_TOOLS,
@@ -88,6 +90,7 @@ class Agent:
         shell: ShellSession | None = None,
         name: str = "iflow",
         mcp: McpHub | None = None,
+        hooks: HookRunner | None = None,
     ) -> None:
         self.model = model
         self.mcp = mcp
@@ -107,12 +110,16 @@ class Agent:
         if mcp is not None:
             chosen = [*chosen, *mcp.tools(taken={t.name for t in chosen})]
         self.all_tools = ToolRegistry(chosen)
+        self.hooks = hooks
+        """Commands run on the agent's events (:mod:`iflow.hooks`)."""
         self.gate = ToolGate(
             ApprovalPolicy(self.config.approval_mode),
             approver or allow_all,
             headless=self.config.headless,
             emit=self.emit,
+            hooks=hooks,
         )
+        self._stop_hook_active = False
         self.shell = shell or ShellSession(workspace)
         self.todos = TodoList()
         self.ctx = ToolContext(workspace=workspace, shell=self.shell, todos=self.todos, agent=self)
@@ -239,13 +246,22 @@ class Agent:
         return True
 
     async def _loop(self, prompt: str) -> AgentEnd:
+        try:
+            prompt = await self._prompt_hooks(prompt)
+        except StoppedByHook as end:
+            return end
         self._append(Step(role=Role.USER, content=prompt, timestamp=datetime.now(UTC)))
         deadline = asyncio.timeout(self.config.max_wall_sec)
         try:
             async with deadline:
                 while True:
                     self._check_limits()
-                    await self.step()
+                    try:
+                        await self.step()
+                    except Finished:
+                        if await self._stop_blocked():
+                            continue
+                        raise
         except AgentEnd as end:
             return end
         except TimeoutError:
@@ -256,6 +272,51 @@ class Agent:
                 f"the run passed its time limit of {self.config.max_wall_sec:g} s; "
                 "raise max_wall_sec to give it longer."
             )
+
+    async def _hook(self, event: HookEvent, payload: dict[str, Any]) -> HookVerdict | None:
+        if self.hooks is None or not self.hooks.wants(event):
+            return None
+        verdict = await self.hooks.run(event, payload)
+        for problem in verdict.problems:
+            self.emit(Notice(text=problem, level="warning"))
+        return verdict
+
+    async def _prompt_hooks(self, prompt: str) -> str:
+        """SessionStart (the session's first prompt) and UserPromptSubmit: a block ends the
+        run before the model sees the prompt; context from either goes with it."""
+        context: list[str] = []
+        if not any(s.role is Role.USER for s in self.history):
+            started = await self._hook("SessionStart", {"source": "startup"})
+            context += started.context if started is not None else []
+        verdict = await self._hook("UserPromptSubmit", {"prompt": prompt})
+        if verdict is not None:
+            if verdict.decision == "block" or verdict.stop is not None:
+                reason = verdict.reason or verdict.stop or "no reason given"
+                raise StoppedByHook(f"a UserPromptSubmit hook blocked the prompt: {reason}")
+            context += verdict.context
+        return "\n\n".join([prompt, *context])
+
+    async def _stop_blocked(self) -> bool:
+        """Stop hooks, when the agent would finish: one that blocks sends the agent on with
+        its reason (once: a second stop in a row ends the run, as Claude Code's
+        ``stop_hook_active`` lets a hook tell)."""
+        verdict = await self._hook("Stop", {"stop_hook_active": self._stop_hook_active})
+        if verdict is not None and verdict.stop is not None:
+            raise StoppedByHook(f"a Stop hook ended the run: {verdict.stop}")
+        if verdict is None or verdict.decision != "block" or self._stop_hook_active:
+            self._stop_hook_active = False
+            return False
+        self._stop_hook_active = True
+        self.final_answer = ""
+        reason = verdict.reason or "the work is not done yet"
+        self._append(
+            Step(
+                role=Role.USER,
+                content=f"<reminder>A Stop hook says you are not done: {reason}</reminder>",
+                timestamp=datetime.now(UTC),
+            )
+        )
+        return True
 
     def _check_limits(self) -> None:
         c = self.config

@@ -88,6 +88,13 @@ class ModelFailed(AgentEnd):
     failure_mode = FailureMode.MODEL_ERROR
 
 
+class StoppedByHook(AgentEnd):
+    """A hook ended the run (a blocked prompt, ``continue: false``)."""
+
+    failure_mode = FailureMode.INTERRUPTED
+    exit_code = 1
+
+
 class Interrupted(AgentEnd):
     """A person interrupted the run (Ctrl+C)."""
 

@@ -8,9 +8,12 @@ is remembered, and the tool runs. Every call ends with a :class:`ToolFinished` e
 
 from __future__ import annotations
 
+from typing import Any
+
 from ale.trajectory import ToolCall, ToolResult
 from iflow.approval import ApprovalPolicy, ApprovalRequest, Approver, denial_message
-from iflow.events import EventSink, ToolFinished, ToolStarted
+from iflow.events import EventSink, Notice, ToolFinished, ToolStarted
+from iflow.hooks import HookEvent, HookRunner, HookVerdict, tool_input
 from iflow.tools import ToolContext, ToolRegistry
 
 
@@ -18,12 +21,20 @@ class ToolGate:
     """Runs tool calls under an approval policy."""
 
     def __init__(
-        self, policy: ApprovalPolicy, approver: Approver, *, headless: bool, emit: EventSink
+        self,
+        policy: ApprovalPolicy,
+        approver: Approver,
+        *,
+        headless: bool,
+        emit: EventSink,
+        hooks: HookRunner | None = None,
     ) -> None:
         self.policy = policy
         self.approver = approver
         self.headless = headless
         self.emit = emit
+        self.hooks = hooks
+        """PreToolUse hooks decide before approval; PostToolUse hooks see each result."""
 
     async def execute(
         self, call: ToolCall, offered: ToolRegistry, every: ToolRegistry, ctx: ToolContext
@@ -50,7 +61,24 @@ class ToolGate:
                 title=tool.describe(call.arguments),
             )
         )
-        if not tool.trusted and self.policy.needs_approval(tool.kind, call.arguments, tool.name):
+        verdict = await self._hooks("PreToolUse", call, {})
+        if verdict is not None and (verdict.decision == "deny" or verdict.stop is not None):
+            reason = verdict.reason or verdict.stop or "no reason given"
+            blocked = ToolResult(
+                call_id=call.id,
+                is_error=True,
+                content=f"A hook blocked this {call.name} call: {reason}",
+                metadata={"denied": True, "hook": True},
+            )
+            self._finished(call, blocked)
+            return blocked
+        decided = verdict.decision if verdict is not None else None
+        asks = decided == "ask" or (
+            decided != "allow"
+            and not tool.trusted
+            and self.policy.needs_approval(tool.kind, call.arguments, tool.name)
+        )
+        if asks:
             request = ApprovalRequest(
                 tool=tool.name,
                 kind=tool.kind,
@@ -70,8 +98,28 @@ class ToolGate:
             if decision == "allow_always":
                 self.policy.remember(tool.kind, call.arguments, tool.name)
         result = await offered.call(call, ctx)
+        after = await self._hooks(
+            "PostToolUse",
+            call,
+            {"tool_response": {"content": result.content, "is_error": result.is_error}},
+        )
+        if after is not None and after.decision == "block" and after.reason:
+            result = result.model_copy(
+                update={"content": f"{result.content}\n\nA hook says: {after.reason}"}
+            )
         self._finished(call, result)
         return result
+
+    async def _hooks(
+        self, event: HookEvent, call: ToolCall, extra: dict[str, Any]
+    ) -> HookVerdict | None:
+        if self.hooks is None or not self.hooks.wants(event, call.name):
+            return None
+        payload = {"tool_input": tool_input(call.name, call.arguments), **extra}
+        verdict = await self.hooks.run(event, payload, tool=call.name)
+        for problem in verdict.problems:
+            self.emit(Notice(text=problem, level="warning"))
+        return verdict
 
     def _finished(self, call: ToolCall, result: ToolResult) -> None:
         self.emit(

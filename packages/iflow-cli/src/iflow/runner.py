@@ -18,6 +18,7 @@ from iflow.agent import Agent, AgentConfig
 from iflow.approval import Approver
 from iflow.context.memory import load_memory, render_memory
 from iflow.events import EventSink
+from iflow.hooks import HookRunner
 from iflow.models import make_model
 from iflow.models.base import Model
 from iflow.sessions import SessionData, SessionStore, clip_title
@@ -189,6 +190,7 @@ def build_agent(
         on_event=on_event,
         memory=mem,
         mcp=mcp,
+        hooks=HookRunner(settings.hooks, cwd=cwd) if settings.hooks else None,
     )
     recorder: SessionRecorder | None = None
     if store is not None:
@@ -212,4 +214,6 @@ def build_agent(
             )
         recorder = SessionRecorder(store, data)
         agent.after_turn = recorder
+        if agent.hooks is not None:
+            agent.hooks.session_id = data.id
     return agent, recorder

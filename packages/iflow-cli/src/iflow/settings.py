@@ -51,6 +51,7 @@ from pydantic.alias_generators import to_camel
 
 from iflow.approval import Mode
 from iflow.errors import ConfigError
+from iflow.hooks import HooksConfig
 from iflow.mcp.config import McpServerConfig
 
 Provider = Literal["openai", "local", "scripted"]
@@ -59,7 +60,7 @@ ToolFormat = Literal["native", "text", "brief"]
 _EXTRA_ALIASES = MappingProxyType({"model": ("modelName",), "max_turns": ("maxSessionTurns",)})
 _IGNORED_KEYS = frozenset({"theme", "selectedAuthType"})
 _PATH_FIELDS = ("model_path", "script", "sessions_dir")
-_MERGED = frozenset({"mcp_servers"})
+_MERGED = frozenset({"mcp_servers", "hooks"})
 """Settings whose layers merge by key instead of the later one replacing the whole value."""
 _FALLBACK_ENV = MappingProxyType({"api_key": "OPENAI_API_KEY", "base_url": "OPENAI_BASE_URL"})
 _WHAT = MappingProxyType(
@@ -138,6 +139,9 @@ class Settings(BaseModel):
     """Identical tool calls in a row before the agent is warned that it is looping."""
     sessions_dir: str | None = None
     """Where sessions are saved; None: ``<home>/.iflow/sessions``."""
+    hooks: HooksConfig = Field(default_factory=dict)
+    """Commands run on the agent's events, in Claude Code's shape (:mod:`iflow.hooks`); the
+    layers add up: every file's hooks run."""
     mcp_servers: dict[str, McpServerConfig] = Field(default_factory=dict)
     """MCP servers whose tools the agent gets (``mcpServers``, in Gemini CLI's shape); the
     layers merge by server name, a later layer's entry replacing an earlier one's."""
@@ -192,10 +196,8 @@ def load_settings(
     sources: dict[str, str] = {}
 
     def put(name: str, value: Any, source: str, base: Path) -> None:
-        if name in _MERGED and isinstance(value, str):
-            value = _json_value(name, value, source)
-        if name in _MERGED and isinstance(values.get(name), dict) and isinstance(value, dict):
-            value = {**values[name], **value}
+        if name in _MERGED:
+            value = _merged(name, values.get(name), value, source)
         values[name] = _resolve_path(name, value, base)
         sources[name] = source
 
@@ -307,6 +309,19 @@ def _read_file(path: Path) -> dict[str, Any]:
         seen[name] = key
         found[name] = value
     return found
+
+
+def _merged(name: str, earlier: Any, value: Any, source: str) -> Any:
+    """A mapping setting's layers together: MCP servers by name (the later wins), hooks all
+    of them (every layer's run)."""
+    if isinstance(value, str):
+        value = _json_value(name, value, source)
+    if not isinstance(earlier, dict) or not isinstance(value, dict):
+        return value
+    if name == "hooks":
+        both = {**earlier, **value}
+        return {event: [*earlier.get(event, []), *value.get(event, [])] for event in both}
+    return {**earlier, **value}
 
 
 def _json_value(name: str, value: str, source: str) -> Any:
