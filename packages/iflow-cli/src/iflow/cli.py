@@ -11,6 +11,7 @@ from typing import Any
 import click
 
 from iflow import __version__
+from iflow.custom_commands import expand_line
 from iflow.errors import ConfigError, IflowError
 from iflow.sessions import SessionData, SessionStore, sessions_root
 from iflow.settings import Settings, load_settings
@@ -155,6 +156,7 @@ def main(
             )
             sys.exit(2)
         if prompt is not None:
+            prompt = expand_line(prompt, cwd, home) or prompt  # a custom /command's prompt
             for path, flag in ((trajectory, "--trajectory"), (atif, "--atif")):
                 if path is not None:
                     check_output_path(path, flag)

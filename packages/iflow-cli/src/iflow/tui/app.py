@@ -22,10 +22,12 @@ from textual.content import Content
 from textual.css.query import NoMatches
 from textual.message import Message
 from textual.reactive import reactive
+from textual.suggester import SuggestFromList
 from textual.widgets import Input, Static
 
 from iflow import __version__
 from iflow.approval import ApprovalRequest, Decision
+from iflow.custom_commands import load_commands
 from iflow.errors import IflowError
 from iflow.events import (
     AssistantDelta,
@@ -42,7 +44,7 @@ from iflow.events import (
 )
 from iflow.tui.commands import SlashCommands
 from iflow.tui.conversation import Conversation
-from iflow.tui.widgets import ApprovalPanel, PromptInput, StatusBar
+from iflow.tui.widgets import SLASH_SUGGESTIONS, ApprovalPanel, PromptInput, StatusBar
 
 if TYPE_CHECKING:
     from iflow.agent import Agent
@@ -146,6 +148,9 @@ class IflowApp(App[int]):
 
     async def on_mount(self) -> None:
         self.approval_panel.display = False
+        custom = [f"/{name}" for name in load_commands(self.cwd, self.home)]
+        if custom:  # Tab completes the user's own commands too
+            self.prompt_input.suggester = SuggestFromList([*SLASH_SUGGESTIONS, *custom])
         self.prompt_input.focus()
         banner = Content.assemble(
             ("iflow ", "bold $accent"),

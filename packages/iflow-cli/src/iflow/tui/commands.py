@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from iflow.approval import MODES, check_mode
+from iflow.custom_commands import load_commands
 from iflow.errors import IflowError
 from iflow.tui.widgets import human_tokens
 
@@ -67,10 +68,14 @@ class SlashCommands:
     async def run(self, line: str) -> None:
         name, _, arg = line.strip()[1:].partition(" ")
         handler = self.table.get(name.lower())
-        if handler is None:
+        if handler is not None:
+            await handler(arg.strip())
+            return
+        custom = load_commands(self.app.cwd, self.app.home).get(name)
+        if custom is None:
             await self._say(f"Unknown command /{name}; type /help to see the commands.", "warning")
             return
-        await handler(arg.strip())
+        await self.app.submit(custom.expand(arg.strip()))
 
     async def _say(self, text: str, level: str = "info") -> None:
         await self.app.conversation.notice(text, level)
@@ -93,7 +98,14 @@ class SlashCommands:
     # -- the commands ----------------------------------------------------------------------
 
     async def help(self, arg: str) -> None:
-        await self.app.conversation.text_block(HELP, "help")
+        custom = load_commands(self.app.cwd, self.app.home)
+        lines = [HELP]
+        if custom:
+            lines.append("Your commands (.iflow/commands, ~/.iflow/commands)")
+            for command in custom.values():
+                usage = f"/{command.name} {command.argument_hint}".rstrip()
+                lines.append(f"  {usage:<16} {command.description}")
+        await self.app.conversation.text_block("\n".join(lines), "help")
 
     async def clear(self, arg: str) -> None:
         await self.app.conversation.clear_view()

@@ -242,6 +242,7 @@ SLASH_SUGGESTIONS = [
     "/mode yolo",
     "/model",
     "/todo",
+    "/mcp",
     "/save",
     "/resume",
     "/quit",
