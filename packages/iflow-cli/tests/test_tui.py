@@ -417,3 +417,30 @@ async def test_a_model_that_cannot_start_is_explained(tmp_path: Path) -> None:
             assert notices(app)[-1].startswith("No model is available")
             await send(pilot, "/help")
             assert blocks(app, "help")
+
+
+async def test_an_edit_asks_with_a_diff_against_the_file_and_the_panel_waits(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "ws").mkdir(exist_ok=True)
+    (tmp_path / "ws" / "calc.py").write_text("def add(a, b):\n    return a - b\n")
+    call = {
+        "tool_calls": [
+            {
+                "name": "replace",
+                "arguments": {"path": "calc.py", "old_string": "a - b", "new_string": "a + b"},
+            }
+        ]
+    }
+    async with tui(tmp_path, [call, "Fixed."]) as (app, pilot):
+        await send(pilot, "fix calc.py")
+        await wait_for(pilot, lambda: app.approval_panel.display)
+        question = str(app.query_one("#approval-detail", Static).content)
+        assert "--- a/calc.py" in question and "+++ b/calc.py" in question
+        assert "-    return a - b" in question and "+    return a + b" in question
+        assert "new_string: a + b" not in question  # the diff, not the raw arguments
+        (panel,) = panels(app)
+        assert str(panel.meta_view.content) == "waiting for your approval…"
+        await pilot.press("y")
+        await wait_for(pilot, lambda: ends(app) and not app.busy)
+        assert (tmp_path / "ws" / "calc.py").read_text().endswith("return a + b\n")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import difflib
 import importlib
 import time
 from pathlib import Path
@@ -44,7 +45,13 @@ from iflow.events import (
 )
 from iflow.tui.commands import SlashCommands
 from iflow.tui.conversation import Conversation
-from iflow.tui.widgets import SLASH_SUGGESTIONS, ApprovalPanel, PromptInput, StatusBar
+from iflow.tui.widgets import (
+    SLASH_SUGGESTIONS,
+    ApprovalPanel,
+    PromptInput,
+    StatusBar,
+    ToolPanel,
+)
 
 if TYPE_CHECKING:
     from iflow.agent import Agent
@@ -66,11 +73,12 @@ class AgentEvent(Message):
 
 
 class ApprovalAsked(Message):
-    """The agent waits for an answer to ``request``."""
+    """The agent waits for an answer to ``request`` (``diff``: what an edit would change)."""
 
-    def __init__(self, request: ApprovalRequest) -> None:
+    def __init__(self, request: ApprovalRequest, diff: str | None = None) -> None:
         super().__init__()
         self.request = request
+        self.diff = diff
 
 
 class IflowApp(App[int]):
@@ -339,7 +347,8 @@ class IflowApp(App[int]):
         """The agent's approver: show the question, wait for the person's answer."""
         future: asyncio.Future[Decision] = asyncio.get_running_loop().create_future()
         self._approval = future
-        self.post_message(ApprovalAsked(request))
+        diff = await self._edit_diff(request) if request.kind == "edit" else None
+        self.post_message(ApprovalAsked(request, diff))
         try:
             return await future
         finally:
@@ -347,13 +356,44 @@ class IflowApp(App[int]):
             with contextlib.suppress(NoMatches):
                 self.approval_panel.display = False
                 self.prompt_input.focus()
+                for panel in self.query(ToolPanel):
+                    panel.waiting(False)
+
+    async def _edit_diff(self, request: ApprovalRequest) -> str | None:
+        """What a write_file or replace call would change in its file, as a unified diff."""
+        agent, arguments = self.agent, request.arguments
+        path = arguments.get("path")
+        if agent is None or not isinstance(path, str) or request.tool not in (
+            "write_file", "replace"
+        ):  # fmt: skip
+            return None
+        full = agent.workspace.resolve(path, agent.shell.cwd)
+        try:
+            before = (await agent.workspace.read_bytes(full)).decode("utf-8")
+        except (IflowError, OSError, UnicodeDecodeError):
+            before = ""  # a new file (or one that is not text: its new content is shown)
+        if request.tool == "write_file":
+            after = str(arguments.get("content", ""))
+        else:
+            old, new = str(arguments.get("old_string", "")), str(arguments.get("new_string", ""))
+            after = before.replace(old, new) if old and old in before else before
+        lines = difflib.unified_diff(
+            before.splitlines(keepends=True),
+            after.splitlines(keepends=True),
+            fromfile=f"a/{path}",
+            tofile=f"b/{path}",
+        )
+        return "".join(lines) or None
 
     @on(ApprovalAsked)
     def _show_approval(self, message: ApprovalAsked) -> None:
         if self._approval is None or self._approval.done():
             return
         r = message.request
-        self.approval_panel.ask(r.tool, r.kind, r.title, r.arguments)
+        self.approval_panel.ask(r.tool, r.kind, r.title, r.arguments, diff=message.diff)
+        running = [p for p in self.query(ToolPanel) if p.state == "running"]
+        if running:
+            running[-1].waiting(True)
 
     @on(ApprovalPanel.Decided)
     def _decided(self, message: ApprovalPanel.Decided) -> None:

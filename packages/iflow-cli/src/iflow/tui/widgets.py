@@ -120,6 +120,11 @@ class ToolPanel(Collapsible):
         )
         self.output_view.display = False
 
+    def waiting(self, waiting: bool) -> None:
+        """Say that the call waits for the person's approval (or runs again)."""
+        if self.state == "running":
+            self.meta_view.update(Content("waiting for your approval…" if waiting else "running…"))
+
     def _label(self) -> Content:
         icon, style = {
             "running": ("⋯", "$warning"),
@@ -310,14 +315,22 @@ class ApprovalPanel(Vertical, can_focus=True):
             yield Button(Content("Always (a)"), id="allow_always", variant="primary", compact=True)
             yield Button(Content("Deny (n)"), id="deny", variant="error", compact=True)
 
-    def ask(self, tool: str, kind: str, title: str, arguments: dict[str, Any]) -> None:
-        """Show the question for one call and focus the first answer."""
+    def ask(
+        self,
+        tool: str,
+        kind: str,
+        title: str,
+        arguments: dict[str, Any],
+        diff: str | None = None,
+    ) -> None:
+        """Show the question for one call (an edit as the ``diff`` it makes against the file)
+        and focus the first answer."""
         verb = {"execute": "run this command", "edit": "make this change"}.get(kind, "run this")
         self.query_one("#approval-question", Static).update(
             Content.assemble(("? ", "bold $warning"), f"Allow {tool} to {verb}?")
         )
         shown = _arguments_text(tool, arguments)
-        detail = shown if kind == "execute" else f"{title}\n{shown}"
+        detail = shown if kind == "execute" else f"{title}\n{diff or shown}"
         self.query_one("#approval-detail", Static).update(Content(clip_lines(detail, 14, 1200)))
         if kind == "execute":
             root = command_root(str(arguments.get("command", "")))
