@@ -51,6 +51,20 @@ def test_grpo_with_and_without_std() -> None:
     assert adv.grpo(rewards, groups, scale_by_std=False) == [0.5, -0.5, -0.5, 0.5, 0.0, 0.0]
 
 
+def test_lite_ppo_group_mean_over_the_batch_std() -> None:
+    rewards = [1.0, 0.0, 0.0, 1.0, 2.0, 2.0]
+    groups = ["a", "a", "a", "a", "b", "b"]
+    # batch mean 1.0; squares 0,1,1,0,1,1 = 4 over n-1 = 5: std sqrt(0.8)
+    std = math.sqrt(0.8)
+    out = adv.lite_ppo(rewards, groups)
+    assert out == pytest.approx([0.5 / std, -0.5 / std, -0.5 / std, 0.5 / std, 0.0, 0.0], rel=1e-5)
+    # a group whose rewards barely differ is scaled by the batch, not blown up by its own std
+    tight = adv.lite_ppo([0.50, 0.51, 0.0, 1.0], ["a", "a", "b", "b"])
+    assert abs(tight[1] - tight[0]) < 0.05 and abs(adv.grpo([0.50, 0.51], ["a", "a"])[1]) > 0.5
+    per_chunk = adv.chunk_advantages("lite_ppo", rewards, groups, [2, 1, 1, 1, 1, 1], [1] * 6)
+    assert per_chunk[0] == pytest.approx([0.5 / std, 0.5 / std], rel=1e-5)
+
+
 def test_rloo_leave_one_out() -> None:
     assert adv.rloo([1.0, 0.0, 0.0], ["g"] * 3) == [1.0, -0.5, -0.5]
     assert adv.rloo([3.0], ["g"]) == [0.0]

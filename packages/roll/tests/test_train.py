@@ -66,7 +66,9 @@ def _cli(
     )
 
 
-@pytest.mark.parametrize("name", ["grpo", "dr_grpo", "rloo", "reinforce_pp", "gspo", "ipa"])
+@pytest.mark.parametrize(
+    "name", ["grpo", "dr_grpo", "rloo", "reinforce_pp", "gspo", "lite_ppo", "ipa"]
+)
 def test_every_preset_trains_and_changes_the_policy(tmp_path: Path, tiny: Path, name: str) -> None:
     config = load_config(
         TrainConfig,
@@ -88,6 +90,10 @@ def test_presets_fill_the_one_abstraction() -> None:
     )  # fmt: skip
     gspo = AlgorithmConfig(name="gspo", clip_high=1e-3)
     assert (gspo.ratio_level, gspo.clip_low, gspo.clip_high) == ("sequence", 3e-4, 1e-3)
+    lite = AlgorithmConfig(name="lite_ppo")
+    assert (lite.advantage, lite.loss, lite.ratio_level, lite.aggregation) == (
+        "lite_ppo", "ppo", "token", "token_mean",
+    )  # fmt: skip
     off = AlgorithmConfig(name="ipa", mismatch_threshold=None)
     assert off.mismatch_threshold is None  # set explicitly: the preset does not refill it
 

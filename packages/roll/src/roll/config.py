@@ -131,8 +131,8 @@ class ResampleConfig(_Section):
 class AlgorithmConfig(_Section):
     """Credit assignment and loss. Unset fields come from the preset ``name``."""
 
-    name: Literal["grpo", "dr_grpo", "rloo", "reinforce_pp", "gspo", "ipa"] = "ipa"
-    advantage: Literal["grpo", "rloo", "reinforce_pp", "ipa"] | None = None
+    name: Literal["grpo", "dr_grpo", "rloo", "reinforce_pp", "gspo", "lite_ppo", "ipa"] = "ipa"
+    advantage: Literal["grpo", "rloo", "reinforce_pp", "lite_ppo", "ipa"] | None = None
     scale_by_std: bool | None = None
     """GRPO: divide by the group's reward std."""
     gamma: float | None = Field(default=None, gt=0, le=1)
@@ -177,6 +177,8 @@ PRESETS: dict[str, dict[str, Any]] = {
                      "clip_high": 0.2},
     "gspo": {"advantage": "grpo", "scale_by_std": True, "loss": "ppo", "ratio_level": "sequence",
              "aggregation": "seq_mean_token_mean", "clip_low": 3e-4, "clip_high": 4e-4},
+    "lite_ppo": {"advantage": "lite_ppo", "loss": "ppo", "ratio_level": "token",
+                 "aggregation": "token_mean", "clip_low": 0.2, "clip_high": 0.2},
     "ipa": {"advantage": "ipa", "gamma": 0.95, "baseline": "none", "loss": "ipa",
             "ratio_level": "chunk", "aggregation": "token_mean", "clip_low": 0.2,
             "clip_high": 0.2, "mismatch_threshold": 2.0},

@@ -117,13 +117,36 @@ def reinforce_pp(
     return [(v - mu) / (sigma + EPS) for v in values]
 
 
+def lite_ppo(rewards: Sequence[float], group_ids: Sequence[Hashable]) -> list[float]:
+    """Lite PPO's advantage ("Tricks or Traps?", arXiv 2508.08221): the reward minus its
+    group's mean, divided by the standard deviation of the whole batch's rewards (more
+    robust than a group's own when a group's rewards are all nearly the same)."""
+    _check(rewards, group_ids)
+    n = len(rewards)
+    if n == 0:
+        return []
+    mean_all = sum(rewards) / n
+    var = sum((r - mean_all) ** 2 for r in rewards) / (n - 1) if n > 1 else 0.0
+    denom = math.sqrt(var) + EPS
+    out = [0.0] * n
+    for members in _groups(group_ids).values():
+        mean = sum(rewards[i] for i in members) / len(members)
+        for i in members:
+            out[i] = (rewards[i] - mean) / denom
+    return out
+
+
 def ipa_returns(reward: float, num_chunks: int, gamma: float) -> list[float]:
     """``G_k = gamma^(K-k) * R`` for the ``K`` chunks of one trajectory, first chunk first."""
     return [reward * gamma ** (num_chunks - k) for k in range(1, num_chunks + 1)]
 
 
+Estimator = Literal["grpo", "rloo", "reinforce_pp", "lite_ppo", "ipa"]
+"""The advantage estimators, by the name ``algorithm.advantage`` takes."""
+
+
 def chunk_advantages(
-    estimator: Literal["grpo", "rloo", "reinforce_pp", "ipa"],
+    estimator: Estimator,
     rewards: Sequence[float],
     group_ids: Sequence[Hashable],
     num_chunks: Sequence[int],
@@ -151,6 +174,8 @@ def chunk_advantages(
         per_traj = grpo(rewards, group_ids, scale_by_std=scale_by_std)
     elif estimator == "rloo":
         per_traj = rloo(rewards, group_ids)
+    elif estimator == "lite_ppo":
+        per_traj = lite_ppo(rewards, group_ids)
     elif estimator == "reinforce_pp":
         per_traj = reinforce_pp(
             rewards, token_counts, group_ids, group_baseline=baseline == "group_mean"

@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 from ale.chunking import NO_CHUNK, chunk_ids, token_view
 from ale.trajectory import Trajectory
-from roll.algo.advantages import chunk_advantages
+from roll.algo.advantages import Estimator, chunk_advantages
 
 Aggregation = Literal[
     "token_mean", "seq_mean_token_mean", "seq_mean_token_sum", "seq_mean_token_sum_norm"
@@ -108,7 +108,7 @@ def sample_from_trajectory(trajectory: Trajectory) -> Sample:
 
 def assign_advantages(
     samples: Sequence[Sample],
-    estimator: Literal["grpo", "rloo", "reinforce_pp", "ipa"],
+    estimator: Estimator,
     *,
     scale_by_std: bool = True,
     gamma: float = 1.0,
