@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from ale.trajectory import AgentInfo, Role, Step, Timings, ToolCall, ToolResult, Trajectory, Usage
 from iflow import __version__
 from iflow.approval import ApprovalPolicy, Approver, Mode, allow_all, offered_kinds
+from iflow.checkpoints import Checkpoints, RewindError, RewindReport
 from iflow.config import AgentConfig
 from iflow.context.compress import compress
 from iflow.context.loop import LoopDetector
@@ -32,6 +33,7 @@ from iflow.errors import (
     ContextTooLong,
     Finished,
     FormatError,
+    IflowError,
     Interrupted,
     LimitsExceeded,
     LoopDetected,
@@ -118,8 +120,12 @@ class Agent:
             headless=self.config.headless,
             emit=self.emit,
             hooks=hooks,
+            before_change=self._before_change,
         )
         self._stop_hook_active = False
+        self.checkpoints: Checkpoints | None = None
+        """The session's turns and file checkpoints (set by :func:`iflow.runner.build_agent`
+        for a saved session): what :meth:`rewind` restores."""
         self.shell = shell or ShellSession(workspace)
         self.todos = TodoList()
         self.ctx = ToolContext(workspace=workspace, shell=self.shell, todos=self.todos, agent=self)
@@ -223,6 +229,8 @@ class Agent:
                 mode=self.policy.mode,
             )
         )
+        if self.checkpoints is not None:
+            self.checkpoints.begin(prompt, len(self.history), len(self.trajectory.steps))
         self._inner = asyncio.create_task(self._loop(prompt))
         try:
             end = await self._inner
@@ -236,6 +244,28 @@ class Agent:
         self._record_end(end, started_at, time.monotonic() - started)
         await self._after_turn()
         return end
+
+    async def _before_change(self) -> None:
+        if self.checkpoints is None:
+            return
+        try:
+            await self.checkpoints.before_change()
+        except (IflowError, OSError) as exc:  # a checkpoint that fails must not stop the work
+            self.emit(Notice(text=f"The files could not be checkpointed: {exc}", level="warning"))
+
+    async def rewind(self, number: int) -> RewindReport:
+        """Back to before turn ``number``: its files as they were then, the conversation
+        cut before its prompt (a :class:`RewindError` of one sentence when there is none)."""
+        if self.checkpoints is None:
+            raise RewindError(
+                "this session keeps no checkpoints (it is not saved), so it cannot rewind."
+            )
+        turn, report = await self.checkpoints.rewind(number)
+        self.history = self.history[: turn.history_len]
+        self.trajectory.steps = self.trajectory.steps[: turn.trajectory_len]
+        self.final_answer = ""
+        self.meter.reset()
+        return report
 
     def interrupt(self) -> bool:
         """Stop the running turn (Ctrl+C); ``run`` returns :class:`Interrupted`. False when idle."""

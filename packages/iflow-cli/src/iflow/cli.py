@@ -89,6 +89,13 @@ def _list_sessions(store: SessionStore) -> None:
     flag_value="latest",
     help="Resume a saved session (the latest when no ID is given).",
 )
+@click.option(
+    "--rewind",
+    type=click.IntRange(min=1),
+    default=None,
+    metavar="N",
+    help="With --resume: put the files and the conversation back to before turn N first.",
+)
 @click.option("--list-sessions", is_flag=True, help="List saved sessions and exit.")
 @click.option(
     "--trajectory",
@@ -117,6 +124,7 @@ def main(
     script: str | None,
     context_limit: int | None,
     resume: str | None,
+    rewind: int | None,
     list_sessions: bool,
     trajectory: Path | None,
     atif: Path | None,
@@ -146,6 +154,8 @@ def main(
             _list_sessions(store)
             return
         resumed = _resume(store, resume)
+        if rewind is not None and resumed is None:
+            raise ConfigError("--rewind N goes back within a session; give --resume [ID] too.")
         if prompt is None and not sys.stdin.isatty():
             prompt = sys.stdin.read().strip() or None
         if prompt is None and not (sys.stdin.isatty() and sys.stdout.isatty()):
@@ -162,7 +172,16 @@ def main(
                     check_output_path(path, flag)
             code = asyncio.run(
                 _headless(
-                    settings, cwd, home, store, resumed, prompt, output_format, trajectory, atif
+                    settings,
+                    cwd,
+                    home,
+                    store,
+                    resumed,
+                    prompt,
+                    output_format,
+                    trajectory,
+                    atif,
+                    rewind,
                 )
             )
             sys.exit(code)
@@ -182,6 +201,7 @@ async def _headless(
     fmt: str,
     trajectory: Path | None,
     atif: Path | None,
+    rewind: int | None = None,
 ) -> int:
     from iflow.headless import run_headless
     from iflow.runner import build_agent, start_mcp
@@ -207,6 +227,15 @@ async def _headless(
                 await mcp.aclose()
             raise
         try:
+            if rewind is not None:
+                report = await agent.rewind(rewind)  # a RewindError is one sentence
+                if recorder is not None:
+                    recorder.save(agent)
+                click.echo(
+                    f"iflow: rewound to before turn {rewind}: {len(report.written)} file(s) "
+                    f"restored, {len(report.removed)} removed.",
+                    err=True,
+                )
             return await run_headless(
                 agent,
                 prompt,

@@ -8,6 +8,7 @@ is remembered, and the tool runs. Every call ends with a :class:`ToolFinished` e
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from ale.trajectory import ToolCall, ToolResult
@@ -28,12 +29,15 @@ class ToolGate:
         headless: bool,
         emit: EventSink,
         hooks: HookRunner | None = None,
+        before_change: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self.policy = policy
         self.approver = approver
         self.headless = headless
         self.emit = emit
         self.hooks = hooks
+        self.before_change = before_change
+        """Awaited before a call that may change files runs (the agent checkpoints them)."""
         """PreToolUse hooks decide before approval; PostToolUse hooks see each result."""
 
     async def execute(
@@ -97,6 +101,8 @@ class ToolGate:
                 return denied
             if decision == "allow_always":
                 self.policy.remember(tool.kind, call.arguments, tool.name)
+        if self.before_change is not None and tool.kind in ("edit", "execute", "mcp"):
+            await self.before_change()
         result = await offered.call(call, ctx)
         after = await self._hooks(
             "PostToolUse",

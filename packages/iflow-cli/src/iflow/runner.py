@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from ale.trajectory import Role, Step
 from iflow.agent import Agent, AgentConfig
 from iflow.approval import Approver
+from iflow.checkpoints import Checkpoints
 from iflow.context.memory import load_memory, render_memory
 from iflow.events import EventSink
 from iflow.hooks import HookRunner
@@ -214,6 +215,7 @@ def build_agent(
             )
         recorder = SessionRecorder(store, data)
         agent.after_turn = recorder
+        agent.checkpoints = Checkpoints(workspace, store.root / f"{data.id}.checkpoints")
         if agent.hooks is not None:
             agent.hooks.session_id = data.id
     return agent, recorder

@@ -25,6 +25,7 @@ Commands
   /model           the model, its provider and where each setting came from
   /todo            the agent's todo list
   /mcp             the MCP servers: their state and tools, or why they are not running
+  /rewind [N]      list the turns; with N put the files and the conversation back to before turn N
   /save [PATH]     write the trajectory: ALE JSONL, or ATIF when PATH ends in .atif.json
                    (default: the sessions directory)
   /resume [ID]     list saved sessions; with an ID (or a unique prefix) resume that one
@@ -59,6 +60,7 @@ class SlashCommands:
             "model": self.model,
             "todo": self.todo,
             "mcp": self.mcp,
+            "rewind": self.rewind,
             "save": self.save,
             "resume": self.resume,
             "quit": self.quit,
@@ -185,6 +187,45 @@ class SlashCommands:
             elif entry["error"]:
                 lines.append(f"    {entry['error']}")
         await self.app.conversation.text_block("\n".join(lines), "mcp")
+
+    async def rewind(self, arg: str) -> None:
+        agent = await self._agent()
+        if agent is None or not await self._idle("/rewind"):
+            return
+        turns = agent.checkpoints.turns if agent.checkpoints is not None else []
+        if not arg:
+            if not turns:
+                await self._say("There is no turn to rewind to yet.")
+                return
+            lines = ["Turns (/rewind N goes back to before turn N)"]
+            for turn in turns:
+                files = "  files checkpointed" if turn.checkpoint else ""
+                lines.append(f"  {turn.number:>3}  {turn.prompt[:70]}{files}")
+            await self.app.conversation.text_block("\n".join(lines), "rewind")
+            return
+        if not arg.isdigit():
+            await self._say(
+                f"/rewind takes a turn number, not {arg!r}; /rewind lists them.", "warning"
+            )
+            return
+        prompt = turns[int(arg) - 1].prompt if 1 <= int(arg) <= len(turns) else ""
+        try:
+            report = await agent.rewind(int(arg))
+        except IflowError as exc:
+            await self._say(str(exc), "warning")
+            return
+        if self.app.recorder is not None:
+            await asyncio.to_thread(self.app.recorder.save, agent)
+        await self.app.conversation.clear_view()
+        await self.app.replay()
+        self.app.refresh_status()
+        self.app.prompt_input.value = prompt  # the prompt back in the input, to edit or send
+        await self._say(
+            f"Rewound to before turn {arg}: {len(report.written)} file(s) restored, "
+            f"{len(report.removed)} removed"
+            + (f", {len(report.skipped)} left as they were (unreadable)" if report.skipped else "")
+            + "."
+        )
 
     async def compress(self, arg: str) -> None:
         agent = await self._agent()

@@ -248,6 +248,7 @@ SLASH_SUGGESTIONS = [
     "/model",
     "/todo",
     "/mcp",
+    "/rewind",
     "/save",
     "/resume",
     "/quit",

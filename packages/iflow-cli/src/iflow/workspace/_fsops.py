@@ -473,7 +473,25 @@ def op_stat(args: dict) -> dict:
     }
 
 
-OPS = {"list": op_list, "glob": op_glob, "search": op_search, "stat": op_stat}
+def op_tree(args: dict) -> dict:
+    """Every regular file under ``path`` (ignored ones left out) with its size, modification
+    time in ns and mode: what checkpoints compare to find the files a turn changed."""
+    path = _need_path(args)
+    if not os.path.isdir(path):
+        return _missing(path)
+    counter = [0, 0]
+    files = []
+    for full, rel in _walk(path, _ignorer(path, args), None, counter):
+        try:
+            info = os.lstat(full)
+        except OSError:
+            continue
+        if stat_mod.S_ISREG(info.st_mode):
+            files.append([_clean(rel), info.st_size, info.st_mtime_ns, info.st_mode & 0o7777])
+    return {"path": _clean(path), "files": files, "truncated": bool(counter[1])}
+
+
+OPS = {"list": op_list, "glob": op_glob, "search": op_search, "stat": op_stat, "tree": op_tree}
 
 
 def run(op: str, args: dict) -> dict:
