@@ -444,3 +444,46 @@ async def test_an_edit_asks_with_a_diff_against_the_file_and_the_panel_waits(
         await pilot.press("y")
         await wait_for(pilot, lambda: ends(app) and not app.busy)
         assert (tmp_path / "ws" / "calc.py").read_text().endswith("return a + b\n")
+
+
+async def test_model_switches_the_model_and_keeps_the_conversation(tmp_path: Path) -> None:
+    from openai_server import Reply, serve_openai
+
+    root = tmp_path / "ws"
+    root.mkdir()
+    with serve_openai() as server:
+        server.push(Reply("First answer."), Reply("Second answer."))
+        settings = Settings(
+            provider="openai", model="model-a", base_url=server.base_url, api_key="k"
+        )
+        async with LocalWorkspace(root) as workspace:
+            app = IflowApp(settings=settings, workspace=workspace, cwd=root, home=tmp_path)
+            async with app.run_test(size=(110, 40)) as pilot:
+                await wait_for(pilot, lambda: app.agent is not None)
+                await run_prompt(pilot, "hello")
+                await send(pilot, "/model model-b")
+                await wait_for(pilot, lambda: any("switched to model-b" in n for n in notices(app)))
+                assert "model-b" in app.status_bar.plain
+                await run_prompt(pilot, "and again")
+                assert [r["model"] for r in server.requests] == ["model-a", "model-b"]
+                assert len(server.requests[1]["messages"]) > len(server.requests[0]["messages"])
+                await send(pilot, "/model")
+                await wait_for(
+                    pilot, lambda: any("Model: model-b" in b for b in blocks(app, "info-block"))
+                )
+            assert app.agent is not None
+            await app.agent.aclose()
+
+
+async def test_typing_a_slash_lists_the_commands_it_may_be(tmp_path: Path) -> None:
+    async with tui(tmp_path, ["ok"]) as (app, pilot):
+        hints = app.query_one("#slash-hints", Static)
+        assert not hints.display
+        await pilot.press("/", "r", "e")
+        await pilot.pause()
+        assert hints.display
+        shown = str(hints.content)
+        assert "/resume" in shown and "/rewind" in shown and "/help" not in shown
+        await pilot.press("s", "u", "m", "e", "space")
+        await pilot.pause()
+        assert not hints.display  # past the name: the list goes

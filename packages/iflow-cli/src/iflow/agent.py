@@ -204,6 +204,13 @@ class Agent:
         if self.history and self.history[0].role is Role.SYSTEM:
             self.history[0] = Step(role=Role.SYSTEM, content=self._system_prompt())
 
+    def set_model(self, model: Model) -> None:
+        """Go on with another model (the TUI's ``/model NAME``): the conversation stays, the
+        token meter and the trajectory's model follow."""
+        self.model = model
+        self.trajectory.model = model.name
+        self._set_tools()
+
     def emit(self, event: Event) -> None:
         if self.on_event is not None:
             self.on_event(event)

@@ -28,7 +28,7 @@ from textual.widgets import Input, Static
 
 from iflow import __version__
 from iflow.approval import ApprovalRequest, Decision
-from iflow.custom_commands import load_commands
+from iflow.custom_commands import CustomCommand, load_commands
 from iflow.errors import IflowError
 from iflow.events import (
     AssistantDelta,
@@ -43,7 +43,7 @@ from iflow.events import (
     ToolStarted,
     TurnStarted,
 )
-from iflow.tui.commands import SlashCommands
+from iflow.tui.commands import COMMAND_SUMMARY, SlashCommands
 from iflow.tui.conversation import Conversation
 from iflow.tui.widgets import (
     SLASH_SUGGESTIONS,
@@ -119,6 +119,7 @@ class IflowApp(App[int]):
         self.workspace = workspace
         self.cwd = Path(cwd) if cwd else Path(agent.workspace.root if agent else ".")
         self.home = home or Path.home()
+        self._custom: dict[str, CustomCommand] = {}
         self.resume = resume
         self.commands = SlashCommands(self)
         self.queue: list[str] = []
@@ -135,6 +136,7 @@ class IflowApp(App[int]):
     def compose(self) -> ComposeResult:
         yield Conversation(id="conversation")
         yield ApprovalPanel(id="approval")
+        yield Static("", id="slash-hints")
         yield PromptInput(id="prompt", placeholder="Ask iflow to do something · /help")
         yield StatusBar(id="status")
 
@@ -156,8 +158,10 @@ class IflowApp(App[int]):
 
     async def on_mount(self) -> None:
         self.approval_panel.display = False
-        custom = [f"/{name}" for name in load_commands(self.cwd, self.home)]
-        if custom:  # Tab completes the user's own commands too
+        self._custom = load_commands(self.cwd, self.home)
+        self.query_one("#slash-hints", Static).display = False
+        if self._custom:  # Tab completes the user's own commands too
+            custom = [f"/{name}" for name in self._custom]
             self.prompt_input.suggester = SuggestFromList([*SLASH_SUGGESTIONS, *custom])
         self.prompt_input.focus()
         banner = Content.assemble(
@@ -259,6 +263,25 @@ class IflowApp(App[int]):
         bar.turn = agent.turn
 
     # -- prompts and runs ------------------------------------------------------------------
+
+    @on(Input.Changed, "#prompt")
+    def _typing(self, event: Input.Changed) -> None:
+        """While a /command is being typed, the commands it may be, listed above the input."""
+        hints = self.query_one("#slash-hints", Static)
+        text = event.value
+        if not text.startswith("/") or " " in text:
+            hints.display = False
+            return
+        known = {**COMMAND_SUMMARY, **{c.name: c.description for c in self._custom.values()}}
+        matches = [(n, d) for n, d in known.items() if n.startswith(text[1:])]
+        if not matches:
+            hints.display = False
+            return
+        lines = [f"/{name:<12} {summary}" for name, summary in matches[:8]]
+        if len(matches) > 8:
+            lines.append(f"… {len(matches) - 8} more (Tab completes)")
+        hints.update(Content("\n".join(lines)))
+        hints.display = True
 
     @on(Input.Submitted, "#prompt")
     async def _submitted(self, event: Input.Submitted) -> None:
@@ -409,7 +432,9 @@ class IflowApp(App[int]):
             return
         if self.busy:
             if self.agent is not None and self.agent.interrupt():
-                self.notify("Interrupting…", timeout=2)
+                await self.conversation.notice(
+                    "Interrupting…"
+                )  # in the conversation, not over the input
             return
         if self.prompt_input.value:
             self.prompt_input.value = ""

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import importlib
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from iflow.approval import MODES, check_mode
 from iflow.custom_commands import load_commands
@@ -22,7 +23,8 @@ Commands
   /clear           clear the view (Ctrl+L); the agent keeps its history, /compress shrinks it
   /compress        summarise older turns now to free context (shows tokens before -> after)
   /mode [MODE]     show or set the approval mode: default, auto-edit, plan, yolo
-  /model           the model, its provider and where each setting came from
+  /model [NAME]    the model, its provider and where each setting came from; with NAME switch
+                   to that model (a directory for a local one), the conversation kept
   /todo            the agent's todo list
   /mcp             the MCP servers: their state and tools, or why they are not running
   /rewind [N]      list the turns; with N put the files and the conversation back to before turn N
@@ -38,6 +40,21 @@ Keys
   Ctrl+C or Esc    interrupt the running turn; the session is kept and you can go on
   Ctrl+L           clear the view
   y / a / n        answer an approval: allow once, always allow, deny (also 1 / 2 / 3; Esc denies)"""
+
+COMMAND_SUMMARY = {
+    "help": "the commands and keys",
+    "clear": "clear the view",
+    "compress": "summarise older turns now",
+    "mode": "show or set the approval mode",
+    "model": "the model; /model NAME switches",
+    "todo": "the agent's todo list",
+    "mcp": "the MCP servers and their tools",
+    "rewind": "list turns; /rewind N goes back",
+    "save": "write the trajectory",
+    "resume": "list or resume saved sessions",
+    "quit": "quit",
+}
+"""One line per built-in command, for the list shown while one is typed."""
 
 MODE_HELP = {
     "default": "asks before shell commands and file writes",
@@ -144,6 +161,9 @@ class SlashCommands:
         agent = await self._agent()
         if agent is None:
             return
+        if arg:
+            await self._switch_model(agent, arg)
+            return
         settings = self.app.settings
         limit = human_tokens(agent.model.context_limit)
         if settings is None:
@@ -226,6 +246,34 @@ class SlashCommands:
             + (f", {len(report.skipped)} left as they were (unreadable)" if report.skipped else "")
             + "."
         )
+
+    async def _switch_model(self, agent: Agent, name: str) -> None:
+        """``/model NAME``: the same provider with another model (a model name for a server,
+        a model directory for a local model); the conversation goes on with it."""
+        settings = self.app.settings
+        if settings is None or not await self._idle("/model"):
+            return
+        field = "model_path" if settings.provider == "local" else "model"
+        if settings.provider == "scripted":
+            await self._say(
+                "A scripted model cannot be switched; it replays its script.", "warning"
+            )
+            return
+        changed = settings.model_copy(update={field: name})
+        try:
+            runner: Any = importlib.import_module("iflow.runner")
+            model = await asyncio.to_thread(runner.model_from, changed)
+        except IflowError as exc:
+            await self._say(f"The model stays {agent.model.name}: {exc}", "warning")
+            return
+        old = agent.model
+        agent.set_model(model)
+        self.app.settings = changed
+        self.app.refresh_status()
+        closing = getattr(old, "aclose", None)
+        if callable(closing):
+            await closing()
+        await self._say(f"Model switched to {model.name}; the conversation goes on with it.")
 
     async def compress(self, arg: str) -> None:
         agent = await self._agent()
