@@ -68,6 +68,11 @@ def test_the_sync_sdk_creates_runs_streams_and_kills(e2b_env: Running, tmp_path:
         assert set(names) == {"note.txt"} and names["note.txt"].size == 20
         with pytest.raises(FileNotFoundException):
             sandbox.files.read("/tmp/nowhere.txt")
+        assert sandbox.files.make_dir("/tmp/made") is True
+        assert sandbox.files.make_dir("/tmp/made") is False  # already there
+        assert sandbox.files.exists("/tmp/made") and not sandbox.files.exists("/tmp/nope")
+        sandbox.files.remove("/tmp/made")
+        assert not sandbox.files.exists("/tmp/made")
         listed = Sandbox.list().next_items()
         mine = [s for s in listed if s.sandbox_id == sandbox.sandbox_id]
         assert mine and mine[0].metadata == {"owner": "tests"}

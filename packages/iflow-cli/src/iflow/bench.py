@@ -21,7 +21,7 @@ from iflow.errors import ConfigError
 from iflow.mcp.config import McpServerConfig
 from iflow.models import check_model
 from iflow.models.base import Model
-from iflow.runner import build_agent
+from iflow.runner import build_agent_owning
 from iflow.settings import Settings, load_settings
 from iflow.skills import find_skills, render_skills
 
@@ -109,22 +109,17 @@ class IflowAgent:
         if context.skills_dir:
             skills = render_skills(await find_skills(workspace, context.skills_dir))
         mcp = await _task_mcp(context, sandbox, logs_dir)
-        try:
-            agent, _ = build_agent(
-                settings,
-                workspace,
-                cwd=Path.cwd(),
-                home=Path.home(),
-                headless=True,
-                model=self._model,
-                memory=False,
-                mcp=mcp,
-                skills=skills,
-            )
-        except BaseException:
-            if mcp is not None:
-                await mcp.aclose()
-            raise
+        agent, _ = await build_agent_owning(
+            settings,
+            workspace,
+            mcp=mcp,
+            cwd=Path.cwd(),
+            home=Path.home(),
+            headless=True,
+            model=self._model,
+            memory=False,
+            skills=skills,
+        )
         if context.prior is not None:
             agent.seed(context.prior.steps)
         if mcp is not None and mcp.failures():

@@ -204,28 +204,23 @@ async def _headless(
     rewind: int | None = None,
 ) -> int:
     from iflow.headless import run_headless
-    from iflow.runner import build_agent, start_mcp
+    from iflow.runner import build_agent_owning, start_mcp
     from iflow.workspace.local import LocalWorkspace
 
     async with LocalWorkspace(cwd) as workspace:
         mcp = await start_mcp(settings, cwd=cwd, home=home)
         for failure in mcp.failures() if mcp is not None else []:
             click.echo(f"iflow: {failure} Going on without its tools.", err=True)
-        try:
-            agent, recorder = build_agent(
-                settings,
-                workspace,
-                cwd=cwd,
-                home=home,
-                headless=True,
-                store=store,
-                resume=resumed,
-                mcp=mcp,
-            )
-        except BaseException:
-            if mcp is not None:
-                await mcp.aclose()
-            raise
+        agent, recorder = await build_agent_owning(
+            settings,
+            workspace,
+            mcp=mcp,
+            cwd=cwd,
+            home=home,
+            headless=True,
+            store=store,
+            resume=resumed,
+        )
         try:
             if rewind is not None:
                 report = await agent.rewind(rewind)  # a RewindError is one sentence

@@ -219,3 +219,16 @@ def build_agent(
         if agent.hooks is not None:
             agent.hooks.session_id = data.id
     return agent, recorder
+
+
+async def build_agent_owning(
+    settings: Settings, workspace: Workspace, *, mcp: McpHub | None, **options: Any
+) -> tuple[Agent, SessionRecorder | None]:
+    """:func:`build_agent` for an agent that takes ``mcp`` over; when the agent cannot be
+    built, the servers are stopped here rather than left running."""
+    try:
+        return build_agent(settings, workspace, mcp=mcp, **options)
+    except BaseException:
+        if mcp is not None:
+            await mcp.aclose()
+        raise

@@ -341,17 +341,11 @@ class McpTool(Tool):
         text = (spec.description or spec.title or spec.name).strip()
         self.description = f"{text}\n(MCP tool {spec.name} of server {server})"
 
-    def schema(self) -> dict[str, Any]:
+    def parameters_schema(self) -> dict[str, Any]:
+        """The server's own input schema of the tool."""
         parameters = dict(self.spec.input_schema or {"type": "object", "properties": {}})
         parameters.setdefault("type", "object")
-        return {
-            "type": "function",
-            "function": {
-                "name": self.name,
-                "description": self.description,
-                "parameters": parameters,
-            },
-        }
+        return parameters
 
     async def run(self, params: Any, ctx: ToolContext) -> ToolOutput:
         arguments = params.model_dump() if isinstance(params, BaseModel) else dict(params)

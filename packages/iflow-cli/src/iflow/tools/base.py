@@ -91,12 +91,17 @@ class Tool(abc.ABC):
         }
         return full
 
-    def schema(self) -> dict[str, Any]:
-        """The OpenAI function-tool description of this tool."""
+    def parameters_schema(self) -> dict[str, Any]:
+        """The JSON schema of the tool's arguments (what the model is shown)."""
         parameters = self.params.model_json_schema()
         parameters.pop("title", None)
         for prop in parameters.get("properties", {}).values():
             prop.pop("title", None)
+        return parameters
+
+    def schema(self) -> dict[str, Any]:
+        """The OpenAI function-tool description of this tool."""
+        parameters = self.parameters_schema()
         return {
             "type": "function",
             "function": {

@@ -202,17 +202,18 @@ class IflowApp(App[int]):
             mcp = await runner.start_mcp(settings, cwd=self.cwd, home=self.home)
             for failure in mcp.failures() if mcp is not None else []:
                 await self.conversation.notice(f"{failure} Going on without its tools.", "warning")
-            agent, recorder = runner.build_agent(
+            agent, recorder = await runner.build_agent_owning(
                 settings,
                 workspace,
+                mcp=mcp,
                 cwd=self.cwd,
                 home=self.home,
                 headless=False,
                 model=model,
                 store=self.store,
                 resume=self.resume,
-                mcp=mcp,
             )
+            mcp = None  # the agent owns the servers now
         except Exception as exc:  # any failure here is shown; the app stays open for /help etc.
             reason = str(exc) if isinstance(exc, IflowError) else f"{type(exc).__name__}: {exc}"
             if mcp is not None:

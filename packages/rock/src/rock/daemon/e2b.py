@@ -42,7 +42,7 @@ from rock.backends.base import PathMissing, SandboxError, SandboxNotFound
 from rock.daemon.manager import SandboxManager
 from rock.errors import PoolExhausted, RockError, ShuttingDown
 from rock.images.base import BASE_IMAGE
-from rock.models import CreateSandboxRequest, ExecRequest, SandboxInfo, SandboxSpec
+from rock.models import CreateSandboxRequest, ExecRequest, ExecResult, SandboxInfo, SandboxSpec
 from rock.store import UnknownSandbox
 
 ENVD_VERSION = "0.5.7"
@@ -315,12 +315,8 @@ def _filesystem_routes(app: FastAPI, gate: _Gate) -> None:
     @app.post("/filesystem.Filesystem/MakeDir", include_in_schema=False)
     async def make_dir(request: Request) -> Response:
         async def answer() -> Response:
-            sandbox_id = gate.sandbox_of(request)
-            path = _path(str((await _json(request)).get("path", "")))
-            quoted = shlex.quote(path)
-            script = f"test -e {quoted} && exit 3; mkdir -p {quoted}"
-            made = await run_in_threadpool(
-                gate.manager.exec, sandbox_id, ExecRequest(command=script, timeout=30)
+            sandbox_id, path, made = await _on_path(
+                gate, request, "test -e {p} && exit 3; mkdir -p {p}"
             )
             if made.exit_code == 3:
                 raise _Failed(409, f"path '{path}' already exists", "already_exists")
@@ -334,12 +330,8 @@ def _filesystem_routes(app: FastAPI, gate: _Gate) -> None:
     @app.post("/filesystem.Filesystem/Remove", include_in_schema=False)
     async def remove(request: Request) -> Response:
         async def answer() -> Response:
-            sandbox_id = gate.sandbox_of(request)
-            path = _path(str((await _json(request)).get("path", "")))
-            quoted = shlex.quote(path)
-            script = f"test -e {quoted} -o -L {quoted} || exit 3; rm -rf {quoted}"
-            done = await run_in_threadpool(
-                gate.manager.exec, sandbox_id, ExecRequest(command=script, timeout=60)
+            _, path, done = await _on_path(
+                gate, request, "test -e {p} -o -L {p} || exit 3; rm -rf {p}"
             )
             if done.exit_code == 3:
                 raise _Failed(404, f"path '{path}' does not exist", "not_found")
@@ -399,6 +391,18 @@ def _process_routes(app: FastAPI, gate: _Gate) -> None:
             _process_events(gate, sandbox_id, exec_request, pid),
             media_type="application/connect+json",
         )
+
+
+async def _on_path(gate: _Gate, request: Request, script: str) -> tuple[str, str, ExecResult]:
+    """Run ``script`` (``{p}`` the request's quoted ``path``) in the call's sandbox: the
+    sandbox, the path and what the script did."""
+    sandbox_id = gate.sandbox_of(request)
+    path = _path(str((await _json(request)).get("path", "")))
+    command = script.format(p=shlex.quote(path))
+    done = await run_in_threadpool(
+        gate.manager.exec, sandbox_id, ExecRequest(command=command, timeout=60)
+    )
+    return sandbox_id, path, done
 
 
 async def _process_events(
