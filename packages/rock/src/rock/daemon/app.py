@@ -64,7 +64,7 @@ from rock.models import (
     SnapshotInfo,
     SnapshotRequest,
 )
-from rock.store import IllegalTransition, StoreError, UnknownSandbox
+from rock.store import IllegalTransition, StoreError, StoreUnavailable, UnknownSandbox
 
 log = logging.getLogger("rock.daemon")
 
@@ -84,6 +84,7 @@ STATUS: list[tuple[type[BaseException], int]] = [
     (InvalidRequest, 422),
     (PoolExhausted, 429),
     (ShuttingDown, 503),
+    (StoreUnavailable, 503),
     (EngineUnavailable, 503),
     (DaemonError, 500),
     (SandboxError, 400),

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from rock.backends.base import Backend, Sandbox
 from rock.daemon.pools import _Pool, _shape
 from rock.models import SandboxSpec
-from rock.store import SandboxRecord, SandboxState, StateStore, UnknownSandbox
+from rock.store import SandboxRecord, SandboxState, StateStore, StoreUnavailable, UnknownSandbox
 
 log = logging.getLogger("rock.daemon")
 
@@ -106,9 +106,20 @@ class UpkeepMixin:
             self._wake.clear()
             if self._stop.is_set():
                 return
+            if not self.store.keep_claim(self.daemon_id):
+                log.error(
+                    "another daemon took the id %s while the database was away; this one "
+                    "stops maintaining sandboxes until it is restarted with its own id",
+                    self.daemon_id,
+                )
+                self._stop.set()
+                return
             for step in (self._reap, self._check_liveness, self._fill_pools):
                 try:
                     step()
+                except StoreUnavailable as exc:  # one line, not a traceback a pass
+                    log.warning("maintenance waits for the state store: %s", exc)
+                    break
                 except Exception:  # keep the loop alive; the next pass retries
                     log.exception("maintenance step %s failed", step.__name__)
                     if self.metrics is not None:

@@ -11,6 +11,7 @@ from rock.store.models import (
     SandboxRecord,
     SandboxState,
     StoreError,
+    StoreUnavailable,
     TransitionRecord,
     UnknownSandbox,
 )
@@ -28,6 +29,7 @@ __all__ = [
     "SandboxState",
     "StateStore",
     "StoreError",
+    "StoreUnavailable",
     "TransitionRecord",
     "UnknownSandbox",
     "default_home",

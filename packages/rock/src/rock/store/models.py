@@ -77,6 +77,11 @@ class StoreError(RockError):
     """Root of the state store's errors."""
 
 
+class StoreUnavailable(StoreError):
+    """The database cannot be reached now (down, restarting); the daemon goes on when it
+    answers again."""
+
+
 class UnknownSandbox(StoreError, KeyError):
     """No sandbox has this id."""
 

@@ -15,6 +15,7 @@ timeout) serialises writers the same way.
 from __future__ import annotations
 
 import builtins
+import contextlib
 import fcntl
 import os
 from collections.abc import Iterable, Iterator, Mapping
@@ -36,7 +37,7 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
 from rock.store.models import (
@@ -54,6 +55,7 @@ from rock.store.models import (
     SandboxState,
     SandboxTransition,
     StoreError,
+    StoreUnavailable,
     TransitionRecord,
     UnknownSandbox,
     check_transition,
@@ -132,6 +134,8 @@ class StateStore:
         self._closed = False
         self._claim: Any = None
         """What holds this process's daemon id (:meth:`claim`), until close."""
+        self._claimed: str | None = None
+        """The daemon id this process claimed (kept through a database restart)."""
         Base.metadata.create_all(self._engine)
 
     # --- lifecycle -------------------------------------------------------------------
@@ -157,7 +161,7 @@ class StateStore:
             key = text("SELECT pg_try_advisory_lock(hashtextextended(:id, 0))")
             taken = bool(connection.execute(key, {"id": f"rock-daemon:{daemon_id}"}).scalar())
             if taken:
-                self._claim = connection
+                self._claim, self._claimed = connection, daemon_id
             else:
                 connection.close()
         else:
@@ -197,8 +201,35 @@ class StateStore:
     def _transaction(self) -> Iterator[Session]:
         if self._closed:
             raise StoreError(f"The state store at {self.url} is closed; open a new StateStore.")
-        with self._sessions() as session, session.begin():
-            yield session
+        try:
+            with self._sessions() as session, session.begin():
+                yield session
+        except OperationalError as exc:
+            raise StoreUnavailable(
+                f"the state store at {self.url} cannot be reached ({_first_line(exc.orig)}); "
+                "the daemon goes on when it answers again."
+            ) from None
+
+    def keep_claim(self, daemon_id: str) -> bool:
+        """Hold the daemon id again when the database lost it (a PostgreSQL restart ends the
+        session that held the lock); False when another daemon took it meanwhile."""
+        if self.dialect != "postgresql" or self._claimed is None:
+            return True
+        if self._claim is not None:
+            try:
+                self._claim.execute(text("SELECT 1"))
+                return True
+            except OperationalError:
+                with contextlib.suppress(Exception):
+                    self._claim.close()
+                self._claim = None
+        try:
+            self.claim(daemon_id)
+        except StoreError:
+            return False
+        except OperationalError:
+            return True  # still down: the next pass tries again
+        return True
 
     # --- sandboxes -------------------------------------------------------------------
 
@@ -614,3 +645,8 @@ def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
         cursor.execute(f"PRAGMA busy_timeout={int(SQLITE_BUSY_TIMEOUT_SEC * 1000)}")
     finally:
         cursor.close()
+
+
+def _first_line(error: object) -> str:
+    text_ = str(error).strip()
+    return text_.splitlines()[0] if text_ else type(error).__name__
