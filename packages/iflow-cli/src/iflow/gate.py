@@ -101,7 +101,8 @@ class ToolGate:
                 return denied
             if decision == "allow_always":
                 self.policy.remember(tool.kind, call.arguments, tool.name)
-        if self.before_change is not None and tool.kind in ("edit", "execute", "mcp"):
+        changes = tool.kind in ("edit", "execute", "mcp") or tool.name == "task"  # a sub-agent
+        if self.before_change is not None and changes:
             await self.before_change()
         result = await offered.call(call, ctx)
         after = await self._hooks(
