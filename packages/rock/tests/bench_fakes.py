@@ -9,7 +9,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from docker.errors import ImageNotFound
+from docker.errors import APIError, ImageNotFound
 
 import rock.bench.verifier.toolchain as toolchain
 from ale.task import Task, load_task
@@ -103,18 +103,31 @@ def load_shim() -> ModuleType:
 
 
 class FakeImages:
-    def __init__(self, present: dict[str, str]) -> None:
+    """Local images, and a registry some can be pulled from (empty: offline)."""
+
+    def __init__(self, present: dict[str, str], registry: dict[str, str] | None = None) -> None:
         self.present = present
+        self.registry = registry or {}
+        self.pulls: list[str] = []
 
     def get(self, ref: str) -> Any:
         if ref not in self.present:
             raise ImageNotFound(f"no such image: {ref}")
         return type("Image", (), {"id": self.present[ref]})()
 
+    def pull(self, ref: str) -> Any:
+        self.pulls.append(ref)
+        if ref not in self.registry:
+            raise APIError(f"Get https://registry-1.docker.io/v2/: lookup: no such host ({ref})")
+        self.present[ref] = self.registry[ref]
+        return self.get(ref)
+
 
 class FakeClient:
-    def __init__(self, present: dict[str, str] | None = None) -> None:
-        self.images = FakeImages(present or {})
+    def __init__(
+        self, present: dict[str, str] | None = None, registry: dict[str, str] | None = None
+    ) -> None:
+        self.images = FakeImages(present or {}, registry)
 
 
 class FakeSandbox:

@@ -99,6 +99,18 @@ def test_image_builder_resolve_order_and_the_unmapped_error() -> None:
     message = str(info.value)
     assert "base image alpine:3.20 is not on this machine" in message
     assert "--map-image 'alpine:3.20=IMAGE'" in message
+    assert builder.client.images.pulls == ["python:3.11-slim", "alpine:3.20"]  # offline: tried
+
+
+def test_an_image_a_registry_has_is_pulled_before_the_stand_in() -> None:
+    online = FakeClient({}, registry={"alpine:3.20": "sha256:a", "python:3.11-slim": "sha256:p"})
+    builder = ImageBuilder(online, ImageMap.load(user_file=None))  # type: ignore[arg-type]
+    assert builder.resolve("alpine:3.20") == "alpine:3.20"
+    assert (
+        builder.resolve("python:3.11-slim") == "python:3.11-slim"
+    )  # the real one, not the stand-in
+    builder.resolve("python:3.11-slim")
+    assert online.images.pulls == ["alpine:3.20", "python:3.11-slim"]  # each tried once
 
 
 def test_image_builder_ensure_base_refuses_a_missing_mapped_image() -> None:

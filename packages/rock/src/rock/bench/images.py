@@ -10,8 +10,9 @@ build context with its mode, and the ids of the base images), so an unchanged ta
 never rebuilt and a changed one always is.
 
 Which image a FROM line gets: a mapping from the command line or a user table first;
-otherwise the named image when it exists locally; otherwise the default table; otherwise
-the build fails with a sentence saying how to map it.
+otherwise the named image when it exists locally, or when the engine can pull it (a machine
+with a registry in reach; offline the engine refuses within milliseconds); otherwise the
+default table; otherwise the build fails with a sentence saying how to map it.
 """
 
 from __future__ import annotations
@@ -268,6 +269,8 @@ class ImageBuilder:
         self._locks: dict[str, threading.Lock] = {}
         self._guard = threading.Lock()
         self._failed: dict[str, TaskImageError] = {}
+        self._pulls: dict[str, bool] = {}
+        """What pulling each reference gave (see :meth:`_pulled`)."""
 
     # -- bases --------------------------------------------------------------------------
     def _image_id(self, ref: str) -> str | None:
@@ -283,7 +286,7 @@ class ImageBuilder:
         found = self.image_map.lookup(reference)
         if found is not None and found[1] != "default table":
             return found[0]
-        if self._image_id(reference) is not None:
+        if self._image_id(reference) is not None or self._pulled(reference):
             return reference
         if found is not None:
             return found[0]
@@ -292,6 +295,21 @@ class ImageBuilder:
             f"it; build or load it locally, or map it with --map-image '{reference}=IMAGE' "
             f"(or in {USER_TABLE})."
         )
+
+    def _pulled(self, reference: str) -> bool:
+        """Whether ``reference`` could be pulled now (a machine with a registry in reach);
+        offline the engine says no within milliseconds. Tried once per reference."""
+        with self._guard:
+            if reference in self._pulls:
+                return self._pulls[reference]
+        try:
+            self.client.images.pull(reference)
+            ok = self._image_id(reference) is not None
+        except (APIError, DockerException):
+            ok = False
+        with self._guard:
+            self._pulls[reference] = ok
+        return ok
 
     def ensure_base(self, image: str) -> str:
         """The id of local base ``image``, building rock/bench-base when it is missing."""
@@ -377,8 +395,7 @@ class ImageBuilder:
 
     def service_image(self, task: Task, service: Service) -> str:
         """The image of one of ``task``'s side services: built from its ``build`` like a
-        task's (cached by digest), or its ``image`` as the base-image map and this machine
-        have it (nothing is pulled)."""
+        task's (cached by digest), or its ``image`` as :meth:`resolve` finds it."""
         if service.dockerfile is not None:
             own = TaskEnvironment(
                 dockerfile=service.dockerfile,

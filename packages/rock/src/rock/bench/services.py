@@ -6,7 +6,8 @@ run beside it, each reachable by its service name. rock bench does the same with
 :func:`read_compose` reads the file (``${VAR}`` and ``${VAR:-default}`` from this machine's
 environment, as compose does), and a :class:`ServiceGroup` gives each trial a network of its
 own (internal, so without the internet, unless the task allows it), builds or finds each side
-service's image (through the task image builder and its base-image map: nothing is pulled),
+service's image (through the task image builder and its base-image map, pulled when a
+registry is in reach),
 starts the services in the order their ``depends_on`` gives, waits for the conditions the
 services and ``main`` name (``service_started``, ``service_healthy`` by the service's own
 healthcheck, ``service_completed_successfully``), and removes it all when the trial ends.
