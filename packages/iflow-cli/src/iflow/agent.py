@@ -54,7 +54,7 @@ from iflow.events import (
     TurnStarted,
 )
 from iflow.gate import ToolGate
-from iflow.hooks import HookEvent, HookRunner, HookVerdict
+from iflow.hooks import HookRunner
 from iflow.models.base import Model, ModelResponse
 from iflow.prompts import (
     COMPACT_TOOLS,
@@ -122,7 +122,6 @@ class Agent:
             hooks=hooks,
             before_change=self._before_change,
         )
-        self._stop_hook_active = False
         self.checkpoints: Checkpoints | None = None
         """The session's turns and file checkpoints (set by :func:`iflow.runner.build_agent`
         for a saved session): what :meth:`rewind` restores."""
@@ -283,10 +282,12 @@ class Agent:
         return True
 
     async def _loop(self, prompt: str) -> AgentEnd:
-        try:
-            prompt = await self._prompt_hooks(prompt)
-        except StoppedByHook as end:
-            return end
+        if self.hooks is not None:
+            first = not any(s.role is Role.USER for s in self.history)
+            try:
+                prompt = await self.hooks.on_prompt(prompt, first=first, warn=self._warn)
+            except StoppedByHook as end:
+                return end
         self._append(Step(role=Role.USER, content=prompt, timestamp=datetime.now(UTC)))
         deadline = asyncio.timeout(self.config.max_wall_sec)
         try:
@@ -310,42 +311,15 @@ class Agent:
                 "raise max_wall_sec to give it longer."
             )
 
-    async def _hook(self, event: HookEvent, payload: dict[str, Any]) -> HookVerdict | None:
-        if self.hooks is None or not self.hooks.wants(event):
-            return None
-        verdict = await self.hooks.run(event, payload)
-        for problem in verdict.problems:
-            self.emit(Notice(text=problem, level="warning"))
-        return verdict
-
-    async def _prompt_hooks(self, prompt: str) -> str:
-        """SessionStart (the session's first prompt) and UserPromptSubmit: a block ends the
-        run before the model sees the prompt; context from either goes with it."""
-        context: list[str] = []
-        if not any(s.role is Role.USER for s in self.history):
-            started = await self._hook("SessionStart", {"source": "startup"})
-            context += started.context if started is not None else []
-        verdict = await self._hook("UserPromptSubmit", {"prompt": prompt})
-        if verdict is not None:
-            if verdict.decision == "block" or verdict.stop is not None:
-                reason = verdict.reason or verdict.stop or "no reason given"
-                raise StoppedByHook(f"a UserPromptSubmit hook blocked the prompt: {reason}")
-            context += verdict.context
-        return "\n\n".join([prompt, *context])
+    def _warn(self, text: str) -> None:
+        self.emit(Notice(text=text, level="warning"))
 
     async def _stop_blocked(self) -> bool:
-        """Stop hooks, when the agent would finish: one that blocks sends the agent on with
-        its reason (once: a second stop in a row ends the run, as Claude Code's
-        ``stop_hook_active`` lets a hook tell)."""
-        verdict = await self._hook("Stop", {"stop_hook_active": self._stop_hook_active})
-        if verdict is not None and verdict.stop is not None:
-            raise StoppedByHook(f"a Stop hook ended the run: {verdict.stop}")
-        if verdict is None or verdict.decision != "block" or self._stop_hook_active:
-            self._stop_hook_active = False
+        """Whether a Stop hook sends the agent on instead of finishing (its reason told)."""
+        reason = await self.hooks.on_stop(warn=self._warn) if self.hooks is not None else None
+        if reason is None:
             return False
-        self._stop_hook_active = True
         self.final_answer = ""
-        reason = verdict.reason or "the work is not done yet"
         self._append(
             Step(
                 role=Role.USER,

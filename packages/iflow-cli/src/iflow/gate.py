@@ -123,10 +123,12 @@ class ToolGate:
         if self.hooks is None or not self.hooks.wants(event, call.name):
             return None
         payload = {"tool_input": tool_input(call.name, call.arguments), **extra}
-        verdict = await self.hooks.run(event, payload, tool=call.name)
-        for problem in verdict.problems:
-            self.emit(Notice(text=problem, level="warning"))
-        return verdict
+        return await self.hooks.run(
+            event,
+            payload,
+            tool=call.name,
+            warn=lambda t: self.emit(Notice(text=t, level="warning")),
+        )
 
     def _finished(self, call: ToolCall, result: ToolResult) -> None:
         self.emit(

@@ -31,11 +31,14 @@ import json
 import os
 import re
 import signal
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from iflow.errors import StoppedByHook
 
 HookEvent = Literal["PreToolUse", "PostToolUse", "UserPromptSubmit", "Stop", "SessionStart"]
 EVENTS: tuple[HookEvent, ...] = (
@@ -79,6 +82,8 @@ class HookMatcher(BaseModel):
     hooks: list[HookCommand] = Field(default_factory=list)
 
 
+Warn = Callable[[str], None]
+"""Where a hook's failure, one sentence, is said."""
 HooksConfig = dict[str, list[HookMatcher]]
 """Hooks by event name; an event iflow does not have (Claude Code's ``Notification``, say)
 is kept and never fires."""
@@ -113,6 +118,8 @@ class HookRunner:
         self.cwd = cwd
         self.session_id = session_id
         self.env = env
+        self.stop_hook_active = False
+        """A Stop hook sent the agent on and it has not stopped since (Claude Code's flag)."""
 
     def wants(self, event: str, tool: str | None = None) -> list[HookCommand]:
         """The commands ``event`` runs (for ``tool``, when it is a tool event)."""
@@ -123,11 +130,42 @@ class HookRunner:
             out.extend(group.hooks)
         return out
 
+    async def on_prompt(self, prompt: str, *, first: bool, warn: Warn) -> str:
+        """SessionStart (``first``: the session's first prompt) and UserPromptSubmit: the
+        prompt with the context they give; a block raises :class:`StoppedByHook` before the
+        model sees it."""
+        context: list[str] = []
+        if first:
+            context += (await self.run("SessionStart", {"source": "startup"}, warn=warn)).context
+        verdict = await self.run("UserPromptSubmit", {"prompt": prompt}, warn=warn)
+        if verdict.decision == "block" or verdict.stop is not None:
+            reason = verdict.reason or verdict.stop or "no reason given"
+            raise StoppedByHook(f"a UserPromptSubmit hook blocked the prompt: {reason}")
+        return "\n\n".join([prompt, *context, *verdict.context])
+
+    async def on_stop(self, *, warn: Warn) -> str | None:
+        """Stop hooks, when the agent would finish: the reason to go on when one blocks
+        (once: a second stop in a row ends the run); ``continue: false`` raises
+        :class:`StoppedByHook`."""
+        verdict = await self.run("Stop", {"stop_hook_active": self.stop_hook_active}, warn=warn)
+        if verdict.stop is not None:
+            raise StoppedByHook(f"a Stop hook ended the run: {verdict.stop}")
+        if verdict.decision != "block" or self.stop_hook_active:
+            self.stop_hook_active = False
+            return None
+        self.stop_hook_active = True
+        return verdict.reason or "the work is not done yet"
+
     async def run(
-        self, event: HookEvent, payload: dict[str, Any], tool: str | None = None
+        self,
+        event: HookEvent,
+        payload: dict[str, Any],
+        tool: str | None = None,
+        *,
+        warn: Warn | None = None,
     ) -> HookVerdict:
         """Run ``event``'s commands one after another; their verdict together (a deny or a
-        block wins over an allow)."""
+        block wins over an allow). Each hook that failed is handed to ``warn``."""
         verdict = HookVerdict()
         commands = self.wants(event, tool)
         if not commands:
@@ -146,6 +184,9 @@ class HookRunner:
             await self._one(event, command, data, verdict)
             if verdict.decision in ("deny", "block") or verdict.stop is not None:
                 break
+        if warn is not None:
+            for problem in verdict.problems:
+                warn(problem)
         return verdict
 
     async def _one(

@@ -427,41 +427,39 @@ async def _process_events(
             gate.live.discard((sandbox_id, pid))
 
     gate.live.add((sandbox_id, pid))
-    worker = loop.run_in_executor(None, work)
+    # a client that goes away leaves the command running, as E2B does
+    loop.run_in_executor(None, work)
     yield _envelope({"event": {"start": {"pid": pid}}})
-    try:
-        while True:
-            kind, value = await queue.get()
-            if kind in ("stdout", "stderr"):
-                data = base64.b64encode(value).decode()
-                yield _envelope({"event": {"data": {kind: data}}})
-            elif kind == "end":
-                if value.timed_out:
-                    yield _end_of_stream(
-                        "deadline_exceeded",
-                        f"the command ran past its timeout of {request.timeout:g} s and was killed",
-                    )
-                    return
-                code = value.exit_code
-                end: dict[str, Any] = {
-                    "exitCode": code,
-                    "exited": True,
-                    "status": f"exit status {code}",
-                }
-                if code != 0:
-                    end["error"] = f"exit status {code}"
-                yield _envelope({"event": {"end": end}})
-                yield _end_of_stream()
-                return
-            else:
-                missing = isinstance(value, _MISSING)
+    while True:
+        kind, value = await queue.get()
+        if kind in ("stdout", "stderr"):
+            data = base64.b64encode(value).decode()
+            yield _envelope({"event": {"data": {kind: data}}})
+        elif kind == "end":
+            if value.timed_out:
                 yield _end_of_stream(
-                    "unavailable" if missing else "internal",
-                    f"sandbox {sandbox_id} was not found" if missing else str(value),
+                    "deadline_exceeded",
+                    f"the command ran past its timeout of {request.timeout:g} s and was killed",
                 )
                 return
-    finally:
-        del worker  # a client that goes away leaves the command running, as E2B does
+            code = value.exit_code
+            end: dict[str, Any] = {
+                "exitCode": code,
+                "exited": True,
+                "status": f"exit status {code}",
+            }
+            if code != 0:
+                end["error"] = f"exit status {code}"
+            yield _envelope({"event": {"end": end}})
+            yield _end_of_stream()
+            return
+        else:
+            missing = isinstance(value, _MISSING)
+            yield _end_of_stream(
+                "unavailable" if missing else "internal",
+                f"sandbox {sandbox_id} was not found" if missing else str(value),
+            )
+            return
 
 
 def _spec_of(body: dict[str, Any]) -> SandboxSpec:
