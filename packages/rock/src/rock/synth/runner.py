@@ -285,6 +285,7 @@ class PoolRunner:
         self.toolchain_ready = toolchain_ready
         self.episodes = 0
         """Episodes that had a sandbox."""
+        self._returning: set[asyncio.Future[None]] = set()
 
     async def episode(
         self, task: Task, agent: BenchAgent, *, logs_dir: Path | None = None
@@ -331,14 +332,27 @@ class PoolRunner:
     # -- the TaskEnv of rock.episode ----------------------------------------------------------
 
     async def open(self, task: Task) -> tuple[Sandbox, str]:
-        """A sandbox from the source with the task's Dockerfile applied."""
-        sandbox = await asyncio.to_thread(self.source.acquire)
+        """A sandbox from the source with the task's Dockerfile applied. An episode cut while
+        its sandbox is being acquired (a cancelled task) gives it back once it arrives, so a
+        pool at its maximum is not drained by episodes nobody waits for."""
+        acquiring = asyncio.ensure_future(asyncio.to_thread(self.source.acquire))
+        try:
+            sandbox = await asyncio.shield(acquiring)
+        except asyncio.CancelledError:
+            acquiring.add_done_callback(self._give_back)
+            raise
         try:
             workdir = await asyncio.to_thread(materialize, task, sandbox, image=self.image)
         except BaseException:
             await asyncio.shield(self.close(sandbox))
             raise
         return sandbox, workdir
+
+    def _give_back(self, acquiring: asyncio.Future[Sandbox]) -> None:
+        if not acquiring.cancelled() and acquiring.exception() is None:
+            returning = asyncio.ensure_future(self.close(acquiring.result()))
+            self._returning.add(returning)  # the loop keeps only a weak reference
+            returning.add_done_callback(self._returning.discard)
 
     async def stage_tests(self, task: Task, sandbox: Sandbox) -> None:
         await asyncio.to_thread(self._stage, task, sandbox)
