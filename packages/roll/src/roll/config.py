@@ -284,6 +284,33 @@ class ServerConfig(_Section):
     """A directory the server can read (``reload: sglang``)."""
 
 
+class TailBatchingConfig(_Section):
+    """``rollout.schedule: tail_batching`` (RollPacker, arXiv 2509.21009): synchronous and
+    on-policy, without waiting for stragglers in most steps."""
+
+    eta: float = 1.5
+    """A short round launches ``ceil(eta * groups_per_step)`` groups, trains on the first
+    ``groups_per_step`` that finish and defers the prompts of the others (at least 1)."""
+    long_round_every: int = 4
+    """Every this many steps (and whenever the deferred prompts fill a step) a long round
+    runs deferred prompts, fresh ones filling the rest of the step, and waits for them all
+    (at least 1)."""
+
+    @model_validator(mode="after")
+    def _check(self) -> TailBatchingConfig:
+        if not self.eta >= 1:
+            raise ValueError(
+                f"eta is {self.eta:g} but a short round must launch at least the groups it "
+                "trains on; set rollout.tail_batching.eta to 1 or more (1.25 to 2 is usual)"
+            )
+        if self.long_round_every < 1:
+            raise ValueError(
+                f"long_round_every is {self.long_round_every} but deferred prompts need long "
+                "rounds to run in; set rollout.tail_batching.long_round_every to 1 or more"
+            )
+        return self
+
+
 class RolloutConfig(_Section):
     """Sampling."""
 
@@ -304,6 +331,12 @@ class RolloutConfig(_Section):
     drop_uniform_groups: bool = False
     """Leave out groups whose rewards are all equal (no group-relative signal); with
     ``tasks:`` each is replaced by a group of another task (at most 3 per group a step)."""
+    schedule: Literal["plain", "tail_batching"] = "plain"
+    """How a step's groups are gathered: ``plain`` runs ``groups_per_step`` groups and waits
+    for the slowest; ``tail_batching`` launches more in short rounds, keeps the first to
+    finish and runs the rest later together in long rounds (see ``tail_batching``). Both
+    are on-policy: every sample of a step comes from the policy of that step."""
+    tail_batching: TailBatchingConfig = Field(default_factory=TailBatchingConfig)
 
 
 class RayConfig(_Section):
@@ -361,6 +394,22 @@ class TrainConfig(_Section):
             raise ValueError(
                 "rollout.backend: server needs rollout.server.url (the inference server's "
                 "OpenAI-compatible base URL)"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _check_schedule(self) -> TrainConfig:
+        if self.rollout.schedule != "tail_batching":
+            return self
+        if self.tasks is not None and self.tasks.max_staleness > 0:
+            raise ValueError(
+                "rollout.schedule: tail_batching is synchronous, it does not mix with "
+                "asynchronous rollouts; set tasks.max_staleness: 0 or rollout.schedule: plain"
+            )
+        if self.resample is not None:
+            raise ValueError(
+                "rollout.schedule: tail_batching does not start groups from expert prefixes; "
+                "remove the resample: section or set rollout.schedule: plain"
             )
         return self
 

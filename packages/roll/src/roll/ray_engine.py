@@ -368,12 +368,14 @@ class RemoteEnvEngine(RolloutEngine):
         self.workers = workers
         self._episodes: list[_Episode] = []
 
-    def run(self, requests: list[EpisodeRequest]) -> list[Trajectory]:
+    def run(
+        self, requests: list[EpisodeRequest], *, keep_groups: int | None = None
+    ) -> list[Trajectory]:
         resets = [(r.env, r.seed) for r in requests if isinstance(r.env, RemoteEnv)]
         self._episodes = []
         self.workers.send("reset", resets)
-        try:
-            return super().run(requests)
+        try:  # the environments of cut episodes are dropped with the others
+            return super().run(requests, keep_groups=keep_groups)
         finally:
             self._episodes = []
             self.workers.release([env for env, _ in resets])

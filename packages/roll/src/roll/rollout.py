@@ -219,14 +219,25 @@ class RolloutEngine:
         self.max_seq_len = max_seq_len
         self._calls = 0
 
-    def run(self, requests: list[EpisodeRequest]) -> list[Trajectory]:
-        """Run every request to its end; one trajectory per request, in order."""
+    def run(
+        self, requests: list[EpisodeRequest], *, keep_groups: int | None = None
+    ) -> list[Trajectory]:
+        """Run every request to its end; one trajectory per request, in order.
+
+        With ``keep_groups`` the run stops as soon as that many groups (requests sharing a
+        ``group_id``) have every episode over, and only their trajectories come back (in
+        request order); the other episodes are cut where they are. Groups that end at the
+        same turn count in request order (tail batching's short rounds)."""
         if len({id(request.env) for request in requests}) < len(requests):
             raise ConfigError(
                 "two episode requests share one environment instance; give each request its "
                 "own (make_env returns a new one per call)."
             )
         episodes = [self._start(request) for request in requests]
+        groups: dict[str | None, list[_Episode]] = {}
+        for episode in episodes:
+            groups.setdefault(episode.request.group_id, []).append(episode)
+        finished: list[str | None] = []
         while True:
             ready: list[_Episode] = []
             for episode in episodes:
@@ -236,12 +247,20 @@ class RolloutEngine:
                     episode.end(FailureMode.CONTEXT_LENGTH_EXCEEDED)
                     continue
                 ready.append(episode)
+            if keep_groups is not None:
+                finished += [
+                    g for g, members in groups.items()
+                    if g not in finished and all(e.over for e in members)
+                ]  # fmt: skip
+                if len(finished) >= keep_groups:
+                    break
             if not ready:
                 break
             generations = self._generate([list(e.transcript.tokens) for e in ready])
             for episode, generation in zip(ready, generations, strict=True):
                 self._act(episode, generation)
-        return [self._trajectory(episode) for episode in episodes]
+        kept = set(finished[:keep_groups]) if keep_groups is not None else set(groups)
+        return [self._trajectory(e) for e in episodes if e.request.group_id in kept]
 
     # -- one turn ------------------------------------------------------------------------------
 

@@ -32,6 +32,7 @@ from roll.generation.vllm import VLLMBackend
 from roll.ray_engine import EnvWorkers, RemoteEnvEngine
 from roll.resample import ParallelAnchors, SequentialRollback
 from roll.rollout import EpisodeRequest, RolloutEngine
+from roll.schedule import Prompt, Round, TailBatching
 from roll.session import Session
 
 
@@ -52,6 +53,14 @@ class RolloutSource(Protocol):
 
     def paused(self) -> AbstractContextManager[Any]:
         """Nothing is generated inside (the trainer hands over new weights)."""
+        ...
+
+    def state(self) -> dict[str, Any]:
+        """What a checkpoint keeps of the source (tail batching's deferred prompts)."""
+        ...
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        """Continue from a checkpoint's :meth:`state`."""
         ...
 
 
@@ -220,17 +229,66 @@ class EnvRollouts:
             )
         return engine.run(self.world.shard(requests))
 
+    def _engine(self, step: int) -> RolloutEngine:
+        rollout = self.config.rollout
+        params = SamplingParams(
+            max_new_tokens=rollout.max_new_tokens,
+            temperature=rollout.temperature,
+            top_p=rollout.top_p,
+            seed=derive_seed(self.config.seed, "sample", step, self.world.rank),
+        )
+        if self.workers is None:
+            return RolloutEngine(
+                self.backend, self.tokenizer, params, max_seq_len=rollout.max_seq_len
+            )
+        return RemoteEnvEngine(
+            self.workers, self.backend, self.tokenizer, params, max_seq_len=rollout.max_seq_len
+        )
+
+    def fresh(self, step: int, indices: range) -> list[Prompt]:
+        """Tail batching's new prompts: environment seeds drawn from (seed, step, index)."""
+        seed = self.config.env.seed
+        return [Prompt(key=f"s{step}-g{g}", seed=derive_seed(seed, step, g), step=step)
+                for g in indices]  # fmt: skip
+
+    def run_round(self, step: int, prompts: list[Prompt], keep: int | None) -> Round:
+        """A group of each prompt, in lockstep (see :meth:`RolloutEngine.run`)."""
+        env_cfg, size = self.config.env, self.config.rollout.group_size
+        make = self.workers.make if self.workers is not None else None
+        labels = [p.key if p.step == step else f"s{step}-{p.key}" for p in prompts]
+        requests = [
+            EpisodeRequest(
+                env=make() if make is not None else make_env(env_cfg.name, **env_cfg.kwargs),
+                seed=int(prompt.seed or 0),
+                group_id=label,
+            )
+            for prompt, label in zip(prompts, labels, strict=True)
+            for _ in range(size)
+        ]
+        trajectories = self._engine(step).run(requests, keep_groups=keep)
+        kept = {t.group_id for t in trajectories}
+        return Round(
+            groups=[[t for t in trajectories if t.group_id == label] for label in labels
+                    if label in kept],
+            cut=[p for p, label in zip(prompts, labels, strict=True) if label not in kept],
+        )  # fmt: skip
+
     def metrics(self) -> dict[str, float]:
         return {}
 
     def paused(self) -> AbstractContextManager[Any]:
         return contextlib.nullcontext()
 
+    def state(self) -> dict[str, Any]:
+        return {}
 
-def open_source(
+    def load_state(self, state: dict[str, Any]) -> None:
+        pass
+
+
+def _open_source(
     config: TrainConfig, session: Session, backend: GenerationBackend, experts: Experts | None
-) -> RolloutSource:
-    """The rollout source ``config`` asks for (not yet entered)."""
+) -> EnvRollouts | TaskRollouts:
     world = session.world
     if config.tasks is None:
         workers = EnvWorkers(config.ray, config.env) if config.ray is not None else None
@@ -261,3 +319,24 @@ def open_source(
     if config.ray is not None:  # episodes in Ray rollout workers
         return RayTaskRollouts(config.tasks, session.tokenizer, ray_config=config.ray, **args)
     return TaskRollouts(config.tasks, session.tokenizer, **args)
+
+
+def open_source(
+    config: TrainConfig, session: Session, backend: GenerationBackend, experts: Experts | None
+) -> RolloutSource:
+    """The rollout source ``config`` asks for (not yet entered), in its schedule."""
+    source = _open_source(config, session, backend, experts)
+    if config.rollout.schedule == "plain":
+        return source
+    if session.world.size > 1:
+        raise ConfigError(
+            "rollout.schedule: tail_batching runs in one process (its short rounds decide "
+            "which groups a step trains on); run without torchrun or set rollout.schedule: plain"
+        )
+    assert isinstance(source, EnvRollouts | TaskRollouts)
+    return TailBatching(
+        source,
+        config.rollout.tail_batching,
+        groups_per_step=config.rollout.groups_per_step,
+        start_step=session.start_step,
+    )

@@ -69,7 +69,14 @@ def _turns(trajectory: Trajectory) -> int:
     return sum(1 for step in trajectory.steps if step.role is Role.ASSISTANT)
 
 
-def rollout_metrics(trajectories: list[Trajectory]) -> dict[str, float]:
+def stale(trajectory: Trajectory, version: int) -> bool:
+    """Whether a policy older than ``version`` sampled any of the trajectory's steps."""
+    return any(s.policy_version is not None and s.policy_version < version
+               for s in trajectory.steps)  # fmt: skip
+
+
+def rollout_metrics(trajectories: list[Trajectory], version: int | None = None) -> dict[str, float]:
+    """The step's rollout figures; ``version``: the trainer's policy version at the step."""
     rewards = [float(t.reward or 0.0) for t in trajectories]
     n = max(len(trajectories), 1)
     turns = [_turns(t) for t in trajectories]
@@ -79,6 +86,8 @@ def rollout_metrics(trajectories: list[Trajectory]) -> dict[str, float]:
         "rollout/success_rate": sum(r > 0 for r in rewards) / n,
         "rollout/turns_mean": sum(turns) / n,
     }
+    if version is not None:  # off-policy samples (asynchronous rollouts make them)
+        out["rollout/stale_episodes"] = float(sum(stale(t, version) for t in trajectories))
     for mode, count in Counter(
         t.failure_mode.value for t in trajectories if t.failure_mode is not None
     ).items():
@@ -115,12 +124,13 @@ def run_train(config: TrainConfig, *, resume: bool = False, log: Any = None) -> 
         norm_length = algo.norm_length or config.rollout.max_new_tokens
         rollouts_dir = session.run_dir / "rollouts"
         source = session.enter(open_source(config, session, backend, experts))
+        source.load_state(session.state.get("source", {}))  # tail batching's deferred prompts
         for step in range(session.start_step, config.run.steps):
             began = time.perf_counter()
             mine = source.take(session.updater.updates)
             trajectories = world.gather(mine)
             rollout_s = time.perf_counter() - began
-            metrics = rollout_metrics(trajectories) | source.metrics()
+            metrics = rollout_metrics(trajectories, session.updater.updates) | source.metrics()
             if world.is_main:
                 rollouts_dir.mkdir(parents=True, exist_ok=True)
                 write_jsonl(rollouts_dir / f"step-{step + 1:06d}.jsonl", trajectories)
@@ -150,7 +160,7 @@ def run_train(config: TrainConfig, *, resume: bool = False, log: Any = None) -> 
                 metrics.get("train/tokens", 0.0) * world.size / max(update_s, 1e-9)
             )
             session.log(step + 1, metrics)
-            state: dict[str, Any] = {"step": step + 1, "kind": "train"}
+            state: dict[str, Any] = {"step": step + 1, "kind": "train", "source": source.state()}
             if experts is not None:
                 state["experts"] = experts.state()
             session.checkpoint(step + 1, state, force=step + 1 == config.run.steps)

@@ -28,6 +28,7 @@ from roll.config import TasksConfig
 from roll.errors import ConfigError, RollError, TrainingAborted
 from roll.gateway import Gateway, GatewayEpisodes
 from roll.generation.base import GenerationBackend, SamplingParams
+from roll.schedule import Prompt, Round
 
 
 def load_tasks(dataset: str | Path) -> list[Task]:
@@ -270,13 +271,7 @@ class TaskRollouts:
 
         async def run() -> None:
             try:
-                group = await self._run_group(task, f"l{index}-{task.id}")
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # a group that failed as a whole: abandoned episodes
-                group = []
-                self.counts.abandoned += self.group_size
-                self.counts.last_error = f"{type(exc).__name__}: {exc}"
+                group = await self._guarded(task, f"l{index}-{task.id}")
             finally:
                 self._inflight -= 1
             await ready.put(group)
@@ -287,6 +282,70 @@ class TaskRollouts:
         """One group's scored trajectories (the seam the Ray rollout workers replace)."""
         assert self._episodes is not None
         return await self._episodes.group(task, self.group_size, group_id)
+
+    # -- rounds (tail batching, roll.schedule) --------------------------------------------------
+
+    def fresh(self, step: int, indices: range) -> list[Prompt]:
+        """New prompts: tasks drawn as ``tasks.draw`` says."""
+        return [Prompt(key=self.draw().id, step=step) for _ in indices]
+
+    def run_round(self, step: int, prompts: list[Prompt], keep: int | None) -> Round:
+        """A group of each prompt's task, concurrently: with ``keep``, until that many have
+        finished (the others are cancelled: their episodes stop and their sandboxes go back
+        to the pool, before this returns when the episodes run in this process); else until
+        all have. A group whose every episode
+        failed for infrastructure reasons is ``failed``, not finished."""
+        return self._call(self._round(prompts, keep))
+
+    async def _round(self, prompts: list[Prompt], keep: int | None) -> Round:
+        by_id = {task.id: task for task in self.tasks}
+        loop = asyncio.get_running_loop()
+        jobs: dict[asyncio.Task[list[Trajectory]], int] = {}
+        for position, prompt in enumerate(prompts):
+            task = by_id.get(prompt.key)
+            if task is None:  # a deferred task no longer in the dataset (a resumed run)
+                continue
+            index = self.launched
+            self.launched += 1
+            jobs[loop.create_task(self._guarded(task, f"l{index}-{task.id}"))] = position
+        finished: list[tuple[int, list[Trajectory]]] = []
+        failed: list[int] = []
+        pending = set(jobs)
+        while pending and (keep is None or len(finished) < keep):
+            done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+            for job in sorted(done, key=jobs.__getitem__):
+                group = job.result()
+                if group:
+                    finished.append((jobs[job], group))
+                else:
+                    failed.append(jobs[job])
+        for job in pending:
+            job.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)  # sandboxes released
+        kept = finished[:keep] if keep is not None else finished
+        cut = [jobs[job] for job in pending] + [position for position, _ in finished[len(kept) :]]
+        return Round(
+            groups=[group for _, group in kept],
+            cut=[prompts[position] for position in sorted(cut)],
+            failed=[prompts[position] for position in failed],
+        )
+
+    async def _guarded(self, task: Task, group_id: str) -> list[Trajectory]:
+        """A group's trajectories; none when it failed as a whole (counted as abandoned)."""
+        try:
+            return await self._run_group(task, group_id)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            self.counts.abandoned += self.group_size
+            self.counts.last_error = f"{type(exc).__name__}: {exc}"
+            return []
+
+    def state(self) -> dict[str, Any]:
+        return {}
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        pass
 
     def take(self, version: int) -> list[Trajectory]:
         """The next step's scored trajectories: ``groups_per_step`` groups not more than

@@ -57,6 +57,9 @@ class EpisodeCounts:
     """Infrastructure failures that were run again."""
     abandoned: int = 0
     """Episodes whose every attempt failed for infrastructure reasons."""
+    cut: int = 0
+    """Episodes stopped before their end because their group was no longer wanted (tail
+    batching's short rounds)."""
     reasons: Counter[str] = field(default_factory=Counter)
     last_error: str | None = None
     """The last infrastructure failure, as its sentence."""
@@ -72,6 +75,8 @@ class EpisodeCounts:
             f"{prefix}infra_retried": float(self.retried),
             f"{prefix}infra_abandoned": float(self.abandoned),
         }
+        if self.cut:
+            out[f"{prefix}cut"] = float(self.cut)
         if self.gateway_calls or self.without_calls:
             out[f"{prefix}gateway_calls"] = float(self.gateway_calls)
             out[f"{prefix}without_calls"] = float(self.without_calls)
@@ -198,7 +203,11 @@ class AgenticEpisodes:
             if attempt:
                 await asyncio.sleep(self.retry_delay * 2 ** (attempt - 1))
             self.counts.started += 1
-            outcome = await self._attempt(task, group_id)
+            try:
+                outcome = await self._attempt(task, group_id)
+            except asyncio.CancelledError:  # its group was cut: stopped, sandbox given back
+                self.counts.cut += 1
+                raise
             reason = classify(outcome)
             if reason is None:
                 self.counts.scored += 1

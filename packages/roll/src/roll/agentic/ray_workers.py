@@ -352,10 +352,16 @@ class RayTaskRollouts(TaskRollouts):
         index = min(range(len(self.workers)), key=self._busy.__getitem__)
         position = next(i for i, t in enumerate(self.tasks) if t is task)
         self._busy[index] += 1
+        call = self.workers[index].group.remote(
+            position, task.id, self.group_size, group_id, self.policy.policy_version
+        )
         try:
-            trajectories, counts = await self.workers[index].group.remote(
-                position, task.id, self.group_size, group_id, self.policy.policy_version
-            )
+            trajectories, counts = await call
+        except asyncio.CancelledError:  # cut (tail batching): the worker stops the episodes
+            ray.cancel(call)  # and gives their sandboxes back
+            self.counts.started += self.group_size
+            self.counts.cut += self.group_size
+            raise
         except ray.exceptions.RayError:  # the worker was lost: so is its group
             self.counts.started += self.group_size
             self.counts.reasons["worker_lost"] += self.group_size
@@ -370,6 +376,7 @@ class RayTaskRollouts(TaskRollouts):
         self.counts.scored += counts.scored
         self.counts.retried += counts.retried
         self.counts.abandoned += counts.abandoned
+        self.counts.cut += counts.cut
         self.counts.reasons.update(counts.reasons)
 
     def take(self, version: int) -> list[Trajectory]:
