@@ -226,6 +226,14 @@ class AgenticEpisodes:
         return None
 
     async def group(self, task: Task, size: int, group_id: str) -> list[Trajectory]:
-        """``size`` concurrent episodes of ``task``; the scored ones."""
-        done = await asyncio.gather(*(self.episode(task, group_id) for _ in range(size)))
+        """``size`` concurrent episodes of ``task``; the scored ones. Cancelled, it returns
+        once every episode has stopped and given its sandbox back."""
+        episodes = [asyncio.ensure_future(self.episode(task, group_id)) for _ in range(size)]
+        try:
+            done = await asyncio.gather(*episodes)
+        except asyncio.CancelledError:  # gather stops waiting at the first cancelled episode
+            for episode in episodes:
+                episode.cancel()
+            await asyncio.gather(*episodes, return_exceptions=True)
+            raise
         return [t for t in done if t is not None]
