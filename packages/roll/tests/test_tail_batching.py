@@ -111,7 +111,7 @@ def test_every_sample_is_on_policy_and_deferred_prompts_run_in_long_rounds(
         assert record["rollout/stale_episodes"] == 0
         assert record["rollout/episodes"] == 2 * 3  # every step trains groups_per_step groups
     kinds = [r["tail/long_round"] for r in records]
-    assert kinds == [0, 0, 1, 0, 0, 1]  # a prompt deferred each short round; 2 fill a step
+    assert kinds == [0, 0, 1, 0, 0, 1]  # every third step, while prompts are deferred
     assert records[-1]["tail/deferred_total"] == 4
     assert records[-1]["tail/launched_groups"] == 2
     long_step = (tmp_path / "run" / "rollouts" / "step-000003.jsonl").read_text()
@@ -280,7 +280,7 @@ def test_agentic_long_round_whose_deferred_prompts_fail_is_resampled(
         groups_per_step=1,
     )
     tail = TailBatching(
-        rollouts, TailBatchingConfig(eta=2, long_round_every=4), groups_per_step=1, start_step=0
+        rollouts, TailBatchingConfig(eta=2, long_round_every=2), groups_per_step=1, start_step=0
     )
     with tail:
         source = rollouts.runner.source

@@ -292,9 +292,9 @@ class TailBatchingConfig(_Section):
     """A short round launches ``ceil(eta * groups_per_step)`` groups, trains on the first
     ``groups_per_step`` that finish and defers the prompts of the others (at least 1)."""
     long_round_every: int = 4
-    """Every this many steps (and whenever the deferred prompts fill a step) a long round
-    runs deferred prompts, fresh ones filling the rest of the step, and waits for them all
-    (at least 1)."""
+    """Every this many steps a long round runs all the deferred prompts together (fresh
+    ones filling up to ``groups_per_step``) and waits for them all, so it trains more groups
+    than a short round (at least 1)."""
 
     @model_validator(mode="after")
     def _check(self) -> TailBatchingConfig:

@@ -8,11 +8,12 @@ batching (RollPacker, arXiv 2509.21009) splits the steps in two kinds:
   on the first ``groups_per_step`` that finish and cuts the others (an in-process episode is
   dropped where it is; an agentic one is cancelled, its sandbox given back): their prompts
   are *deferred*;
-- a **long round** — every ``long_round_every`` steps, or as soon as the deferred prompts
-  fill a step — runs up to ``groups_per_step`` deferred prompts, fresh ones filling the
-  rest, and waits for them all. A deferred prompt whose whole group fails there for
-  infrastructure reasons is replaced by a fresh prompt (at most :data:`RESAMPLE_LIMIT`
-  times per step, counted), so a broken task cannot hold the run up.
+- a **long round** — every ``long_round_every``-th step while prompts are deferred — runs
+  every deferred prompt together (fresh ones filling up to ``groups_per_step``) and waits
+  for them all: the long episodes of several steps share one wait, so a long round trains
+  more groups than a short one. A group that fails whole there for infrastructure reasons
+  is replaced by a fresh prompt (at most :data:`RESAMPLE_LIMIT` rounds of them per step,
+  counted), so a broken task cannot hold the run up.
 
 Every group starts after the previous update and is over before the next: every sample is
 on-policy (its policy version is the trainer's at its step), unlike asynchronous rollouts.
@@ -115,11 +116,8 @@ class TailBatching:
         return self.runner.paused()
 
     def long_round(self, step: int) -> bool:
-        """Whether ``step`` runs deferred prompts (and waits for them all)."""
-        if not self.deferred:
-            return False
-        every = self.config.long_round_every
-        return len(self.deferred) >= self.groups_per_step or (step + 1) % every == 0
+        """Whether ``step`` runs the deferred prompts (and waits for them all)."""
+        return bool(self.deferred) and (step + 1) % self.config.long_round_every == 0
 
     def take(self, version: int) -> list[Trajectory]:
         step = self.step
@@ -128,8 +126,8 @@ class TailBatching:
         long = self.long_round(step)
         if long:
             self.counters["long_rounds"] += 1
-            prompts, self.deferred = self.deferred[:wanted], self.deferred[wanted:]
-            drawn = wanted - len(prompts)
+            prompts, self.deferred = self.deferred, []
+            drawn = max(wanted - len(prompts), 0)
             prompts += self.runner.fresh(step, range(drawn))
             launched = len(prompts)
             result = self.runner.run_round(step, prompts, None)
