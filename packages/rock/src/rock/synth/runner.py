@@ -285,7 +285,6 @@ class PoolRunner:
         self.toolchain_ready = toolchain_ready
         self.episodes = 0
         """Episodes that had a sandbox."""
-        self._returning: set[asyncio.Future[None]] = set()
 
     async def episode(
         self, task: Task, agent: BenchAgent, *, logs_dir: Path | None = None
@@ -350,9 +349,10 @@ class PoolRunner:
 
     def _give_back(self, acquiring: asyncio.Future[Sandbox]) -> None:
         if not acquiring.cancelled() and acquiring.exception() is None:
-            returning = asyncio.ensure_future(self.close(acquiring.result()))
-            self._returning.add(returning)  # the loop keeps only a weak reference
-            returning.add_done_callback(self._returning.discard)
+            # a thread of its own: the loop may be closing (a run that ends cuts episodes too)
+            threading.Thread(
+                target=self.source.release, args=(acquiring.result(),), daemon=True
+            ).start()
 
     async def stage_tests(self, task: Task, sandbox: Sandbox) -> None:
         await asyncio.to_thread(self._stage, task, sandbox)
