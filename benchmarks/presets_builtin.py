@@ -7,7 +7,12 @@ the last 10 steps (mean over seeds, and per seed), the mean over all steps (the 
 the curve, as a share), and the steps until the mean reward first reaches 0.7; GRPO is the
 baseline of the ratios. The curves go to ``bench-out/presets/letter.png``.
 
-Usage: python benchmarks/presets_builtin.py [--seeds 3] [--steps 300] [--out DIR]
+With ``--schedules`` it compares rollout schedules instead (IPA, as the config says): plain
+synchronous (the baseline) vs ``rollout.schedule: tail_batching`` (eta 1.5, a long round every
+4 steps). A tail-batching step trains a varying number of groups, so the comparison is per
+trained sample: the training reward over the last 10% of the samples and over all of them.
+
+Usage: python benchmarks/presets_builtin.py [--seeds 3] [--steps 300] [--out DIR] [--schedules]
 """
 
 from __future__ import annotations
@@ -27,18 +32,63 @@ CONFIG = REPO / "packages" / "roll" / "examples" / "train-letter-ipa.yaml"
 ALGORITHMS = ("grpo", "lite_ppo", "ipa")
 
 
-def train(out: Path, algorithm: str, seed: int, steps: int, model: Path) -> list[float]:
-    run_dir = out / f"{algorithm}-seed{seed}"
+SCHEDULES = {
+    "plain": [],
+    "tail_batching": ["rollout.schedule=tail_batching", "rollout.tail_batching.eta=1.5",
+                      "rollout.tail_batching.long_round_every=4"],
+}  # fmt: skip
+
+
+def train(
+    out: Path, algorithm: str, seed: int, steps: int, model: Path, *extra: str, name: str = ""
+) -> list[float]:
+    return [float(r["rollout/reward_mean"]) for r in _run(out, algorithm, seed, steps, model,
+                                                          *extra, name=name)]  # fmt: skip
+
+
+def _run(
+    out: Path, algorithm: str, seed: int, steps: int, model: Path, *extra: str, name: str = ""
+) -> list[dict[str, float]]:
+    run_dir = out / f"{name or algorithm}-seed{seed}"
     if not (run_dir / "model").exists():
         subprocess.run(
             [
                 sys.executable, "-m", "roll.cli", "train", str(CONFIG),
                 f"run_dir={run_dir}", f"algorithm.name={algorithm}", f"seed={seed}",
-                f"run.steps={steps}", f"model.path={model}",
+                f"run.steps={steps}", f"model.path={model}", *extra,
             ],
             cwd=REPO, check=True, stdout=subprocess.DEVNULL,
         )  # fmt: skip
-    return [float(r["rollout/reward_mean"]) for r in read_metrics(run_dir)]
+    return read_metrics(run_dir)
+
+
+def per_sample(records: list[dict[str, float]]) -> list[float]:
+    """The training reward of each trained sample, in order (a step's mean for its samples)."""
+    return [float(r["rollout/reward_mean"]) for r in records
+            for _ in range(int(r["rollout/episodes"]))]  # fmt: skip
+
+
+def compare_schedules(args: argparse.Namespace, model: Path) -> None:
+    rewards: dict[str, list[list[float]]] = {name: [] for name in SCHEDULES}
+    for seed in range(args.seeds):
+        for name, extra in SCHEDULES.items():
+            records = _run(args.out, "ipa", seed, args.steps, model, *extra, name=name)
+            rewards[name].append(per_sample(records))
+    budget = min(len(r) for runs in rewards.values() for r in runs)  # the same samples each
+    last = max(budget // 10, 1)
+    base_last = statistics.mean(
+        statistics.mean(r[budget - last : budget]) for r in rewards["plain"]
+    )
+    base_all = statistics.mean(statistics.mean(r[:budget]) for r in rewards["plain"])
+    for name, runs in rewards.items():
+        finals = [statistics.mean(r[budget - last : budget]) for r in runs]
+        areas = [statistics.mean(r[:budget]) for r in runs]
+        f, a = statistics.mean(finals), statistics.mean(areas)
+        print(
+            f"{name:<14} first {budget} samples: last {last} {f:.3f} (seeds "
+            f"{', '.join(f'{x:.3f}' for x in finals)}; {f / base_last:.2f}x plain), all "
+            f"{a:.3f} (seeds {', '.join(f'{x:.3f}' for x in areas)}; {a / base_all:.2f}x plain)"
+        )
 
 
 def main() -> None:
@@ -46,10 +96,14 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--out", type=Path, default=REPO / "bench-out" / "presets")
+    parser.add_argument("--schedules", action="store_true", help="plain vs tail batching")
     args = parser.parse_args()
     print(machine())
     args.out.mkdir(parents=True, exist_ok=True)
     model = args.out / "tiny-model"  # one tiny model, built once, every run starts from it
+    if args.schedules:
+        compare_schedules(args, model)
+        return
     curves: dict[str, list[list[float]]] = {a: [] for a in ALGORITHMS}
     for seed in range(args.seeds):
         for algorithm in ALGORITHMS:

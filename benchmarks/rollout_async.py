@@ -79,6 +79,35 @@ class TailPolicy:
         pass
 
 
+def workload(tmp: Path) -> tuple[Any, Path]:
+    """A tiny model's tokenizer and a dataset of 4 synth-mini tasks, under ``tmp``."""
+    from transformers import AutoTokenizer
+
+    from iflow.models.tiny import build_tiny_model
+
+    tokenizer = AutoTokenizer.from_pretrained(
+        build_tiny_model(tmp / "tok", hidden_size=16, layers=1, heads=2)
+    )
+    dataset = tmp / "data"
+    (dataset / "tasks").mkdir(parents=True)
+    for source in sorted(TASKS.iterdir())[:4]:
+        (dataset / "tasks" / source.name).symlink_to(source)
+    return tokenizer, dataset
+
+
+def add_workload_args(parser: argparse.ArgumentParser) -> None:
+    """The workload's options (shared with benchmarks/tail_batching.py)."""
+    parser.add_argument("--steps", type=int, default=6)
+    parser.add_argument("--groups", type=int, default=2)
+    parser.add_argument("--group-size", type=int, default=4)
+    parser.add_argument("--update-sec", type=float, default=3.0)
+    parser.add_argument("--long-sec", type=float, default=15.0)
+    parser.add_argument("--short-sec", type=float, default=0.3)
+    parser.add_argument("--long-share", type=float, default=0.1)
+    parser.add_argument("--pool", type=int, default=16)
+    parser.add_argument("--staleness", type=int, default=2, help="max_staleness of the async run")
+
+
 def run(
     args: argparse.Namespace, staleness: int, tokenizer: Any, dataset: Path
 ) -> dict[str, float]:
@@ -125,29 +154,11 @@ def run(
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--steps", type=int, default=6)
-    parser.add_argument("--groups", type=int, default=2)
-    parser.add_argument("--group-size", type=int, default=4)
-    parser.add_argument("--update-sec", type=float, default=3.0)
-    parser.add_argument("--long-sec", type=float, default=15.0)
-    parser.add_argument("--short-sec", type=float, default=0.3)
-    parser.add_argument("--long-share", type=float, default=0.1)
-    parser.add_argument("--pool", type=int, default=16)
-    parser.add_argument("--staleness", type=int, default=2, help="max_staleness of the async run")
+    add_workload_args(parser)
     args = parser.parse_args()
 
-    from transformers import AutoTokenizer
-
-    from iflow.models.tiny import build_tiny_model
-
     with tempfile.TemporaryDirectory() as tmp:
-        tokenizer = AutoTokenizer.from_pretrained(
-            build_tiny_model(Path(tmp) / "tok", hidden_size=16, layers=1, heads=2)
-        )
-        dataset = Path(tmp) / "data"
-        (dataset / "tasks").mkdir(parents=True)
-        for source in sorted(TASKS.iterdir())[:4]:
-            (dataset / "tasks" / source.name).symlink_to(source)
+        tokenizer, dataset = workload(Path(tmp))
         print(
             f"{args.steps} steps x {args.groups} groups x {args.group_size} episodes; episode "
             f"sleeps {args.short_sec}s, or {args.long_sec}s with p={args.long_share}; "
