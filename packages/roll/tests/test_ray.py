@@ -194,6 +194,23 @@ def test_roll_train_on_env_with_ray_equals_the_single_process_run(
     assert records == [_learning(r) for r in read_metrics(tmp_path / "alone")]
 
 
+def test_tail_batching_with_ray_equals_the_single_process_run(
+    ray_address: str, tiny: Path, tmp_path: Path
+) -> None:
+    schedule = [
+        "env.name=guess", "env.kwargs={n: 6, max_turns: 4}", "run.steps=3",
+        "rollout.schedule=tail_batching", "rollout.tail_batching.eta=1.5",
+        "rollout.tail_batching.long_round_every=3",
+    ]  # fmt: skip
+    ray_keys = [f"ray.address={ray_address}", "ray.env_workers=2", "ray.worker_cpus=0.5"]
+    run_train(_train_config(tmp_path, tiny, "ray", *schedule, *ray_keys), log=lambda _m: None)
+    run_train(_train_config(tmp_path, tiny, "alone", *schedule), log=lambda _m: None)
+    records = [_learning(r) for r in read_metrics(tmp_path / "ray")]
+    assert [r["tail/long_round"] for r in records] == [0, 0, 1]
+    assert all(r["rollout/stale_episodes"] == 0 for r in records)
+    assert records == [_learning(r) for r in read_metrics(tmp_path / "alone")]
+
+
 def _learning(record: dict[str, Any]) -> dict[str, Any]:
     """A metrics record without the clocks."""
     return {k: v for k, v in record.items() if k != "time" and not k.startswith(("time/", "perf/"))}
@@ -227,10 +244,14 @@ def test_the_generation_actor_batches_requests_with_the_trainer_s_weights(
 
 
 @pytest.mark.docker
-@pytest.mark.parametrize("staleness", [0, 1], ids=["sync", "async"])
+@pytest.mark.parametrize("staleness", [0, 1, "tail"], ids=["sync", "async", "tail"])
 def test_roll_train_on_tasks_with_ray_runs_episodes_in_rollout_workers(
-    ray_address: str, tiny: Path, tmp_path: Path, staleness: int
+    ray_address: str, tiny: Path, tmp_path: Path, staleness: int | str
 ) -> None:
+    tail = staleness == "tail"
+    schedule = ["rollout.schedule=tail_batching", "rollout.tail_batching.eta=1.5",
+                "rollout.tail_batching.long_round_every=2"] if tail else []  # fmt: skip
+    staleness = 0 if tail else staleness
     dataset = tmp_path / "data" / "tasks"
     for source in sorted(TASKS.iterdir())[:2]:
         shutil.copytree(source, dataset / source.name)
@@ -254,11 +275,16 @@ def test_roll_train_on_tasks_with_ray_runs_episodes_in_rollout_workers(
             "ray.rollout_workers=2",
             "ray.worker_cpus=0.5",
             "ray.generation_cpus=0.5",
+            *schedule,
         ],
     )
     out = run_train(config, log=lambda _m: None)
     assert (out / "model.safetensors").is_file()
     records = read_metrics(tmp_path / "run")
+    if tail:  # a short round (a group cut in its worker), then the long round
+        assert [r["tail/long_round"] for r in records] == [0, 1]
+        assert records[0]["episodes/cut"] == 2
+        assert all(r["rollout/stale_episodes"] == 0 for r in records)
     assert [r["step"] for r in records] == [1, 2]
     last = records[-1]
     assert last["ray/rollout_workers"] == 2
@@ -271,7 +297,7 @@ def test_roll_train_on_tasks_with_ray_runs_episodes_in_rollout_workers(
         last["episodes/scored"] + last["episodes/infra_retried"] + last["episodes/infra_abandoned"]
     )
     if staleness == 0:  # nothing in flight between steps
-        assert last["episodes/started"] == finished
+        assert last["episodes/started"] == finished + last.get("episodes/cut", 0)
     else:  # counted when their group comes back: what runs during the update is not yet
         assert last["episodes/started"] == finished >= 2 * 2 * len(records)
     lines = (tmp_path / "run" / "rollouts" / "step-000002.jsonl").read_text().splitlines()
