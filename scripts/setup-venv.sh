@@ -15,6 +15,6 @@ fi
 # 2.13.0 resolves to a CPU build here; an unpinned torch pulls CUDA wheels).
 .venv/bin/pip install -q -c constraints.txt --group dev
 .venv/bin/pip install -q -c constraints.txt "torch==2.13.0"
-.venv/bin/pip install -q -c constraints.txt -e packages/ale-core -e packages/task-families -e packages/rock -e "packages/iflow-cli[local,sandbox]" -e "packages/roll[tensorboard,ray,mini-swe-agent]"
+.venv/bin/pip install -q -c constraints.txt -e packages/ale-core -e packages/task-families -e "packages/rock[ray]" -e "packages/iflow-cli[local,sandbox]" -e "packages/roll[tensorboard,ray,mini-swe-agent]"
 touch .venv/.installed
 echo "[setup] .venv ready: $(.venv/bin/python --version), packages installed editable" >&2

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import signal
+import subprocess
+import sys
 import threading
 import uuid
 from pathlib import Path
@@ -12,6 +15,7 @@ import docker
 from rock.backends.base import LABEL_DAEMON
 from rock.client import Client
 from rock.daemon.server import Daemon, ServeConfig
+from rock.synth.wiring import wait_for_daemon
 
 SMALL = {"memory_mb": 256, "pids_limit": 128}
 
@@ -54,3 +58,37 @@ def stop_daemon(running: Running, docker_client: docker.DockerClient) -> None:
     for row in docker_client.api.containers(all=True, filters={"label": label}):
         with contextlib.suppress(docker.errors.NotFound):
             docker_client.api.remove_container(row["Id"], force=True)
+
+
+class Serve:
+    """``rock serve ARGS`` in a subprocess, on one port, started and killed at will."""
+
+    def __init__(self, home: Path, port: int, args: list[str]) -> None:
+        self.home = home
+        self.port = port
+        self.args = args
+        self.url = f"http://127.0.0.1:{port}"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self, home: Path | None = None, env: dict[str, str] | None = None) -> None:
+        self.home = home or self.home
+        self.home.mkdir(parents=True, exist_ok=True)
+        (self.home / "daemon.json").unlink(missing_ok=True)  # a killed daemon leaves it
+        argv = [sys.executable, "-m", "rock.cli", "serve", "--home", str(self.home)]
+        argv += ["--port", str(self.port), "--log-level", "warning", *self.args]
+        with (self.home / "daemon.log").open("ab") as log:
+            self.proc = subprocess.Popen(argv, stdout=log, stderr=log, env=env)
+        wait_for_daemon(self.home, self.proc, timeout=120)
+
+    def kill(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(10)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()

@@ -4,7 +4,6 @@ the same port, over the local backend (no engine needed)."""
 from __future__ import annotations
 
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -14,13 +13,13 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from rock_daemons import Serve
 
 from rock.backends.base import PoolNotFound
 from rock.client import Client
 from rock.errors import DaemonLost, DaemonUnreachable
 from rock.models import SandboxSpec
 from rock.synth.runner import DaemonPool
-from rock.synth.wiring import wait_for_daemon
 
 
 def _free_port() -> int:
@@ -29,43 +28,13 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-class Serve:
-    """``rock serve --backend local`` in a subprocess, on one port, started and killed at will."""
-
-    def __init__(self, home: Path, port: int) -> None:
-        self.home = home
-        self.port = port
-        self.url = f"http://127.0.0.1:{port}"
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self, home: Path | None = None) -> None:
-        self.home = home or self.home
-        self.home.mkdir(parents=True, exist_ok=True)
-        (self.home / "daemon.json").unlink(missing_ok=True)  # a killed daemon leaves it
-        argv = [sys.executable, "-m", "rock.cli", "serve", "--home", str(self.home)]
-        argv += ["--port", str(self.port), "--backend", "local", "--daemon-id", "pytest-restart"]
-        argv += ["--log-level", "warning", "--cleanup"]
-        with (self.home / "daemon.log").open("ab") as log:
-            self.proc = subprocess.Popen(argv, stdout=log, stderr=log)
-        wait_for_daemon(self.home, self.proc)
-
-    def kill(self) -> None:
-        assert self.proc is not None
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait(10)
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-
-
 @pytest.fixture
 def serve(tmp_path: Path) -> Iterator[Serve]:
-    daemon = Serve(tmp_path / "home", _free_port())
+    daemon = Serve(
+        tmp_path / "home",
+        _free_port(),
+        ["--backend", "local", "--daemon-id", "pytest-restart", "--cleanup"],
+    )
     daemon.start()
     yield daemon
     daemon.stop()

@@ -19,6 +19,7 @@ from pydantic import BaseModel, TypeAdapter
 
 from rock.backends._shell import SessionError
 from rock.backends.base import (
+    NodeLost,
     PathEscape,
     PathMissing,
     PoolNotFound,
@@ -70,6 +71,7 @@ _KINDS: dict[str, type[Exception]] = {
     "PathMissing": PathMissing,
     "SandboxError": SandboxError,
     "SandboxConflict": SandboxConflict,
+    "NodeLost": NodeLost,
     "IllegalTransition": IllegalTransition,
     "SessionError": SessionError,
     "InvalidRequest": InvalidRequest,

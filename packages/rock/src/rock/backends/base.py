@@ -37,6 +37,10 @@ class SandboxConflict(SandboxError):
     """The sandbox exists but cannot do this now (stopped, in error, waiting in a pool)."""
 
 
+class NodeLost(SandboxConflict):
+    """The machine a sandbox ran on left the cluster, or its rock agent died (ray backend)."""
+
+
 class PoolNotFound(SandboxError, KeyError):
     """No warm pool has this name."""
 

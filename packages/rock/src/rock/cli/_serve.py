@@ -65,10 +65,18 @@ def _is_loopback(host: str) -> bool:
 )
 @click.option(
     "--backend",
-    type=click.Choice(["docker", "local"]),
+    type=click.Choice(["docker", "local", "ray"]),
     default="docker",
     show_default=True,
-    help="docker containers, or local subprocesses in scratch directories.",
+    help="docker containers; local subprocesses in scratch directories; or ray: containers "
+    "on the nodes of a Ray cluster, each node's own Docker engine.",
+)
+@click.option(
+    "--ray-address",
+    default=None,
+    metavar="ADDRESS",
+    help="With --backend ray: the cluster's head node, HOST:PORT (default: auto, the cluster "
+    "'ray start' made on this machine).",
 )
 @click.option(
     "--database-url",
@@ -115,7 +123,8 @@ def serve(
     home: Path | None,
     host: str,
     port: int,
-    backend: Literal["docker", "local"],
+    backend: Literal["docker", "local", "ray"],
+    ray_address: str | None,
     database_url: str | None,
     daemon_id: str,
     pools: dict[str, Any],
@@ -138,11 +147,17 @@ def serve(
             f"--host {host} is not a loopback address, and the daemon's API runs commands "
             "for anyone who holds its token; pass --allow-remote if you mean to expose it."
         )
+    if ray_address is not None and backend != "ray":
+        raise BadInput(
+            f"--ray-address is for the ray backend, and this daemon uses {backend}; add "
+            "--backend ray, or leave the address out."
+        )
     config = ServeConfig(
         home=home or default_home(),
         host=host,
         port=port,
         backend=backend,
+        ray_address=ray_address,
         database_url=database_url,
         daemon_id=daemon_id,
         pools=pools,

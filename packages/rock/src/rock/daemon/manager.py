@@ -240,12 +240,20 @@ class SandboxManager(PoolsMixin, UpkeepMixin):
             if self.metrics is not None:
                 self.metrics.error("start")
             raise
-        container = getattr(getattr(box, "container", None), "id", None)
+        container = getattr(box, "container_id", None) or getattr(
+            getattr(box, "container", None), "id", None
+        )
+        placement = getattr(box, "placement", None)  # the node, on a cluster
         with self._lock:
             self._boxes[sandbox_id] = box
             if pool_name is not None and pool_name in self._pools:
                 self._pools[pool_name].members.add(sandbox_id)
-        self.store.transition(sandbox_id, S.READY, container_id=container)
+        self.store.transition(
+            sandbox_id,
+            S.READY,
+            f"started on node {placement}" if placement else None,
+            container_id=container,
+        )
         return box
 
     def get(self, sandbox_id: str) -> SandboxInfo:

@@ -39,7 +39,9 @@ class ServeConfig(BaseModel):
     home: Path
     host: str = DEFAULT_HOST
     port: int = Field(default=DEFAULT_PORT, ge=0, le=65535)
-    backend: Literal["docker", "local"] = "docker"
+    backend: Literal["docker", "local", "ray"] = "docker"
+    ray_address: str | None = None
+    """With backend ray: the cluster (``auto``, ``HOST:PORT`` of its head node)."""
     database_url: str | None = None
     daemon_id: str = "default"
     pools: dict[str, PoolSettings] = Field(default_factory=dict)
@@ -121,7 +123,17 @@ def _bind(host: str, port: int) -> socket.socket:
     return sock
 
 
-def make_backend(name: str, daemon_id: str, home: Path) -> Backend:
+def make_backend(
+    name: str, daemon_id: str, home: Path, *, ray_address: str | None = None
+) -> Backend:
+    if name == "ray":
+        try:
+            from rock.backends.cluster import RayBackend
+        except ImportError:
+            raise RockError(
+                "the ray backend needs Ray: pip install 'rock[ray]' (on every node too)."
+            ) from None
+        return RayBackend(ray_address or "auto", daemon_id=daemon_id)
     if name == "docker":
         from rock.backends.docker import DockerBackend
         from rock.engine import connect
@@ -133,7 +145,7 @@ def make_backend(name: str, daemon_id: str, home: Path) -> Backend:
         from rock.backends.local import LocalBackend
 
         return LocalBackend(home / "sandboxes", daemon_id=daemon_id)
-    raise RockError(f"unknown backend {name!r}; use docker or local.")
+    raise RockError(f"unknown backend {name!r}; use docker, local or ray.")
 
 
 class _Server(uvicorn.Server):
@@ -172,7 +184,9 @@ class Daemon:
         except RockError:
             self.store.close()
             raise
-        self.backend = make_backend(config.backend, config.daemon_id, self.home)
+        self.backend = make_backend(
+            config.backend, config.daemon_id, self.home, ray_address=config.ray_address
+        )
         self.manager = SandboxManager(
             self.backend, self.store, daemon_id=config.daemon_id, metrics=self.metrics
         )

@@ -141,6 +141,7 @@ class UpkeepMixin:
         states = self.backend.states()
         with self._lock:
             watched = list(self._boxes)
+        self._sweep_orphans(states, set(watched))
         for sandbox_id in watched:
             status = states.get(sandbox_id)
             if status is not None and status.get("state") in ("running", "created"):
@@ -153,6 +154,8 @@ class UpkeepMixin:
                 continue
             if status is None:
                 reason = "its container disappeared"
+            elif status.get("reason"):  # the backend knows why (a cluster's node was lost)
+                reason = str(status["reason"])
             else:
                 detail = self._boxes[sandbox_id].status() if sandbox_id in self._boxes else {}
                 reason = f"its container is {status.get('state')}"
@@ -162,3 +165,25 @@ class UpkeepMixin:
                         ", killed for using too much memory)" if detail.get("oom_killed") else ")"
                     )
             self._fail(sandbox_id, reason)
+
+    def _sweep_orphans(self, states: dict[str, dict[str, Any]], watched: set[str]) -> None:
+        """Remove containers of this daemon whose sandbox is already closed: those a cluster
+        node's lost agent left behind, found again when a new agent is back on the node."""
+        for sandbox_id, status in states.items():
+            if sandbox_id in watched or status.get("state") == "lost":
+                continue
+            try:
+                row = self.store.get(sandbox_id)
+            except UnknownSandbox:
+                continue  # not ours to judge
+            if row.daemon_id != self.daemon_id or row.state not in (S.ERROR, S.DELETED):
+                continue  # starting now, or adopted by reconciliation
+            with self._lock:
+                if sandbox_id in self._boxes:
+                    continue
+            try:
+                box = self.backend.get(sandbox_id)
+            except Exception:  # gone meanwhile
+                continue
+            log.info("removing %s, left behind %s", sandbox_id, row.state_reason or "")
+            self._quiet_delete(box)

@@ -1,0 +1,459 @@
+"""The ray backend: one daemon's sandboxes spread over the machines of a Ray cluster.
+
+Each alive node of the cluster gets a rock agent (`rock.backends.node_agent.NodeAgent`), a
+Ray actor pinned to that node that drives the node's own Docker engine. A new sandbox goes
+to the node with the most free capacity (CPU and memory its engine has, less what the
+sandboxes already placed there may use; then the fewest sandboxes), so warm pools spread
+as they fill; every later verb (exec, sessions, files) goes to the node that owns it.
+
+Nodes come and go. The cluster is looked at again on every liveness pass of the daemon
+(`states`): a node that joined gets an agent and work from then on; a node whose agent
+cannot be reached (the machine, its raylet or the agent died) is lost, and each of its
+sandboxes is reported ``lost`` with the reason, which the daemon records as the error of
+each one before refilling pools elsewhere. If the node is still there, a new agent is
+started on it and the containers the lost one left behind are removed by the daemon.
+
+Without Ray installed, nothing here is imported: the docker backend is the default.
+"""
+
+from __future__ import annotations
+
+import builtins
+import contextlib
+import logging
+import secrets
+import socket
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import ray
+from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+from rock.backends.base import Backend, NodeLost, Sandbox, SandboxError, SandboxNotFound
+from rock.backends.node_agent import NodeAgent
+from rock.errors import EngineUnavailable, RockError
+from rock.models import DEFAULT_MAX_OUTPUT, ExecRequest, ExecResult, SandboxSpec, SessionResult
+
+log = logging.getLogger("rock.cluster")
+
+T = TypeVar("T")
+
+AGENT_CONCURRENCY = 256
+"""Calls one agent serves at once (each running command holds one)."""
+DESCRIBE_TIMEOUT = 60.0
+"""Seconds a new agent has to start and describe its node."""
+RESTART_AFTER = 5.0
+"""Seconds before an agent that died is started again on a node that is still alive."""
+
+_Agent: Any = ray.remote(NodeAgent)
+
+
+@dataclass
+class _Node:
+    """One node of the cluster as placement sees it."""
+
+    node_id: str
+    name: str
+    agent: Any
+    cpus: float
+    memory_mb: int
+    runtimes: list[str]
+    sandboxes: dict[str, SandboxSpec] = field(default_factory=dict)
+    starting: int = 0
+
+    def free(self, spec: SandboxSpec) -> tuple[float, int]:
+        """How much room the node has left for ``spec`` (higher is better)."""
+        cpus = sum(s.cpus for s in self.sandboxes.values()) + spec.cpus * (self.starting + 1)
+        memory = sum(s.memory_mb for s in self.sandboxes.values())
+        memory += spec.memory_mb * (self.starting + 1)
+        share = min(1 - cpus / self.cpus, 1 - memory / self.memory_mb)
+        return share, -(len(self.sandboxes) + self.starting)
+
+
+class RayBackend(Backend):
+    """Sandboxes on the nodes of the Ray cluster at ``address``, labelled as ``daemon_id``'s."""
+
+    name = "ray"
+
+    def __init__(self, address: str, *, daemon_id: str = "default") -> None:
+        self.daemon_id = daemon_id
+        _check_reachable(address)
+        try:
+            ray.init(
+                address=address,
+                namespace=f"rock-{daemon_id}",
+                log_to_driver=False,
+                configure_logging=False,
+                ignore_reinit_error=True,
+            )
+        except (ConnectionError, RuntimeError, ValueError) as exc:
+            raise EngineUnavailable(
+                f"no Ray cluster answers at {address} ({str(exc).splitlines()[0][:160]}); start "
+                "one with 'ray start --head' and give its address, or use --backend docker."
+            ) from None
+        self._lock = threading.RLock()
+        self._nodes: dict[str, _Node] = {}
+        self._lost: dict[str, str] = {}
+        """Sandboxes of lost nodes, with the reason, until the daemon has closed them."""
+        self._died_at: dict[str, float] = {}
+        self._unusable: set[str] = set()
+        self._refreshing = threading.Lock()
+        self.refresh()
+        if not self._nodes:
+            raise EngineUnavailable(
+                f"no node of the Ray cluster at {address} has a Docker engine its rock agent "
+                "can reach; start dockerd on the nodes (each node's DOCKER_HOST names its own)."
+            )
+
+    # --- the cluster --------------------------------------------------------------------
+
+    def refresh(self) -> None:
+        """Start agents on nodes that have none; lose the nodes Ray says are dead (one
+        caller at a time: another finds the work under way and goes on)."""
+        if not self._refreshing.acquire(blocking=False):
+            return
+        try:
+            self._refresh()
+        finally:
+            self._refreshing.release()
+
+    def _refresh(self) -> None:
+        alive = {n["NodeID"]: n for n in ray.nodes() if n.get("Alive")}
+        with self._lock:
+            gone = [node_id for node_id in self._nodes if node_id not in alive]
+        for node_id in gone:
+            self._lose(node_id, "Ray reports the node dead")
+        now = time.monotonic()
+        for node_id, facts in alive.items():
+            with self._lock:
+                if node_id in self._nodes or node_id in self._unusable:
+                    continue
+            if now - self._died_at.get(node_id, -RESTART_AFTER) < RESTART_AFTER:
+                continue
+            self._join(node_id, facts.get("NodeManagerAddress", "?"))
+
+    def _join(self, node_id: str, address: str) -> None:
+        agent = _Agent.options(
+            scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False),
+            num_cpus=0,
+            max_concurrency=AGENT_CONCURRENCY,
+            max_restarts=0,
+        ).remote(self.daemon_id)
+        try:
+            facts: dict[str, Any] = ray.get(agent.describe.remote(), timeout=DESCRIBE_TIMEOUT)
+        except (RayActorError, RayTaskError, GetTimeoutError) as exc:
+            cause = exc.cause if isinstance(exc, RayTaskError) else exc
+            log.warning(
+                "node %s (%s) gets no sandboxes: its rock agent could not start (%s)",
+                node_id[:8],
+                address,
+                str(cause).splitlines()[0][:200] if str(cause) else type(cause).__name__,
+            )
+            ray.kill(agent)
+            if isinstance(cause, EngineUnavailable):
+                self._unusable.add(node_id)
+            else:
+                self._died_at[node_id] = time.monotonic()
+            return
+        node = _Node(
+            node_id=node_id,
+            name=f"{facts['host']}/{node_id[:8]}",
+            agent=agent,
+            cpus=facts["cpus"],
+            memory_mb=facts["memory_mb"],
+            runtimes=facts["runtimes"],
+        )
+        for sandbox_id, spec in ray.get(agent.list.remote()):
+            node.sandboxes[sandbox_id] = spec
+        with self._lock:
+            self._nodes[node_id] = node
+        log.info(
+            "node %s joined: engine %s, %s sandboxes",
+            node.name,
+            facts["engine"],
+            len(node.sandboxes),
+        )
+
+    def _lose(self, node_id: str, reason: str) -> None:
+        with self._lock:
+            node = self._nodes.pop(node_id, None)
+            if node is None:
+                return
+            self._died_at[node_id] = time.monotonic()
+            why = f"its node {node.name} was lost ({reason})"
+            for sandbox_id in node.sandboxes:
+                self._lost[sandbox_id] = why
+        log.warning(
+            "node %s lost (%s): %s sandboxes with it", node.name, reason, len(node.sandboxes)
+        )
+        with contextlib.suppress(Exception):  # already gone
+            ray.kill(node.agent)
+
+    def nodes(self) -> builtins.list[dict[str, Any]]:
+        """The nodes that take sandboxes now, with their sandbox counts."""
+        with self._lock:
+            return [
+                {
+                    "node": n.name,
+                    "cpus": n.cpus,
+                    "memory_mb": n.memory_mb,
+                    "sandboxes": len(n.sandboxes),
+                }
+                for n in self._nodes.values()
+            ]
+
+    def call(self, node: _Node, method: str, *args: Any) -> Any:
+        """One verb on ``node``'s agent."""
+        return self.wait(node, lambda: ray.get(getattr(node.agent, method).remote(*args)))
+
+    def wait(self, node: _Node, get: Callable[[], T]) -> T:
+        """``get()`` of an agent's answer: its error as rock raised it, a dead agent as
+        `NodeLost` (and the node lost)."""
+        try:
+            return get()
+        except RayTaskError as exc:
+            cause = exc.cause
+            if isinstance(cause, RockError | OSError | ValueError):
+                raise cause from None
+            raise SandboxError(f"node {node.name} failed: {cause}") from None
+        except RayActorError as exc:
+            self._lose(node.node_id, _death(exc))
+            raise NodeLost(
+                f"node {node.name} was lost ({_death(exc)}); create a new sandbox."
+            ) from None
+
+    def owner(self, sandbox_id: str) -> _Node:
+        with self._lock:
+            for node in self._nodes.values():
+                if sandbox_id in node.sandboxes:
+                    return node
+            reason = self._lost.get(sandbox_id)
+        if reason is not None:
+            raise NodeLost(f"sandbox {sandbox_id} is gone: {reason}; create a new one.")
+        raise SandboxNotFound(f"no sandbox {sandbox_id}; list them with 'rock sandbox ls'.")
+
+    # --- Backend ------------------------------------------------------------------------
+
+    def _place(self, spec: SandboxSpec) -> _Node:
+        with self._lock:
+            fits = [
+                n
+                for n in self._nodes.values()
+                if spec.runtime in n.runtimes or spec.runtime == "runc"
+            ]
+            if not fits:
+                raise SandboxError(
+                    f"no node of the cluster can start a {spec.runtime} sandbox now "
+                    f"({len(self._nodes)} nodes take sandboxes); add one, or ask for runtime runc."
+                )
+            node = max(fits, key=lambda n: n.free(spec))
+            node.starting += 1
+            return node
+
+    def create(self, spec: SandboxSpec | None = None, *, sandbox_id: str | None = None) -> Sandbox:
+        spec = spec or SandboxSpec()
+        sandbox_id = sandbox_id or "sb-" + secrets.token_hex(6)
+        node = self._place(spec)
+        try:
+            container_id = self.call(node, "create", spec, sandbox_id)
+        finally:
+            with self._lock:
+                node.starting -= 1
+        with self._lock:
+            node.sandboxes[sandbox_id] = spec
+        return RaySandbox(self, node, sandbox_id, spec, container_id)
+
+    def check_spec(self, spec: SandboxSpec) -> None:
+        node = self._place(spec)
+        try:
+            self.call(node, "check_spec", spec)
+        finally:
+            with self._lock:
+                node.starting -= 1
+
+    def get(self, sandbox_id: str) -> Sandbox:
+        node = self.owner(sandbox_id)
+        return RaySandbox(self, node, sandbox_id, node.sandboxes[sandbox_id], None)
+
+    def list(self) -> builtins.list[Sandbox]:
+        self.refresh()
+        out: builtins.list[Sandbox] = []
+        for node in self._alive():
+            try:
+                found = self.call(node, "list")
+            except NodeLost:
+                continue
+            with self._lock:
+                node.sandboxes.update(dict(found))
+            out += [RaySandbox(self, node, sid, spec, None) for sid, spec in found]
+        return out
+
+    def states(self) -> dict[str, dict[str, Any]]:
+        self.refresh()
+        out: dict[str, dict[str, Any]] = {}
+        for node in self._alive():
+            try:
+                found = self.call(node, "states")
+            except NodeLost:
+                continue
+            with self._lock:
+                for sandbox_id in found:
+                    if sandbox_id not in node.sandboxes:  # left by a lost agent of this node
+                        node.sandboxes[sandbox_id] = SandboxSpec()
+            out.update(found)
+        with self._lock:
+            for sandbox_id, reason in self._lost.items():
+                out.setdefault(sandbox_id, {"state": "lost", "reason": reason})
+        return out
+
+    def images(self) -> builtins.list[dict[str, Any]]:
+        seen: dict[str, dict[str, Any]] = {}
+        for node in self._alive():
+            for image in self.call(node, "images"):
+                seen.setdefault(image["id"], image)
+        return builtins.list(seen.values())
+
+    def _alive(self) -> builtins.list[_Node]:
+        with self._lock:
+            return builtins.list(self._nodes.values())
+
+    def forget(self, sandbox_id: str) -> None:
+        with self._lock:
+            self._lost.pop(sandbox_id, None)
+            for node in self._nodes.values():
+                node.sandboxes.pop(sandbox_id, None)
+
+
+def _check_reachable(address: str) -> None:
+    """Refuse at once an address where nothing listens (Ray itself retries for minutes)."""
+    if address == "auto" or address.startswith("ray://") or ":" not in address:
+        return
+    host, _, port = address.rpartition(":")
+    try:
+        socket.create_connection((host, int(port)), timeout=5).close()
+    except (OSError, ValueError) as exc:
+        raise EngineUnavailable(
+            f"no Ray cluster answers at {address} ({getattr(exc, 'strerror', None) or exc}); "
+            "start one with 'ray start --head' and give its HOST:PORT, or use --backend docker."
+        ) from None
+
+
+def _death(exc: RayActorError) -> str:
+    text = str(exc).strip().splitlines()
+    first = next((line for line in text if "died" in line or "dead" in line), None)
+    return (first or "its rock agent died").strip()[:200]
+
+
+class RaySandbox(Sandbox):
+    """A sandbox on one node of the cluster: every verb is a call to that node's agent."""
+
+    def __init__(
+        self,
+        backend: RayBackend,
+        node: _Node,
+        sandbox_id: str,
+        spec: SandboxSpec,
+        container_id: str | None,
+    ) -> None:
+        self._backend = backend
+        self._node = node
+        self.id = sandbox_id
+        self.spec = spec
+        self.container_id = container_id
+        self.placement = node.name
+
+    def _call(self, method: str, *args: Any) -> Any:
+        return self._backend.call(self._node, method, self.id, *args)
+
+    def run(self, request: ExecRequest) -> ExecResult:
+        result: ExecResult = self._call("run", request)
+        return result
+
+    def run_streaming(
+        self, request: ExecRequest, on_output: Callable[[int, bytes], None] | None
+    ) -> ExecResult:
+        if on_output is None:
+            return self.run(request)
+        stream = self._node.agent.run_streaming.options(num_returns="streaming").remote(
+            self.id, request
+        )
+
+        def pump() -> ExecResult:
+            for ref in stream:
+                item = ray.get(ref)
+                if isinstance(item, ExecResult):
+                    return item
+                on_output(*item)
+            raise SandboxError(f"node {self._node.name} ended a command without its result.")
+
+        return self._backend.wait(self._node, pump)
+
+    def session(self, *, max_output_bytes: int = DEFAULT_MAX_OUTPUT) -> RaySession:
+        return RaySession(self, self._call("open_session", max_output_bytes))
+
+    def read_file(self, path: str) -> bytes:
+        data: bytes = self._call("read_file", path)
+        return data
+
+    def write_file(self, path: str, data: bytes, mode: int = 0o644) -> None:
+        self._call("write_file", path, data, mode)
+
+    def put_archive(self, directory: str, data: bytes) -> None:
+        self._call("put_archive", directory, data)
+
+    def get_archive(self, path: str) -> bytes:
+        data: bytes = self._call("get_archive", path)
+        return data
+
+    def status(self) -> dict[str, Any]:
+        try:
+            state: dict[str, Any] = self._call("status")
+        except NodeLost as exc:
+            return {"state": "lost", "reason": str(exc)}
+        return state
+
+    def interrupt(self, tag: str | None = None) -> int:
+        count: int = self._call("interrupt", tag)
+        return count
+
+    def set_network(self, on: bool) -> None:
+        self._call("set_network", on)
+
+    def snapshot(self, tag: str) -> str:
+        image: str = self._call("snapshot", tag)
+        return image
+
+    def stop(self) -> None:
+        self._call("stop")
+
+    def delete(self) -> None:
+        """Remove the container; a sandbox of a lost node is only forgotten (its container
+        went with the node, or is removed when an agent is back on it)."""
+        with contextlib.suppress(NodeLost):
+            self._call("delete")
+        self._backend.forget(self.id)
+
+
+class RaySession:
+    """A persistent shell in a sandbox of the cluster, kept by the owning node's agent."""
+
+    def __init__(self, box: RaySandbox, session_id: str) -> None:
+        self._box = box
+        self._id = session_id
+
+    def _call(self, method: str, *args: Any) -> Any:
+        return self._box._backend.call(self._box._node, method, self._id, *args)
+
+    def run(self, command: str, timeout: float | None = 60.0) -> SessionResult:
+        result: SessionResult = self._call("session_run", command, timeout)
+        return result
+
+    def interrupt(self) -> None:
+        self._call("session_interrupt")
+
+    def close(self) -> None:
+        self._call("session_close")

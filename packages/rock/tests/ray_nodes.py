@@ -1,0 +1,149 @@
+"""A real local Ray cluster whose nodes stand for machines: each node is a ``ray start``
+of its own, bound to its own Docker engine (the first engine, and a second dockerd started by
+scripts/ensure-second-engine.sh), in its own process group so that a test can lose it."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[3]
+RAY = Path(sys.executable).parent / "ray"
+FIRST_ENGINE = "unix:///var/run/docker.sock"
+
+
+def second_engine() -> str:
+    """The second engine's DOCKER_HOST (started, with the base image, if it was not)."""
+    done = subprocess.run(
+        [str(REPO / "scripts" / "ensure-second-engine.sh")], capture_output=True, text=True
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"the second engine did not start: {done.stderr.strip()}")
+    return done.stdout.strip().splitlines()[-1]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _ports() -> list[str]:
+    low = free_port()
+    return [
+        f"--node-manager-port={free_port()}",
+        f"--object-manager-port={free_port()}",
+        f"--metrics-export-port={free_port()}",
+        f"--runtime-env-agent-port={free_port()}",
+        f"--dashboard-agent-listen-port={free_port()}",
+        f"--dashboard-agent-grpc-port={free_port()}",
+        f"--min-worker-port={low}",
+        f"--max-worker-port={low + 40}",
+    ]
+
+
+class RayNodes:
+    """Start with `head`, add nodes with `add`; `close` stops every node it started."""
+
+    def __init__(self) -> None:
+        self.temp = Path(tempfile.mkdtemp(prefix="rock-ray-", dir="/tmp"))  # unix socket paths
+        self.port = free_port()
+        self.address = f"127.0.0.1:{self.port}"
+        self.nodes: list[subprocess.Popen[bytes]] = []
+
+    def _start(self, args: list[str], docker_host: str, name: str) -> subprocess.Popen[bytes]:
+        env = {**os.environ, "RAY_AUTH_MODE": "disabled", "DOCKER_HOST": docker_host}
+        log = (self.temp / f"{name}.log").open("wb")
+        command = [
+            str(RAY), "start", "--block", "--num-cpus=2", "--num-gpus=0",
+            "--object-store-memory=100000000", "--disable-usage-stats", *_ports(), *args,
+        ]  # fmt: skip
+        proc = subprocess.Popen(command, stdout=log, stderr=log, env=env, start_new_session=True)
+        self.nodes.append(proc)
+        return proc
+
+    def head(self, docker_host: str = FIRST_ENGINE) -> None:
+        proc = self._start(
+            [
+                "--head",
+                f"--port={self.port}",
+                "--include-dashboard=false",
+                f"--temp-dir={self.temp}",
+                f"--ray-client-server-port={free_port()}",
+                f"--dashboard-port={free_port()}",
+            ],
+            docker_host,
+            "head",
+        )
+        deadline = time.monotonic() + 90
+        while True:
+            with (
+                contextlib.suppress(OSError),
+                socket.create_connection(("127.0.0.1", self.port), 1),
+            ):
+                return
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"ray start failed: {(self.temp / 'head.log').read_text()}")
+            time.sleep(0.2)
+
+    def add(self, docker_host: str, *, wait_for: int | None = None) -> subprocess.Popen[bytes]:
+        """Another node, bound to ``docker_host``; with ``wait_for``, until the cluster has
+        that many alive nodes."""
+        proc = self._start([f"--address={self.address}"], docker_host, f"node{len(self.nodes)}")
+        if wait_for is not None:
+            self.wait_nodes(wait_for)
+        return proc
+
+    def wait_nodes(self, count: int, timeout: float = 90) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            done = subprocess.run(
+                [str(RAY), "status", f"--address={self.address}"],
+                capture_output=True,
+                text=True,
+                env={**os.environ, "RAY_AUTH_MODE": "disabled"},
+            )
+            active = done.stdout.split("Active:", 1)[-1].split("Pending:", 1)[0]
+            if active.count("node_") >= count:
+                return
+            time.sleep(1)
+        raise RuntimeError(f"the cluster did not reach {count} nodes in {timeout:.0f}s")
+
+    def close(self) -> None:
+        for proc in reversed(self.nodes):
+            proc.send_signal(signal.SIGTERM)  # --block: ray stops what it started
+        for proc in self.nodes:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(60)
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+        shutil.rmtree(self.temp, ignore_errors=True)
+
+
+def agent_pids() -> dict[str, int]:
+    """The rock agents running on this machine, by the DOCKER_HOST of each."""
+    out: dict[str, int] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            title = (entry / "cmdline").read_bytes()
+            if not title.startswith(b"ray::NodeAgent"):
+                continue
+            env = dict(
+                item.split("=", 1)
+                for item in (entry / "environ").read_bytes().decode(errors="replace").split("\0")
+                if "=" in item
+            )
+        except OSError:
+            continue
+        out[env.get("DOCKER_HOST", FIRST_ENGINE)] = int(entry.name)
+    return out
