@@ -106,6 +106,9 @@ class Sandbox(ExecVerb):
 
     id: str
     spec: SandboxSpec
+    placement: str | None = None
+    """The machine it runs on, where a backend spreads sandboxes over several (the ray
+    backend's node); None on one machine."""
 
     def run_streaming(
         self, request: ExecRequest, on_output: Callable[[int, bytes], None] | None

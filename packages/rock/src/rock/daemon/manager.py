@@ -243,7 +243,6 @@ class SandboxManager(PoolsMixin, UpkeepMixin):
         container = getattr(box, "container_id", None) or getattr(
             getattr(box, "container", None), "id", None
         )
-        placement = getattr(box, "placement", None)  # the node, on a cluster
         with self._lock:
             self._boxes[sandbox_id] = box
             if pool_name is not None and pool_name in self._pools:
@@ -251,7 +250,7 @@ class SandboxManager(PoolsMixin, UpkeepMixin):
         self.store.transition(
             sandbox_id,
             S.READY,
-            f"started on node {placement}" if placement else None,
+            f"started on node {box.placement}" if box.placement else None,
             container_id=container,
         )
         return box
