@@ -23,18 +23,30 @@ pytest.importorskip("ray", reason="ray is not installed (pip install 'rock[ray]'
 from ray_nodes import FIRST_ENGINE, RayNodes, agent_pids, free_port, second_engine
 from rock_daemons import Serve
 
-from rock.backends.base import LABEL_DAEMON, SandboxConflict
+from rock.backends.base import LABEL_DAEMON, ImageMissing, SandboxConflict
 from rock.backends.cluster import _Node
 from rock.client import Client
 from rock.errors import DaemonError
 from rock.models import SandboxSpec
 
 ENV = {**os.environ, "RAY_AUTH_MODE": "disabled"}
+ONLY_FIRST = "rock-test/only-first-node:1"
 
 
 @pytest.fixture(scope="module")
 def engines() -> tuple[str, str]:
     return FIRST_ENGINE, second_engine()
+
+
+@pytest.fixture(scope="module")
+def only_first(engines: tuple[str, str]) -> Iterator[str]:
+    """An image the first engine has and the second has not."""
+    first = docker.DockerClient(base_url=engines[0])
+    first.images.get("rock/base:bookworm").tag(ONLY_FIRST)
+    yield ONLY_FIRST
+    with contextlib.suppress(docker.errors.ImageNotFound):
+        first.images.remove(ONLY_FIRST)
+    first.close()
 
 
 @pytest.fixture(scope="module")
@@ -105,7 +117,7 @@ def _node_of(client: Client, sandbox_id: str) -> str:
 
 
 def test_a_pool_spreads_over_both_nodes_and_each_verb_reaches_the_owner(
-    cluster: RayNodes, engines: tuple[str, str], pg_url: str, tmp_path: Path,
+    cluster: RayNodes, only_first: str, engines: tuple[str, str], pg_url: str, tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:  # fmt: skip
     with _daemon(tmp_path, cluster.address, pg_url, engines, "warm=4:8") as serve:
@@ -125,6 +137,16 @@ def test_a_pool_spreads_over_both_nodes_and_each_verb_reaches_the_owner(
             session.run("cd /tmp && export MARK=7")
             assert session.run("pwd; echo $MARK").output == b"/tmp\n7\n"
             session.close()
+
+        # an image only the first node has: its sandboxes go there, though it is fuller
+        only_first = [client.create(SandboxSpec(image=ONLY_FIRST, memory_mb=256)) for _ in "ab"]
+        assert {b.id for b in only_first} <= _containers(engines[0], daemon_id)
+        with pytest.raises(ImageMissing) as missing:
+            client.create(SandboxSpec(image="rock-test/on-no-node:1"))
+        assert str(missing.value) == (
+            "image rock-test/on-no-node:1 is on no node of the cluster that can start it; build "
+            "or load it on the nodes (each node's engine has its own images)."
+        )
 
         # streamed output crosses the cluster too (the E2B API streams)
         from e2b import Sandbox

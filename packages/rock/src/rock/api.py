@@ -19,6 +19,7 @@ from pydantic import BaseModel, TypeAdapter
 
 from rock.backends._shell import SessionError
 from rock.backends.base import (
+    ImageMissing,
     NodeLost,
     PathEscape,
     PathMissing,
@@ -72,6 +73,7 @@ _KINDS: dict[str, type[Exception]] = {
     "SandboxError": SandboxError,
     "SandboxConflict": SandboxConflict,
     "NodeLost": NodeLost,
+    "ImageMissing": ImageMissing,
     "IllegalTransition": IllegalTransition,
     "SessionError": SessionError,
     "InvalidRequest": InvalidRequest,

@@ -48,6 +48,10 @@ class PoolNotFound(SandboxError, KeyError):
         return str(self.args[0]) if self.args else "pool not found"
 
 
+class ImageMissing(SandboxError):
+    """The engine has no image of that name (on a cluster: this node has none)."""
+
+
 class PathMissing(SandboxError, FileNotFoundError):
     """A path that is not in the sandbox."""
 

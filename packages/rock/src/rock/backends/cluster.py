@@ -33,7 +33,14 @@ import ray
 from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from rock.backends.base import Backend, NodeLost, Sandbox, SandboxError, SandboxNotFound
+from rock.backends.base import (
+    Backend,
+    ImageMissing,
+    NodeLost,
+    Sandbox,
+    SandboxError,
+    SandboxNotFound,
+)
 from rock.backends.node_agent import NodeAgent
 from rock.errors import EngineUnavailable, RockError
 from rock.models import DEFAULT_MAX_OUTPUT, ExecRequest, ExecResult, SandboxSpec, SessionResult
@@ -238,13 +245,18 @@ class RayBackend(Backend):
 
     # --- Backend ------------------------------------------------------------------------
 
-    def _place(self, spec: SandboxSpec) -> _Node:
+    def _place(self, spec: SandboxSpec, *, tried: frozenset[str] = frozenset()) -> _Node:
         with self._lock:
             fits = [
                 n
                 for n in self._nodes.values()
-                if spec.runtime in n.runtimes or spec.runtime == "runc"
+                if (spec.runtime in n.runtimes or spec.runtime == "runc") and n.node_id not in tried
             ]
+            if not fits and tried:
+                raise ImageMissing(
+                    f"image {spec.image} is on no node of the cluster that can start it; "
+                    "build or load it on the nodes (each node's engine has its own images)."
+                )
             if not fits:
                 raise SandboxError(
                     f"no node of the cluster can start a {spec.runtime} sandbox now "
@@ -257,23 +269,34 @@ class RayBackend(Backend):
     def create(self, spec: SandboxSpec | None = None, *, sandbox_id: str | None = None) -> Sandbox:
         spec = spec or SandboxSpec()
         sandbox_id = sandbox_id or "sb-" + secrets.token_hex(6)
-        node = self._place(spec)
-        try:
-            container_id = self.call(node, "create", spec, sandbox_id)
-        finally:
-            with self._lock:
-                node.starting -= 1
+        tried: set[str] = set()
+        while True:  # a node without the image passes the sandbox to the next best one
+            node = self._place(spec, tried=frozenset(tried))
+            try:
+                container_id = self.call(node, "create", spec, sandbox_id)
+                break
+            except ImageMissing:
+                tried.add(node.node_id)
+            finally:
+                with self._lock:
+                    node.starting -= 1
         with self._lock:
             node.sandboxes[sandbox_id] = spec
         return RaySandbox(self, node, sandbox_id, spec, container_id)
 
     def check_spec(self, spec: SandboxSpec) -> None:
-        node = self._place(spec)
-        try:
-            self.call(node, "check_spec", spec)
-        finally:
-            with self._lock:
-                node.starting -= 1
+        """Some node can start ``spec`` (has its runtime and its image)."""
+        tried: set[str] = set()
+        while True:
+            node = self._place(spec, tried=frozenset(tried))
+            try:
+                self.call(node, "check_spec", spec)
+                return
+            except ImageMissing:
+                tried.add(node.node_id)
+            finally:
+                with self._lock:
+                    node.starting -= 1
 
     def get(self, sandbox_id: str) -> Sandbox:
         node = self.owner(sandbox_id)

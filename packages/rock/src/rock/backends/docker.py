@@ -26,6 +26,7 @@ from rock.backends.base import (
     LABEL_MANAGED,
     LABEL_SANDBOX,
     Backend,
+    ImageMissing,
     PathMissing,
     Sandbox,
     SandboxError,
@@ -541,7 +542,7 @@ class DockerBackend(Backend):
         try:
             self.client.images.get(spec.image)
         except ImageNotFound:
-            raise SandboxError(
+            raise ImageMissing(
                 f"image {spec.image} does not exist on the engine; build it first "
                 "(rock image build-base for the base image)."
             ) from None
