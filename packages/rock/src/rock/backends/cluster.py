@@ -269,29 +269,23 @@ class RayBackend(Backend):
     def create(self, spec: SandboxSpec | None = None, *, sandbox_id: str | None = None) -> Sandbox:
         spec = spec or SandboxSpec()
         sandbox_id = sandbox_id or "sb-" + secrets.token_hex(6)
-        tried: set[str] = set()
-        while True:  # a node without the image passes the sandbox to the next best one
-            node = self._place(spec, tried=frozenset(tried))
-            try:
-                container_id = self.call(node, "create", spec, sandbox_id)
-                break
-            except ImageMissing:
-                tried.add(node.node_id)
-            finally:
-                with self._lock:
-                    node.starting -= 1
+        node, container_id = self._on_a_node(spec, "create", spec, sandbox_id)
         with self._lock:
             node.sandboxes[sandbox_id] = spec
         return RaySandbox(self, node, sandbox_id, spec, container_id)
 
     def check_spec(self, spec: SandboxSpec) -> None:
         """Some node can start ``spec`` (has its runtime and its image)."""
+        self._on_a_node(spec, "check_spec", spec)
+
+    def _on_a_node(self, spec: SandboxSpec, method: str, *args: Any) -> tuple[_Node, Any]:
+        """``method`` on the best node for ``spec``; a node without its image passes it to
+        the next best one."""
         tried: set[str] = set()
         while True:
             node = self._place(spec, tried=frozenset(tried))
             try:
-                self.call(node, "check_spec", spec)
-                return
+                return node, self.call(node, method, *args)
             except ImageMissing:
                 tried.add(node.node_id)
             finally:
