@@ -205,7 +205,10 @@ def main() -> int:
         actions["sft"].append(first_actions(base / "bench-sft", heldout))
         for arm in rl_arms:
             run_dir = base / arm
-            if not (run_dir / "model" / "config.json").is_file():
+            evaluated = (base / f"bench-{arm}" / "results.json").is_file()
+            trained = (run_dir / "model" / "config.json").is_file()
+            if not trained and not (evaluated and (run_dir / "metrics.jsonl").is_file()):
+                # (an evaluated run keeps its metrics; its model may be gone to save disk)
                 shutil.rmtree(run_dir, ignore_errors=True)
                 run(BIN / "roll", "train", EXAMPLES / f"train-demo-ipa{suffix}.yaml", f"run_dir={run_dir}",
                     f"seed={seed}", f"model.path={sft / 'model'}", f"tasks.dataset={train}",

@@ -248,6 +248,10 @@ class TaskRollouts:
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
+            # what the cancellations started (a cut episode's shielded sandbox release) ends too
+            rest = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            if rest:
+                await asyncio.wait(rest, timeout=60)
             if self._queue is not None:
                 await self._queue.close()
 
