@@ -227,7 +227,15 @@ def test_a_node_that_joins_gets_work(engines: tuple[str, str], pg_url: str, tmp_
             daemon_id = _daemon_id(serve)
             before = [client.create(SandboxSpec(memory_mb=256)) for _ in range(2)]
             assert {b.id for b in before} <= _containers(engines[0], daemon_id)
-            nodes.add(engines[1], wait_for=2)
+            # a node whose engine does not answer gets no sandboxes, and the daemon goes on
+            nodes.add("unix:///run/rock-no-engine.sock", wait_for=2)
+            log = serve.home / "daemon.log"
+            _wait(lambda: "gets no sandboxes" in log.read_text(), 60, "the engineless node")
+            assert "No Docker engine answers at unix:///run/rock-no-engine.sock" in log.read_text()
+            assert client.create(SandboxSpec(memory_mb=256)).id in _containers(
+                engines[0], daemon_id
+            )
+            nodes.add(engines[1], wait_for=3)
             _wait(lambda: engines[1] in agent_pids(), 60, "an agent on the new node")
             after = [client.create(SandboxSpec(memory_mb=256)) for _ in range(2)]
             assert {b.id for b in after} <= _containers(engines[1], daemon_id)  # emptier

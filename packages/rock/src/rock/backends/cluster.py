@@ -55,6 +55,8 @@ DESCRIBE_TIMEOUT = 60.0
 """Seconds a new agent has to start and describe its node."""
 RESTART_AFTER = 5.0
 """Seconds before an agent that died is started again on a node that is still alive."""
+ENGINE_RETRY_AFTER = 60.0
+"""Seconds before a node whose Docker engine did not answer is tried again."""
 
 _Agent: Any = ray.remote(NodeAgent)
 
@@ -106,8 +108,8 @@ class RayBackend(Backend):
         self._nodes: dict[str, _Node] = {}
         self._lost: dict[str, str] = {}
         """Sandboxes of lost nodes, with the reason, until the daemon has closed them."""
-        self._died_at: dict[str, float] = {}
-        self._unusable: set[str] = set()
+        self._retry_at: dict[str, float] = {}
+        """When a node whose agent died, or whose engine did not answer, is tried again."""
         self._refreshing = threading.Lock()
         self.refresh()
         if not self._nodes:
@@ -137,10 +139,8 @@ class RayBackend(Backend):
         now = time.monotonic()
         for node_id, facts in alive.items():
             with self._lock:
-                if node_id in self._nodes or node_id in self._unusable:
+                if node_id in self._nodes or now < self._retry_at.get(node_id, 0.0):
                     continue
-            if now - self._died_at.get(node_id, -RESTART_AFTER) < RESTART_AFTER:
-                continue
             self._join(node_id, facts.get("NodeManagerAddress", "?"))
 
     def _join(self, node_id: str, address: str) -> None:
@@ -161,10 +161,8 @@ class RayBackend(Backend):
                 str(cause).splitlines()[0][:200] if str(cause) else type(cause).__name__,
             )
             ray.kill(agent)
-            if isinstance(cause, EngineUnavailable):
-                self._unusable.add(node_id)
-            else:
-                self._died_at[node_id] = time.monotonic()
+            wait = ENGINE_RETRY_AFTER if isinstance(cause, EngineUnavailable) else RESTART_AFTER
+            self._retry_at[node_id] = time.monotonic() + wait
             return
         node = _Node(
             node_id=node_id,
@@ -190,7 +188,7 @@ class RayBackend(Backend):
             node = self._nodes.pop(node_id, None)
             if node is None:
                 return
-            self._died_at[node_id] = time.monotonic()
+            self._retry_at[node_id] = time.monotonic() + RESTART_AFTER
             why = f"its node {node.name} was lost ({reason})"
             for sandbox_id in node.sandboxes:
                 self._lost[sandbox_id] = why
@@ -199,19 +197,6 @@ class RayBackend(Backend):
         )
         with contextlib.suppress(Exception):  # already gone
             ray.kill(node.agent)
-
-    def nodes(self) -> builtins.list[dict[str, Any]]:
-        """The nodes that take sandboxes now, with their sandbox counts."""
-        with self._lock:
-            return [
-                {
-                    "node": n.name,
-                    "cpus": n.cpus,
-                    "memory_mb": n.memory_mb,
-                    "sandboxes": len(n.sandboxes),
-                }
-                for n in self._nodes.values()
-            ]
 
     def call(self, node: _Node, method: str, *args: Any) -> Any:
         """One verb on ``node``'s agent."""

@@ -21,6 +21,7 @@ from typing import Any
 from rock.backends.base import Sandbox, SandboxNotFound, Session
 from rock.backends.docker import DockerBackend
 from rock.engine import connect, engine_host
+from rock.errors import EngineUnavailable
 from rock.models import DEFAULT_MAX_OUTPUT, ExecRequest, ExecResult, SandboxSpec, SessionResult
 
 
@@ -28,17 +29,25 @@ class NodeAgent:
     """One node's sandboxes; made by the daemon as a threaded Ray actor on that node."""
 
     def __init__(self, daemon_id: str) -> None:
-        client = connect()
-        client.api.timeout = 300
-        self.backend = DockerBackend(client, daemon_id=daemon_id)
         self._boxes: dict[str, Sandbox] = {}
         self._sessions: dict[str, Session] = {}
         self._lock = threading.Lock()
+        self._refused: EngineUnavailable | None = None
+        try:
+            client = connect()
+        except EngineUnavailable as exc:  # said by describe(), the daemon's first call
+            self._refused = exc
+            return
+        client.api.timeout = 300
+        self.backend = DockerBackend(client, daemon_id=daemon_id)
 
     # --- the node ---------------------------------------------------------------------
 
     def describe(self) -> dict[str, Any]:
-        """What placement needs: the engine's CPUs and memory, its runtimes, where it is."""
+        """What placement needs: the engine's CPUs and memory, its runtimes, where it is;
+        `EngineUnavailable` when the node's engine does not answer."""
+        if self._refused is not None:
+            raise self._refused
         info = self.backend.client.info()
         return {
             "host": socket.gethostname(),
