@@ -12,7 +12,7 @@ import time
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from rock.backends.base import Backend, Sandbox
+from rock.backends.base import Backend, Sandbox, SandboxError
 from rock.daemon.pools import _Pool, _shape
 from rock.models import SandboxSpec
 from rock.store import SandboxRecord, SandboxState, StateStore, StoreUnavailable, UnknownSandbox
@@ -183,7 +183,7 @@ class UpkeepMixin:
                     continue
             try:
                 box = self.backend.get(sandbox_id)
-            except Exception:  # gone meanwhile
+            except SandboxError:  # gone meanwhile, or its node with it
                 continue
             log.info("removing %s, left behind %s", sandbox_id, row.state_reason or "")
             self._quiet_delete(box)
