@@ -24,7 +24,7 @@ from ray_nodes import FIRST_ENGINE, RayNodes, agent_pids, free_port, second_engi
 from rock_daemons import Serve
 
 from rock.backends.base import LABEL_DAEMON, ImageMissing, SandboxConflict
-from rock.backends.cluster import _Node
+from rock.backends.cluster import Node
 from rock.client import Client
 from rock.errors import DaemonError
 from rock.models import SandboxSpec
@@ -271,12 +271,12 @@ def test_a_daemon_killed_9_reconciles_on_both_nodes(
 
 def test_placement_prefers_the_node_with_the_most_room() -> None:
     small = SandboxSpec(cpus=1, memory_mb=1024)
-    busy = _Node("a", "a", None, cpus=4, memory_mb=8192, runtimes=["runc"])
-    idle = _Node("b", "b", None, cpus=4, memory_mb=8192, runtimes=["runc"])
+    busy = Node("a", "a", None, cpus=4, memory_mb=8192, runtimes=["runc"])
+    idle = Node("b", "b", None, cpus=4, memory_mb=8192, runtimes=["runc"])
     busy.sandboxes = {"sb-1": small, "sb-2": small}
     assert max([busy, idle], key=lambda n: n.free(small)) is idle
     idle.starting = 2  # two on their way count as placed
-    big = _Node("c", "c", None, cpus=16, memory_mb=65536, runtimes=["runc"])
+    big = Node("c", "c", None, cpus=16, memory_mb=65536, runtimes=["runc"])
     big.sandboxes = {f"sb-{i}": small for i in range(3)}
     assert max([busy, idle, big], key=lambda n: n.free(small)) is big  # more room, more boxes
 

@@ -62,7 +62,7 @@ _Agent: Any = ray.remote(NodeAgent)
 
 
 @dataclass
-class _Node:
+class Node:
     """One node of the cluster as placement sees it."""
 
     node_id: str
@@ -105,7 +105,7 @@ class RayBackend(Backend):
                 "one with 'ray start --head' and give its address, or use --backend docker."
             ) from None
         self._lock = threading.RLock()
-        self._nodes: dict[str, _Node] = {}
+        self._nodes: dict[str, Node] = {}
         self._lost: dict[str, str] = {}
         """Sandboxes of lost nodes, with the reason, until the daemon has closed them."""
         self._retry_at: dict[str, float] = {}
@@ -164,7 +164,7 @@ class RayBackend(Backend):
             wait = ENGINE_RETRY_AFTER if isinstance(cause, EngineUnavailable) else RESTART_AFTER
             self._retry_at[node_id] = time.monotonic() + wait
             return
-        node = _Node(
+        node = Node(
             node_id=node_id,
             name=f"{facts['host']}/{node_id[:8]}",
             agent=agent,
@@ -198,11 +198,11 @@ class RayBackend(Backend):
         with contextlib.suppress(Exception):  # already gone
             ray.kill(node.agent)
 
-    def call(self, node: _Node, method: str, *args: Any) -> Any:
+    def call(self, node: Node, method: str, *args: Any) -> Any:
         """One verb on ``node``'s agent."""
         return self.wait(node, lambda: ray.get(getattr(node.agent, method).remote(*args)))
 
-    def wait(self, node: _Node, get: Callable[[], T]) -> T:
+    def wait(self, node: Node, get: Callable[[], T]) -> T:
         """``get()`` of an agent's answer: its error as rock raised it, a dead agent as
         `NodeLost` (and the node lost)."""
         try:
@@ -218,7 +218,7 @@ class RayBackend(Backend):
                 f"node {node.name} was lost ({_death(exc)}); create a new sandbox."
             ) from None
 
-    def owner(self, sandbox_id: str) -> _Node:
+    def owner(self, sandbox_id: str) -> Node:
         with self._lock:
             for node in self._nodes.values():
                 if sandbox_id in node.sandboxes:
@@ -230,7 +230,7 @@ class RayBackend(Backend):
 
     # --- Backend ------------------------------------------------------------------------
 
-    def _place(self, spec: SandboxSpec, *, tried: frozenset[str] = frozenset()) -> _Node:
+    def _place(self, spec: SandboxSpec, *, tried: frozenset[str] = frozenset()) -> Node:
         with self._lock:
             fits = [
                 n
@@ -263,7 +263,7 @@ class RayBackend(Backend):
         """Some node can start ``spec`` (has its runtime and its image)."""
         self._on_a_node(spec, "check_spec", spec)
 
-    def _on_a_node(self, spec: SandboxSpec, method: str, *args: Any) -> tuple[_Node, Any]:
+    def _on_a_node(self, spec: SandboxSpec, method: str, *args: Any) -> tuple[Node, Any]:
         """``method`` on the best node for ``spec``; a node without its image passes it to
         the next best one."""
         tried: set[str] = set()
@@ -319,7 +319,7 @@ class RayBackend(Backend):
                 seen.setdefault(image["id"], image)
         return builtins.list(seen.values())
 
-    def _alive(self) -> builtins.list[_Node]:
+    def _alive(self) -> builtins.list[Node]:
         with self._lock:
             return builtins.list(self._nodes.values())
 
@@ -356,7 +356,7 @@ class RaySandbox(Sandbox):
     def __init__(
         self,
         backend: RayBackend,
-        node: _Node,
+        node: Node,
         sandbox_id: str,
         spec: SandboxSpec,
         container_id: str | None,
