@@ -27,7 +27,7 @@ from rock.backends.base import LABEL_DAEMON, ImageMissing, SandboxConflict
 from rock.backends.cluster import Node
 from rock.client import Client
 from rock.errors import DaemonError
-from rock.models import SandboxSpec
+from rock.models import ExecRequest, SandboxSpec
 
 ENV = {**os.environ, "RAY_AUTH_MODE": "disabled"}
 ONLY_FIRST = "rock-test/only-first-node:1"
@@ -137,6 +137,16 @@ def test_a_pool_spreads_over_both_nodes_and_each_verb_reaches_the_owner(
             session.run("cd /tmp && export MARK=7")
             assert session.run("pwd; echo $MARK").output == b"/tmp\n7\n"
             session.close()
+
+        # an interrupt reaches the command on its node while the call runs there
+        box = boxes[-1]
+        began = time.monotonic()
+        stopper = threading.Timer(1.0, lambda: box.interrupt("long"))
+        stopper.start()
+        cut = box.run(ExecRequest(command="sleep 30; echo never", tag="long", timeout=60))
+        stopper.join()
+        assert time.monotonic() - began < 20 and b"never" not in cut.stdout
+        assert cut.exit_code != 0
 
         # an image only the first node has: its sandboxes go there, though it is fuller
         only_first = [client.create(SandboxSpec(image=ONLY_FIRST, memory_mb=256)) for _ in "ab"]
