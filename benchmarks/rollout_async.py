@@ -108,21 +108,18 @@ def add_workload_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--staleness", type=int, default=2, help="max_staleness of the async run")
 
 
-def run(
-    args: argparse.Namespace, staleness: int, tokenizer: Any, dataset: Path
-) -> dict[str, float]:
+def task_rollouts(
+    args: argparse.Namespace, staleness: int, policy: TailPolicy, tokenizer: Any, dataset: Path
+) -> Any:
+    """The workload's rollout source (roll.agentic.collector.TaskRollouts, not entered)."""
     from roll.agentic.collector import TaskRollouts
     from roll.config import TasksConfig
     from roll.generation.base import SamplingParams
 
-    policy = TailPolicy(tokenizer, args, seed=staleness + 1)
     config = TasksConfig(
-        dataset=str(dataset),
-        pool_size=args.pool,
-        max_turns=3,
-        max_staleness=staleness,
+        dataset=str(dataset), pool_size=args.pool, max_turns=3, max_staleness=staleness
     )
-    with TaskRollouts(
+    return TaskRollouts(
         config,
         tokenizer,
         seed=0,
@@ -131,7 +128,14 @@ def run(
         group_size=args.group_size,
         groups_per_step=args.groups,
         max_staleness=staleness,
-    ) as rollouts:
+    )
+
+
+def run(
+    args: argparse.Namespace, staleness: int, tokenizer: Any, dataset: Path
+) -> dict[str, float]:
+    policy = TailPolicy(tokenizer, args, seed=staleness + 1)
+    with task_rollouts(args, staleness, policy, tokenizer, dataset) as rollouts:
         rollouts.take(0)  # warm: the pool refills, first episodes pay the start-up
         began = time.perf_counter()
         episodes = 0

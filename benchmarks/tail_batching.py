@@ -36,13 +36,11 @@ from pathlib import Path
 from typing import Any
 
 from _rockbench import machine
-from rollout_async import TailPolicy, add_workload_args, workload
+from rollout_async import TailPolicy, add_workload_args, task_rollouts, workload
 
 
 def run(arm: str, args: argparse.Namespace, tokenizer: Any, dataset: Path) -> dict[str, float]:
-    from roll.agentic.collector import TaskRollouts
-    from roll.config import TailBatchingConfig, TasksConfig
-    from roll.generation.base import SamplingParams
+    from roll.config import TailBatchingConfig
     from roll.schedule import TailBatching
     from roll.train import stale
 
@@ -50,19 +48,7 @@ def run(arm: str, args: argparse.Namespace, tokenizer: Any, dataset: Path) -> di
     if arm == "floor":  # no long episode at all: what removing every straggler would give
         args = argparse.Namespace(**{**vars(args), "long_share": 0.0})
     policy = TailPolicy(tokenizer, args, seed=1)
-    config = TasksConfig(
-        dataset=str(dataset), pool_size=args.pool, max_turns=3, max_staleness=staleness
-    )
-    rollouts = TaskRollouts(
-        config,
-        tokenizer,
-        seed=0,
-        backend=policy,
-        params=SamplingParams(max_new_tokens=64),
-        group_size=args.group_size,
-        groups_per_step=args.groups,
-        max_staleness=staleness,
-    )
+    rollouts = task_rollouts(args, staleness, policy, tokenizer, dataset)
     source: Any = rollouts
     if arm == "tail":
         schedule = TailBatchingConfig(eta=args.eta, long_round_every=args.long_round_every)
