@@ -22,7 +22,7 @@ this machine: its sandbox work and its update, which a synchronous step cannot o
 plain synchronous, with zero stale samples. ``--steps`` should be a multiple of
 ``--long-round-every`` (no deferred prompt left over at the end).
 
-Usage: python benchmarks/tail_batching.py [--steps 8] [--eta 2] [--long-round-every 4]
+Usage: python benchmarks/tail_batching.py [--steps 8] [--eta 2] [--long-round-every 8]
     [rollout_async.py's workload options: --groups 2 --group-size 4 --update-sec 3 ...]
 """
 
@@ -82,7 +82,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     add_workload_args(parser)
     parser.add_argument("--eta", type=float, default=2.0)
-    parser.add_argument("--long-round-every", type=int, default=4)
+    parser.add_argument("--long-round-every", type=int, default=8)
     parser.set_defaults(steps=8)
     args = parser.parse_args()
     print(machine())
