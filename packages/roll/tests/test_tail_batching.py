@@ -285,6 +285,11 @@ def test_agentic_long_round_whose_deferred_prompts_fail_is_resampled(
     with tail:
         source = rollouts.runner.source
         short = tail.take(0)  # fast finishes; slow (sleeping) is cut and deferred
+        deadline = time.monotonic() + 60  # the cut ones stop in the background, as updates run
+        while time.monotonic() < deadline and (
+            tail.metrics().get("episodes/cut", 0) < 2 or source.client.pool(source.pool).in_use
+        ):
+            time.sleep(0.1)
         after_short = tail.metrics()
         in_use_short = source.client.pool(source.pool).in_use
         with tail.paused():

@@ -130,6 +130,8 @@ class TaskRollouts:
         self._episodes: AgenticEpisodes | None = None
         self._ready: asyncio.Queue[list[Trajectory]] | None = None
         self._inflight = 0
+        self._cutting: set[asyncio.Task[list[Trajectory]]] = set()
+        """Groups cut by a round, stopping (their sandboxes going back) in the background."""
         self._gateway: Gateway | None = None
 
     # -- life cycle ----------------------------------------------------------------------------
@@ -296,8 +298,7 @@ class TaskRollouts:
     def run_round(self, step: int, prompts: list[Prompt], keep: int | None) -> Round:
         """A group of each prompt's task, concurrently: with ``keep``, until that many have
         finished (the others are cancelled: their episodes stop and their sandboxes go back
-        to the pool, before this returns when the episodes run in this process); else until
-        all have. A group whose every episode
+        to the pool in the background, while the trainer updates); else until all have. A group whose every episode
         failed for infrastructure reasons is ``failed``, not finished."""
         return self._call(self._round(prompts, keep))
 
@@ -323,9 +324,11 @@ class TaskRollouts:
                     finished.append((jobs[job], group))
                 else:
                     failed.append(jobs[job])
-        for job in pending:
+        for job in pending:  # their sandboxes go back in the background, during the update
             job.cancel()
-        await asyncio.gather(*pending, return_exceptions=True)  # sandboxes released
+        self._cutting |= pending
+        for job in pending:
+            job.add_done_callback(self._cutting.discard)
         kept = finished[:keep] if keep is not None else finished
         cut = [jobs[job] for job in pending] + [position for position, _ in finished[len(kept) :]]
         return Round(
