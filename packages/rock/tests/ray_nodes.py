@@ -128,9 +128,10 @@ class RayNodes:
         shutil.rmtree(self.temp, ignore_errors=True)
 
 
-def agent_pids() -> dict[str, int]:
-    """The rock agents running on this machine, by the DOCKER_HOST of each."""
-    out: dict[str, int] = {}
+def agent_pids() -> dict[str, list[int]]:
+    """The rock agents running on this machine, by the DOCKER_HOST of each (an agent of a
+    daemon that just stopped may still be there beside the running daemon's)."""
+    out: dict[str, list[int]] = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
@@ -145,5 +146,5 @@ def agent_pids() -> dict[str, int]:
             )
         except OSError:
             continue
-        out[env.get("DOCKER_HOST", FIRST_ENGINE)] = int(entry.name)
+        out.setdefault(env.get("DOCKER_HOST", FIRST_ENGINE), []).append(int(entry.name))
     return out
