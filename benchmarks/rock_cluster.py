@@ -28,39 +28,24 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-import docker
 from _rockbench import machine, pct, summary
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "packages" / "rock" / "tests"))
-from ray_nodes import FIRST_ENGINE, RayNodes, free_port, second_engine
+from ray_nodes import (
+    FIRST_ENGINE,
+    RayNodes,
+    containers,
+    free_port,
+    remove_containers,
+    second_engine,
+)
 from rock_daemons import Serve
 
-from rock.backends.base import LABEL_DAEMON
 from rock.client import Client
 from rock.models import SandboxSpec
 
 SPEC = SandboxSpec(memory_mb=256, pids_limit=128)
 ENV = {**os.environ, "RAY_AUTH_MODE": "disabled"}
-
-
-def per_engine(engines: list[str], daemon_id: str) -> list[int]:
-    counts = []
-    for host in engines:
-        engine = docker.DockerClient(base_url=host)
-        label = f"{LABEL_DAEMON}={daemon_id}"
-        counts.append(len(engine.api.containers(all=True, filters={"label": label})))
-        engine.close()
-    return counts
-
-
-def sweep(engines: list[str], daemon_id: str) -> None:
-    for host in engines:
-        engine = docker.DockerClient(base_url=host)
-        for row in engine.api.containers(
-            all=True, filters={"label": f"{LABEL_DAEMON}={daemon_id}"}
-        ):
-            engine.api.remove_container(row["Id"], force=True)
-        engine.close()
 
 
 def measure(address: str, engines: list[str], args: argparse.Namespace) -> dict[str, Any]:
@@ -100,12 +85,12 @@ def measure(address: str, engines: list[str], args: argparse.Namespace) -> dict[
         with ThreadPoolExecutor(8) as pool:
             ok = sum(pool.map(lambda box: box.exec("true").exit_code == 0, many))
         out["n_ok"] = ok
-        out["spread"] = per_engine(engines, daemon_id)
+        out["spread"] = [len(containers(host, daemon_id)) for host in engines]
         with ThreadPoolExecutor(8) as pool:
             list(pool.map(lambda box: box.delete(), many))
     finally:
         serve.stop()
-        sweep(engines, daemon_id)
+        remove_containers(engines, daemon_id)
     return out
 
 

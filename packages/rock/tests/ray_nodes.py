@@ -15,6 +15,10 @@ import tempfile
 import time
 from pathlib import Path
 
+import docker
+
+from rock.backends.base import LABEL_DAEMON, LABEL_SANDBOX
+
 REPO = Path(__file__).resolve().parents[3]
 RAY = Path(sys.executable).parent / "ray"
 FIRST_ENGINE = "unix:///var/run/docker.sock"
@@ -148,3 +152,24 @@ def agent_pids() -> dict[str, list[int]]:
             continue
         out.setdefault(env.get("DOCKER_HOST", FIRST_ENGINE), []).append(int(entry.name))
     return out
+
+
+def containers(host: str, daemon_id: str) -> set[str]:
+    """The sandbox ids of ``daemon_id``'s containers on the engine at ``host``."""
+    client = docker.DockerClient(base_url=host)
+    try:
+        rows = client.api.containers(all=True, filters={"label": f"{LABEL_DAEMON}={daemon_id}"})
+        return {row["Labels"][LABEL_SANDBOX] for row in rows}
+    finally:
+        client.close()
+
+
+def remove_containers(hosts: list[str] | tuple[str, ...], daemon_id: str) -> None:
+    """Remove what ``daemon_id`` left on each engine (a killed daemon does not clean up)."""
+    for host in hosts:
+        client = docker.DockerClient(base_url=host)
+        rows = client.api.containers(all=True, filters={"label": f"{LABEL_DAEMON}={daemon_id}"})
+        for row in rows:
+            with contextlib.suppress(docker.errors.NotFound):
+                client.api.remove_container(row["Id"], force=True)
+        client.close()

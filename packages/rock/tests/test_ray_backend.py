@@ -20,10 +20,18 @@ import pytest
 
 pytest.importorskip("ray", reason="ray is not installed (pip install 'rock[ray]')")
 
-from ray_nodes import FIRST_ENGINE, RayNodes, agent_pids, free_port, second_engine
+from ray_nodes import (
+    FIRST_ENGINE,
+    RayNodes,
+    agent_pids,
+    containers,
+    free_port,
+    remove_containers,
+    second_engine,
+)
 from rock_daemons import Serve
 
-from rock.backends.base import LABEL_DAEMON, ImageMissing, SandboxConflict
+from rock.backends.base import ImageMissing, SandboxConflict
 from rock.backends.cluster import Node
 from rock.client import Client
 from rock.errors import DaemonError
@@ -60,25 +68,6 @@ def cluster(engines: tuple[str, str]) -> Iterator[RayNodes]:
         nodes.close()
 
 
-def _containers(host: str, daemon_id: str) -> set[str]:
-    client = docker.DockerClient(base_url=host)
-    try:
-        rows = client.api.containers(all=True, filters={"label": f"{LABEL_DAEMON}={daemon_id}"})
-        return {row["Labels"]["dev.ale.rock.sandbox"] for row in rows}
-    finally:
-        client.close()
-
-
-def _remove_all(engines: tuple[str, str], daemon_id: str) -> None:
-    for host in engines:
-        client = docker.DockerClient(base_url=host)
-        rows = client.api.containers(all=True, filters={"label": f"{LABEL_DAEMON}={daemon_id}"})
-        for row in rows:
-            with contextlib.suppress(docker.errors.NotFound):
-                client.api.remove_container(row["Id"], force=True)
-        client.close()
-
-
 def _wait(predicate: object, timeout: float, what: str) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -103,7 +92,7 @@ def _daemon(
         yield serve
     finally:
         serve.stop()
-        _remove_all(engines, daemon_id)
+        remove_containers(engines, daemon_id)
 
 
 def _daemon_id(serve: Serve) -> str:
@@ -124,7 +113,7 @@ def test_a_pool_spreads_over_both_nodes_and_each_verb_reaches_the_owner(
         client = Client(serve.url, home=serve.home)
         client.wait_pool("warm", idle=4, timeout=120)
         daemon_id = _daemon_id(serve)
-        first, second = (_containers(host, daemon_id) for host in engines)
+        first, second = (containers(host, daemon_id) for host in engines)
         assert len(first) == 2 and len(second) == 2  # spread by free capacity
 
         boxes = [client.acquire("warm") for _ in range(4)]
@@ -150,7 +139,7 @@ def test_a_pool_spreads_over_both_nodes_and_each_verb_reaches_the_owner(
 
         # an image only the first node has: its sandboxes go there, though it is fuller
         only_first = [client.create(SandboxSpec(image=ONLY_FIRST, memory_mb=256)) for _ in "ab"]
-        assert {b.id for b in only_first} <= _containers(engines[0], daemon_id)
+        assert {b.id for b in only_first} <= containers(engines[0], daemon_id)
         with pytest.raises(ImageMissing) as missing:
             client.create(SandboxSpec(image="rock-test/on-no-node:1"))
         assert str(missing.value) == (
@@ -222,12 +211,12 @@ def test_a_node_lost_under_load_leaves_no_sandbox_unaccounted_and_the_pool_refil
 
         def accounted() -> bool:
             live = {s.id for s in client.list(state=["ready", "busy", "starting", "pending"])}
-            found = _containers(engines[0], daemon_id) | _containers(engines[1], daemon_id)
+            found = containers(engines[0], daemon_id) | containers(engines[1], daemon_id)
             return live == found
 
         _wait(accounted, 60, "every container to be a live sandbox and each live one a container")
         fresh = [client.create(SandboxSpec(memory_mb=256)) for _ in range(4)]
-        assert _containers(engines[1], daemon_id) & {box.id for box in fresh}  # work again
+        assert containers(engines[1], daemon_id) & {box.id for box in fresh}  # work again
 
 
 def test_a_node_that_joins_gets_work(engines: tuple[str, str], pg_url: str, tmp_path: Path) -> None:
@@ -238,19 +227,17 @@ def test_a_node_that_joins_gets_work(engines: tuple[str, str], pg_url: str, tmp_
             client = Client(serve.url, home=serve.home)
             daemon_id = _daemon_id(serve)
             before = [client.create(SandboxSpec(memory_mb=256)) for _ in range(2)]
-            assert {b.id for b in before} <= _containers(engines[0], daemon_id)
+            assert {b.id for b in before} <= containers(engines[0], daemon_id)
             # a node whose engine does not answer gets no sandboxes, and the daemon goes on
             nodes.add("unix:///run/rock-no-engine.sock", wait_for=2)
             log = serve.home / "daemon.log"
             _wait(lambda: "gets no sandboxes" in log.read_text(), 60, "the engineless node")
             assert "No Docker engine answers at unix:///run/rock-no-engine.sock" in log.read_text()
-            assert client.create(SandboxSpec(memory_mb=256)).id in _containers(
-                engines[0], daemon_id
-            )
+            assert client.create(SandboxSpec(memory_mb=256)).id in containers(engines[0], daemon_id)
             nodes.add(engines[1], wait_for=3)
             _wait(lambda: engines[1] in agent_pids(), 60, "an agent on the new node")
             after = [client.create(SandboxSpec(memory_mb=256)) for _ in range(2)]
-            assert {b.id for b in after} <= _containers(engines[1], daemon_id)  # emptier
+            assert {b.id for b in after} <= containers(engines[1], daemon_id)  # emptier
             assert after[0].exec("true").exit_code == 0
     finally:
         nodes.close()
@@ -266,13 +253,13 @@ def test_a_daemon_killed_9_reconciles_on_both_nodes(
         held = [client.create(SandboxSpec(memory_mb=256, ttl_sec=600)) for _ in range(2)]
         for box in held:
             box.write_file("/tmp/state", b"before\n")
-        before = _containers(engines[0], daemon_id), _containers(engines[1], daemon_id)
+        before = containers(engines[0], daemon_id), containers(engines[1], daemon_id)
         assert all(len(found) == 2 for found in before)
 
         serve.kill()
         serve.start(env=ENV)
         client.wait_pool("warm", idle=2, timeout=120)
-        assert (_containers(engines[0], daemon_id), _containers(engines[1], daemon_id)) == before
+        assert (containers(engines[0], daemon_id), containers(engines[1], daemon_id)) == before
         for box in held:  # adopted on both nodes, files and all
             again = client.sandbox(box.id)
             assert again.read_file("/tmp/state") == b"before\n"
@@ -323,7 +310,7 @@ def test_a_machine_that_leaves_the_cluster_has_its_pool_share_refilled_elsewhere
         client = Client(serve.url, home=serve.home)
         client.wait_pool("warm", idle=4, timeout=120)
         daemon_id = _daemon_id(serve)
-        gone = _containers(engines[1], daemon_id)
+        gone = containers(engines[1], daemon_id)
         assert len(gone) == 2
         node = cluster.nodes[1]
         os.killpg(node.pid, signal.SIGKILL)
@@ -336,9 +323,9 @@ def test_a_machine_that_leaves_the_cluster_has_its_pool_share_refilled_elsewhere
             return errors == gone and len(ready) == 4
 
         _wait(refilled, 120, "the lost node's sandboxes closed and the pool refilled")
-        assert {s.id for s in client.list(state=["ready"])} <= _containers(engines[0], daemon_id)
+        assert {s.id for s in client.list(state=["ready"])} <= containers(engines[0], daemon_id)
         reasons = {s.state_reason for s in client.list(state=["error"])}
         assert all(r and "was lost" in r for r in reasons), reasons
 
         cluster.add(engines[1], wait_for=2)  # the machine is back: what it left is removed
-        _wait(lambda: not _containers(engines[1], daemon_id) & gone, 120, "leftovers removed")
+        _wait(lambda: not containers(engines[1], daemon_id) & gone, 120, "leftovers removed")
