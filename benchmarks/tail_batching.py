@@ -9,9 +9,10 @@ Three arms, one after the other in the same run:
 - plain synchronous (the baseline, ``max_staleness: 0``): a step runs its groups after the
   previous update and waits for the slowest episode;
 - tail batching (``rollout.schedule: tail_batching``, :mod:`roll.schedule`): short rounds
-  launch ``ceil(eta * groups)`` groups and keep the first ``groups`` to finish (the others
-  are cut, their sandboxes given back, their prompts deferred); every ``--long-round-every``
-  steps a long round runs the deferred prompts together and waits for them all;
+  launch ``ceil(eta * groups)`` groups and keep the first ``groups`` to finish acting (only
+  they run their verifiers, :mod:`roll.agentic.admission`; the others are cut, their
+  sandboxes given back, their prompts deferred); every ``--long-round-every`` steps a long
+  round runs the deferred prompts together and waits for them all;
 - asynchronous (``max_staleness: --staleness``): the next steps' groups run during the
   update; their samples may come from an older policy.
 
@@ -75,6 +76,7 @@ def run(arm: str, args: argparse.Namespace, tokenizer: Any, dataset: Path) -> di
         "long_rounds": metrics.get("tail/long_rounds", 0.0),
         "deferred": metrics.get("tail/deferred_total", 0.0),
         "cut": metrics.get("episodes/cut", 0.0),
+        "cut_unverified": metrics.get("episodes/cut_unverified", 0.0),
     }
 
 
@@ -108,7 +110,8 @@ def main() -> int:
         if arm == "tail":
             extra = (
                 f", long rounds {r['long_rounds']:.0f}, prompts deferred {r['deferred']:.0f}, "
-                f"episodes cut {r['cut']:.0f}"
+                f"episodes cut {r['cut']:.0f} ({r['cut_unverified']:.0f} held before their "
+                "verifiers)"
             )
         if arm == "async":
             extra = f", stale groups dropped {r['stale_dropped']:.0f}"

@@ -313,3 +313,49 @@ def test_agentic_long_round_whose_deferred_prompts_fail_is_resampled(
     started = after_long["episodes/started"]
     ended = sum(after_long[f"episodes/{k}"] for k in ("scored", "infra_retried", "infra_abandoned", "cut"))  # fmt: skip
     assert started == ended
+
+
+@pytest.mark.docker
+def test_agentic_short_round_runs_the_verifiers_of_the_groups_it_keeps_only(
+    tmp_path: Path, tiny: Path
+) -> None:
+    from transformers import AutoTokenizer
+
+    from roll.agentic.collector import TaskRollouts
+    from roll.config import TailBatchingConfig, TasksConfig
+    from roll.schedule import TailBatching
+
+    # one task whose agent finishes at once and whose verifier takes 5 s: the three groups of
+    # a short round are done acting long before the first admitted one is scored
+    source = sorted(TASKS.iterdir())[0]
+    task = tmp_path / "data" / "tasks" / "fast"
+    shutil.copytree(source, task)
+    test_sh = task / "tests" / "test.sh"
+    lines = test_sh.read_text().splitlines()
+    test_sh.write_text("\n".join([lines[0], "sleep 5", *lines[1:]]) + "\n")
+    tokenizer = AutoTokenizer.from_pretrained(tiny)
+    config = TasksConfig(dataset=str(tmp_path / "data"), pool_size=6, max_turns=3)
+    rollouts = TaskRollouts(
+        config,
+        tokenizer,
+        seed=0,
+        backend=TaskBackend(tokenizer),
+        params=SamplingParams(max_new_tokens=64),
+        group_size=2,
+        groups_per_step=1,
+    )
+    tail = TailBatching(
+        rollouts, TailBatchingConfig(eta=3, long_round_every=2), groups_per_step=1, start_step=0
+    )
+    with tail:
+        kept = tail.take(0)
+        deadline = time.monotonic() + 60  # the cut ones stop in the background
+        while time.monotonic() < deadline and tail.metrics().get("episodes/cut", 0) < 4:
+            time.sleep(0.1)
+        metrics = tail.metrics()
+    assert len(kept) == 2 and {t.task_id for t in kept} == {"fast"}
+    assert metrics["episodes/cut"] == 4 and metrics["tail/deferred"] == 2
+    # held before their verifiers, never run: at least the second group ready was (the third
+    # may still have been acting)
+    assert metrics["episodes/cut_unverified"] >= 2
+    assert metrics["episodes/scored"] == 2

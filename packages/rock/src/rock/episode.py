@@ -21,7 +21,7 @@ import math
 import shlex
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -261,6 +261,7 @@ async def run_episode(
     agent_sandbox: Callable[[Sandbox], EpisodeSandbox] | None = None,
     on_sandbox: Callable[[Sandbox], None] | None = None,
     keep_artifacts: bool = False,
+    before_verifier: Callable[[], Awaitable[None]] | None = None,
 ) -> Episode:
     """One episode of ``task`` with ``agent`` in ``env``: open, run the agent under its
     timeout (through ``agent_sandbox``, a recorder say, when given), stage the tests, run the
@@ -268,7 +269,9 @@ async def run_episode(
     sandbox back. Infrastructure failures (``env.failure_of``) end the episode as values;
     ``on_sandbox`` sees the sandbox before it is given back. With ``keep_artifacts`` the
     task's artifacts are copied out beside ``verifier_dir`` (as Harbor keeps them with a
-    trial); a separate verifier gets them either way."""
+    trial); a separate verifier gets them either way. ``before_verifier`` is awaited after
+    the agent, before the collect hooks and the verifier (of each step, in a multi-step
+    task): a caller holds the episode there until it knows it wants the reward."""
     episode = Episode()
     started = time.monotonic()
     try:
@@ -283,6 +286,7 @@ async def run_episode(
         await _agent_and_verifier(
             episode, task, agent, env, sandbox, workdir, agent_timeout_sec, test_timeout_sec,
             verifier_dir, logs_dir, traceback_dir, agent_sandbox, keep_artifacts,
+            before_verifier,
         )  # fmt: skip
     except Exception as exc:
         episode.failure = episode.infrastructure_failure = _infrastructure(env, exc)
@@ -310,6 +314,7 @@ async def _agent_and_verifier(
     traceback_dir: Path | None,
     agent_sandbox: Callable[[Sandbox], EpisodeSandbox] | None,
     keep_artifacts: bool,
+    before_verifier: Callable[[], Awaitable[None]] | None,
 ) -> None:
     options: dict[str, Any] = {}
     if logs_dir is not None:
@@ -328,6 +333,7 @@ async def _agent_and_verifier(
         await _steps(
             episode, task, agent, env, sandbox, lent, workdir, agent_timeout_sec,
             test_timeout_sec, verifier_dir, traceback_dir, options, keep_artifacts,
+            before_verifier,
         )  # fmt: skip
         return
     await env.network(task, sandbox, task.agent_network)
@@ -345,6 +351,8 @@ async def _agent_and_verifier(
     episode.trajectory = ran.trajectory
     episode.agent_failure = episode.failure = ran.failure
     episode.error = ran.error
+    if before_verifier is not None:
+        await before_verifier()
     services = env.services(sandbox)
     await asyncio.to_thread(run_hooks, sandbox, task.collect, hooks_log, services)
     handed: list[tuple[str, Path]] = []
@@ -378,6 +386,7 @@ async def _steps(
     traceback_dir: Path | None,
     options: dict[str, Any],
     keep_artifacts: bool,
+    before_verifier: Callable[[], Awaitable[None]] | None,
 ) -> None:
     """A multi-step task's steps in the one sandbox, in order, as Harbor runs them: each
     step's files and setup, the agent on its instruction, its tests (in the sandbox, or in
@@ -418,6 +427,8 @@ async def _steps(
         out.agent_ended_at = datetime.now(UTC)
         out.agent_sec, out.trajectory = ran.seconds, ran.trajectory
         out.failure, out.error = ran.failure, ran.error
+        if before_verifier is not None:
+            await before_verifier()
         services = env.services(sandbox)
         log = step_dir / COLLECT_LOG
         await asyncio.to_thread(run_hooks, sandbox, step.collect, log, services)

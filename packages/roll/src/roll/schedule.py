@@ -7,7 +7,8 @@ batching (RollPacker, arXiv 2509.21009) splits the steps in two kinds:
 - a **short round** launches ``ceil(eta * groups_per_step)`` groups of fresh prompts, trains
   on the first ``groups_per_step`` that finish and cuts the others (an in-process episode is
   dropped where it is; an agentic one is cancelled, its sandbox given back): their prompts
-  are *deferred*;
+  are *deferred*. Agentic groups run their verifiers only once admitted, so the groups cut
+  never do (:mod:`roll.agentic.admission`);
 - a **long round** — every ``long_round_every``-th step while prompts are deferred — runs
   every deferred prompt together (fresh ones filling up to ``groups_per_step``) and waits
   for them all: the long episodes of several steps share one wait, so a long round trains

@@ -8,6 +8,7 @@ warm pool and over one-off sandboxes; tests may pass their own.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Protocol
 
@@ -42,8 +43,16 @@ class SandboxRunner(Protocol):
     """Runs episodes of tasks in sandboxes (safe to call concurrently)."""
 
     async def episode(
-        self, task: Task, agent: BenchAgent, *, logs_dir: Path | None = None
+        self,
+        task: Task,
+        agent: BenchAgent,
+        *,
+        logs_dir: Path | None = None,
+        before_verifier: Callable[[], Awaitable[None]] | None = None,
     ) -> Outcome:
         """A fresh environment for ``task``, ``agent`` (an :class:`ale.agents.BenchAgent`)
-        run on it under the task's agent timeout, then the task's tests."""
+        run on it under the task's agent timeout, then the task's tests. ``before_verifier``
+        is awaited once the agent is done, before the tests run (before each step's, in a
+        multi-step task): a caller that may not need this episode's reward holds it there,
+        and cancelling it there costs no verifier run."""
         ...

@@ -16,6 +16,7 @@ import shlex
 import tempfile
 import threading
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -287,9 +288,15 @@ class PoolRunner:
         """Episodes that had a sandbox."""
 
     async def episode(
-        self, task: Task, agent: BenchAgent, *, logs_dir: Path | None = None
+        self,
+        task: Task,
+        agent: BenchAgent,
+        *,
+        logs_dir: Path | None = None,
+        before_verifier: Callable[[], Awaitable[None]] | None = None,
     ) -> Outcome:
-        """One episode in :func:`rock.episode.run_episode`, this runner its :class:`TaskEnv`."""
+        """One episode in :func:`rock.episode.run_episode`, this runner its :class:`TaskEnv`
+        (``before_verifier``: see :class:`ale.synth.runner.SandboxRunner`)."""
         started = time.monotonic()
         lost: list[str] = []
 
@@ -308,6 +315,7 @@ class PoolRunner:
                 verifier_dir=logs_dir / "verifier" if logs_dir is not None else Path(tmp),
                 traceback_dir=logs_dir,
                 on_sandbox=note_lost,
+                before_verifier=before_verifier,
             )
         seconds = round(time.monotonic() - started, 3)
         if lost:  # the agent or the verifier saw the daemon fail, not the task

@@ -22,6 +22,7 @@ from typing import Any, Literal, Self
 
 from ale.task import Task
 from ale.trajectory import Trajectory
+from roll.agentic.admission import Admission, GroupGate
 from roll.agentic.episodes import AgenticEpisodes, AgentSettings, EpisodeCounts
 from roll.agentic.policy import GenerationQueue
 from roll.config import TasksConfig
@@ -284,10 +285,13 @@ class TaskRollouts:
 
         asyncio.get_running_loop().create_task(run())
 
-    async def _run_group(self, task: Task, group_id: str) -> list[Trajectory]:
-        """One group's scored trajectories (the seam the Ray rollout workers replace)."""
+    async def _run_group(
+        self, task: Task, group_id: str, gate: GroupGate | None = None
+    ) -> list[Trajectory]:
+        """One group's scored trajectories (the seam the Ray rollout workers replace; they
+        do not hold verifiers, so they leave ``gate`` unused)."""
         assert self._episodes is not None
-        return await self._episodes.group(task, self.group_size, group_id)
+        return await self._episodes.group(task, self.group_size, group_id, gate)
 
     # -- rounds (tail batching, roll.schedule) --------------------------------------------------
 
@@ -298,21 +302,28 @@ class TaskRollouts:
     def run_round(self, step: int, prompts: list[Prompt], keep: int | None) -> Round:
         """A group of each prompt's task, concurrently: with ``keep``, until that many have
         finished (the others are cancelled: their episodes stop and their sandboxes go back
-        to the pool in the background, while the trainer updates); else until all have. A group whose every episode
-        failed for infrastructure reasons is ``failed``, not finished."""
+        to the pool in the background, while the trainer updates), only groups admitted by
+        :mod:`roll.agentic.admission` running their verifiers; else until all have. A group
+        whose every episode failed for infrastructure reasons is ``failed``, not finished."""
         return self._call(self._round(prompts, keep))
 
     async def _round(self, prompts: list[Prompt], keep: int | None) -> Round:
         by_id = {task.id: task for task in self.tasks}
         loop = asyncio.get_running_loop()
+        admission = Admission(keep, self._cut_waiting) if keep is not None else None
         jobs: dict[asyncio.Task[list[Trajectory]], int] = {}
+        gates: dict[asyncio.Task[list[Trajectory]], GroupGate] = {}
         for position, prompt in enumerate(prompts):
             task = by_id.get(prompt.key)
             if task is None:  # a deferred task no longer in the dataset (a resumed run)
                 continue
             index = self.launched
             self.launched += 1
-            jobs[loop.create_task(self._guarded(task, f"l{index}-{task.id}"))] = position
+            gate = admission.group(self.group_size) if admission is not None else None
+            job = loop.create_task(self._guarded(task, f"l{index}-{task.id}", gate))
+            jobs[job] = position
+            if gate is not None:
+                gates[job] = gate
         finished: list[tuple[int, list[Trajectory]]] = []
         failed: list[int] = []
         pending = set(jobs)
@@ -324,6 +335,8 @@ class TaskRollouts:
                     finished.append((jobs[job], group))
                 else:
                     failed.append(jobs[job])
+                    if job in gates:  # its place goes to the next group ready
+                        gates[job].failed()
         for job in pending:  # their sandboxes go back in the background, during the update
             job.cancel()
         self._cutting |= pending
@@ -337,10 +350,15 @@ class TaskRollouts:
             failed=[prompts[position] for position in failed],
         )
 
-    async def _guarded(self, task: Task, group_id: str) -> list[Trajectory]:
+    def _cut_waiting(self) -> None:
+        self.counts.cut_unverified += 1
+
+    async def _guarded(
+        self, task: Task, group_id: str, gate: GroupGate | None = None
+    ) -> list[Trajectory]:
         """A group's trajectories; none when it failed as a whole (counted as abandoned)."""
         try:
-            return await self._run_group(task, group_id)
+            return await self._run_group(task, group_id, gate)
         except asyncio.CancelledError:
             raise
         except Exception as exc:

@@ -31,6 +31,7 @@ from ale.agents import BenchAgent, load_agent
 from ale.synth.runner import Outcome, SandboxRunner
 from ale.task import Task
 from ale.trajectory import FailureMode, Trajectory
+from roll.agentic.admission import EpisodeGate, GroupGate
 from roll.agentic.policy import GenerationQueue, PolicyModel
 from roll.gateway import Gateway
 from roll.gateway.openai_api import MODEL_NAME
@@ -60,6 +61,9 @@ class EpisodeCounts:
     cut: int = 0
     """Episodes stopped before their end because their group was no longer wanted (tail
     batching's short rounds)."""
+    cut_unverified: int = 0
+    """Of those, the ones cut while they waited before their verifier (it never ran:
+    :mod:`roll.agentic.admission`)."""
     reasons: Counter[str] = field(default_factory=Counter)
     last_error: str | None = None
     """The last infrastructure failure, as its sentence."""
@@ -77,6 +81,7 @@ class EpisodeCounts:
         }
         if self.cut:
             out[f"{prefix}cut"] = float(self.cut)
+            out[f"{prefix}cut_unverified"] = float(self.cut_unverified)
         if self.gateway_calls or self.without_calls:
             out[f"{prefix}gateway_calls"] = float(self.gateway_calls)
             out[f"{prefix}without_calls"] = float(self.without_calls)
@@ -174,13 +179,14 @@ class AgenticEpisodes:
             **self.agent.extra,
         )
 
-    async def _attempt(self, task: Task, group_id: str) -> Outcome:
+    async def _attempt(self, task: Task, group_id: str, hold: EpisodeGate | None) -> Outcome:
         gateway = self.agent.gateway
         if gateway is None:
-            return await self.runner.episode(task, self._agent())
+            return await self.runner.episode(task, self._agent(), before_verifier=hold)
         key = gateway.episodes.open(f"{group_id}/{task.id}")
         try:
-            outcome = await self.runner.episode(task, self.agent.remote(gateway.url, key))
+            agent = self.agent.remote(gateway.url, key)
+            outcome = await self.runner.episode(task, agent, before_verifier=hold)
         finally:
             record = gateway.episodes.close(key)
             gateway.episodes.forget(key)
@@ -196,15 +202,18 @@ class AgenticEpisodes:
             outcome.trajectory.steps = record.steps
         return outcome
 
-    async def episode(self, task: Task, group_id: str) -> Trajectory | None:
+    async def episode(
+        self, task: Task, group_id: str, hold: EpisodeGate | None = None
+    ) -> Trajectory | None:
         """One scored episode of ``task`` (infrastructure failures run again), or ``None``
-        when every attempt failed for infrastructure reasons."""
+        when every attempt failed for infrastructure reasons; with ``hold``, each attempt
+        waits there before its verifier (:mod:`roll.agentic.admission`)."""
         for attempt in range(self.max_attempts):
             if attempt:
                 await asyncio.sleep(self.retry_delay * 2 ** (attempt - 1))
             self.counts.started += 1
             try:
-                outcome = await self._attempt(task, group_id)
+                outcome = await self._attempt(task, group_id, hold)
             except asyncio.CancelledError:  # its group was cut: stopped, sandbox given back
                 self.counts.cut += 1
                 raise
@@ -225,10 +234,22 @@ class AgenticEpisodes:
         self.counts.abandoned += 1
         return None
 
-    async def group(self, task: Task, size: int, group_id: str) -> list[Trajectory]:
+    async def group(
+        self, task: Task, size: int, group_id: str, gate: GroupGate | None = None
+    ) -> list[Trajectory]:
         """``size`` concurrent episodes of ``task``; the scored ones. Cancelled, it returns
-        once every episode has stopped and given its sandbox back."""
-        episodes = [asyncio.ensure_future(self.episode(task, group_id)) for _ in range(size)]
+        once every episode has stopped and given its sandbox back. With ``gate`` (a short
+        round's), the episodes run their verifiers once the group is admitted."""
+
+        async def one() -> Trajectory | None:
+            hold = gate.episode() if gate is not None else None
+            try:
+                return await self.episode(task, group_id, hold)
+            finally:
+                if hold is not None:
+                    hold.ended()
+
+        episodes = [asyncio.ensure_future(one()) for _ in range(size)]
         try:
             done = await asyncio.gather(*episodes)
         except asyncio.CancelledError:  # gather stops waiting at the first cancelled episode

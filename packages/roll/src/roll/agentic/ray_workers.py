@@ -32,6 +32,7 @@ from urllib.parse import urlsplit
 
 from ale.task import Task
 from ale.trajectory import Trajectory
+from roll.agentic.admission import GroupGate
 from roll.agentic.collector import TaskRollouts, load_tasks
 from roll.agentic.episodes import AgenticEpisodes, AgentSettings, EpisodeCounts
 from roll.agentic.policy import GenerationQueue
@@ -347,7 +348,9 @@ class RayTaskRollouts(TaskRollouts):
             ray.get([w.set_version.remote(version) for w in self.workers])
         self._told = version
 
-    async def _run_group(self, task: Task, group_id: str) -> list[Trajectory]:
+    async def _run_group(
+        self, task: Task, group_id: str, gate: GroupGate | None = None
+    ) -> list[Trajectory]:
         ray = import_ray()
         index = min(range(len(self.workers)), key=self._busy.__getitem__)
         position = next(i for i, t in enumerate(self.tasks) if t is task)
