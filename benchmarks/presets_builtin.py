@@ -1,18 +1,21 @@
-"""Lite PPO against GRPO and IPA on a built-in environment, three seeds, the same budget.
+"""Lite PPO against GRPO and IPA on the built-in environments, three seeds, the same budget.
 
 ``roll train packages/roll/examples/train-letter-ipa.yaml`` (a tiny model built from
 nothing learns to put the asked-for letter in its replies; 300 steps of 8 groups of 4) once
-per algorithm and seed, nothing else changed. Printed per algorithm: the training reward of
-the last 10 steps (mean over seeds, and per seed), the mean over all steps (the area under
-the curve, as a share), and the steps until the mean reward first reaches 0.7; GRPO is the
-baseline of the ratios. The curves go to ``bench-out/presets/letter.png``.
+per algorithm and seed, nothing else changed; with ``--env guess`` the same config on the
+multi-turn ``guess`` environment (find a number from 1 to 8 in 4 turns, told higher or lower
+after each guess). Printed per algorithm: the training reward of the last 10 steps (mean over
+seeds, and per seed), the mean over all steps (the area under the curve, as a share), and
+the steps until the mean reward first reaches the environment's mark (0.7 on letter, 0.2 on
+guess); GRPO is the baseline of the ratios. The curves go to ``bench-out/presets/ENV.png``.
 
 With ``--schedules`` it compares rollout schedules instead (IPA, as the config says): plain
 synchronous (the baseline) vs ``rollout.schedule: tail_batching`` (eta 1.5, a long round every
 4 steps). A tail-batching step trains a varying number of groups, so the comparison is per
 trained sample: the training reward over the last 10% of the samples and over all of them.
 
-Usage: python benchmarks/presets_builtin.py [--seeds 3] [--steps 300] [--out DIR] [--schedules]
+Usage: python benchmarks/presets_builtin.py [--env letter|guess] [--seeds 3] [--steps 300]
+    [--out DIR] [--schedules]
 """
 
 from __future__ import annotations
@@ -31,6 +34,13 @@ REPO = Path(__file__).resolve().parents[1]
 CONFIG = REPO / "packages" / "roll" / "examples" / "train-letter-ipa.yaml"
 ALGORITHMS = ("grpo", "lite_ppo", "ipa")
 
+
+ENVS = {
+    "letter": ([], 0.7),
+    "guess": (["env.name=guess", "env.kwargs={n: 8, max_turns: 4}", "rollout.max_new_tokens=6"],
+              0.2),
+}  # fmt: skip
+"""Each environment's overrides of the config, and the reward mark it is timed to."""
 
 SCHEDULES = {
     "plain": [],
@@ -97,6 +107,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--out", type=Path, default=REPO / "bench-out" / "presets")
     parser.add_argument("--schedules", action="store_true", help="plain vs tail batching")
+    parser.add_argument("--env", choices=sorted(ENVS), default="letter")
     args = parser.parse_args()
     print(machine())
     args.out.mkdir(parents=True, exist_ok=True)
@@ -104,22 +115,27 @@ def main() -> None:
     if args.schedules:
         compare_schedules(args, model)
         return
+    overrides, mark = ENVS[args.env]
+    prefix = "" if args.env == "letter" else f"{args.env}-"
     curves: dict[str, list[list[float]]] = {a: [] for a in ALGORITHMS}
     for seed in range(args.seeds):
         for algorithm in ALGORITHMS:
-            curves[algorithm].append(train(args.out, algorithm, seed, args.steps, model))
+            curves[algorithm].append(
+                train(args.out, algorithm, seed, args.steps, model, *overrides,
+                      name=f"{prefix}{algorithm}")
+            )  # fmt: skip
     final = {a: [statistics.mean(c[-10:]) for c in curves[a]] for a in ALGORITHMS}
     area = {a: [statistics.mean(c) for c in curves[a]] for a in ALGORITHMS}
     base_final = statistics.mean(final["grpo"])
     base_area = statistics.mean(area["grpo"])
     for algorithm in ALGORITHMS:
         mean_curve = [statistics.mean(v) for v in zip(*curves[algorithm], strict=True)]
-        reach = next((i + 1 for i, v in enumerate(mean_curve) if v >= 0.7), None)
+        reach = next((i + 1 for i, v in enumerate(mean_curve) if v >= mark), None)
         f, a = statistics.mean(final[algorithm]), statistics.mean(area[algorithm])
         print(
             f"{algorithm:<9} last 10 steps {f:.3f} (seeds {', '.join(f'{x:.3f}' for x in final[algorithm])}; "
             f"{f / base_final:.2f}x GRPO), all steps {a:.3f} ({a / base_area:.2f}x GRPO), "
-            f"mean reward 0.7 at step {reach or 'never'}"
+            f"mean reward {mark:g} at step {reach or 'never'}"
         )
     try:
         import matplotlib
@@ -129,12 +145,16 @@ def main() -> None:
 
         for algorithm in ALGORITHMS:
             mean_curve = [statistics.mean(v) for v in zip(*curves[algorithm], strict=True)]
-            plt.plot(range(1, len(mean_curve) + 1), mean_curve, label=algorithm)
+            smooth = [
+                statistics.mean(mean_curve[max(i - 9, 0) : i + 1]) for i in range(len(mean_curve))
+            ]
+            plt.plot(range(1, len(smooth) + 1), smooth, label=algorithm)
         plt.xlabel("step")
-        plt.ylabel(f"training reward (mean of {args.seeds} seeds)")
+        plt.ylabel(f"training reward (mean of {args.seeds} seeds, last 10 steps)")
         plt.legend()
-        plt.savefig(args.out / "letter.png", dpi=100)
-        print(f"curves: {args.out / 'letter.png'}")
+        plt.title(f"{args.env}: Lite PPO, GRPO and IPA")
+        plt.savefig(args.out / f"{args.env}.png", dpi=100)
+        print(f"curves: {args.out / f'{args.env}.png'}")
     except ImportError:
         pass
 

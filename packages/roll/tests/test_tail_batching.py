@@ -253,15 +253,33 @@ def _dataset(tmp_path: Path) -> Path:
     return tmp_path / "data"
 
 
+def _agentic_tail(config: Any, backend: TaskBackend, *, eta: float) -> tuple[Any, Any]:
+    """Task rollouts of groups of 2 (one a step) with ``backend``, and tail batching over
+    them (``eta``, a long round every 2 steps)."""
+    from roll.agentic.collector import TaskRollouts
+    from roll.config import TailBatchingConfig
+    from roll.schedule import TailBatching
+
+    rollouts = TaskRollouts(
+        config,
+        backend.tokenizer,
+        seed=0,
+        backend=backend,
+        params=SamplingParams(max_new_tokens=64),
+        group_size=2,
+        groups_per_step=1,
+    )
+    schedule = TailBatchingConfig(eta=eta, long_round_every=2)
+    return rollouts, TailBatching(rollouts, schedule, groups_per_step=1, start_step=0)
+
+
 @pytest.mark.docker
 def test_agentic_long_round_whose_deferred_prompts_fail_is_resampled(
     tmp_path: Path, tiny: Path
 ) -> None:
     from transformers import AutoTokenizer
 
-    from roll.agentic.collector import TaskRollouts
-    from roll.config import TailBatchingConfig, TasksConfig
-    from roll.schedule import TailBatching
+    from roll.config import TasksConfig
 
     tokenizer = AutoTokenizer.from_pretrained(tiny)
     backend = TaskBackend(tokenizer)
@@ -270,18 +288,7 @@ def test_agentic_long_round_whose_deferred_prompts_fail_is_resampled(
         dataset=str(_dataset(tmp_path)), pool_size=4, max_turns=3, max_attempts=1,
         draw="balanced",
     )  # fmt: skip
-    rollouts = TaskRollouts(
-        config,
-        tokenizer,
-        seed=0,
-        backend=backend,
-        params=SamplingParams(max_new_tokens=64),
-        group_size=2,
-        groups_per_step=1,
-    )
-    tail = TailBatching(
-        rollouts, TailBatchingConfig(eta=2, long_round_every=2), groups_per_step=1, start_step=0
-    )
+    rollouts, tail = _agentic_tail(config, backend, eta=2)
     with tail:
         source = rollouts.runner.source
         short = tail.take(0)  # fast finishes; slow (sleeping) is cut and deferred
@@ -321,9 +328,7 @@ def test_agentic_short_round_runs_the_verifiers_of_the_groups_it_keeps_only(
 ) -> None:
     from transformers import AutoTokenizer
 
-    from roll.agentic.collector import TaskRollouts
-    from roll.config import TailBatchingConfig, TasksConfig
-    from roll.schedule import TailBatching
+    from roll.config import TasksConfig
 
     # one task whose agent finishes at once and whose verifier takes 5 s: the three groups of
     # a short round are done acting long before the first admitted one is scored
@@ -335,18 +340,7 @@ def test_agentic_short_round_runs_the_verifiers_of_the_groups_it_keeps_only(
     test_sh.write_text("\n".join([lines[0], "sleep 5", *lines[1:]]) + "\n")
     tokenizer = AutoTokenizer.from_pretrained(tiny)
     config = TasksConfig(dataset=str(tmp_path / "data"), pool_size=6, max_turns=3)
-    rollouts = TaskRollouts(
-        config,
-        tokenizer,
-        seed=0,
-        backend=TaskBackend(tokenizer),
-        params=SamplingParams(max_new_tokens=64),
-        group_size=2,
-        groups_per_step=1,
-    )
-    tail = TailBatching(
-        rollouts, TailBatchingConfig(eta=3, long_round_every=2), groups_per_step=1, start_step=0
-    )
+    _, tail = _agentic_tail(config, TaskBackend(tokenizer), eta=3)
     with tail:
         kept = tail.take(0)
         deadline = time.monotonic() + 60  # the cut ones stop in the background
