@@ -6,8 +6,9 @@ per algorithm and seed, nothing else changed; with ``--env guess`` the same conf
 multi-turn ``guess`` environment (find a number from 1 to 8 in 4 turns, told higher or lower
 after each guess). Printed per algorithm: the training reward of the last 10 steps (mean over
 seeds, and per seed), the mean over all steps (the area under the curve, as a share), and
-the steps until the mean reward first reaches the environment's mark (0.7 on letter, 0.2 on
-guess); GRPO is the baseline of the ratios. The curves go to ``bench-out/presets/ENV.png``.
+the step where the mean reward of the last 10 steps first reaches the environment's mark (0.7
+on letter, 0.2 on guess); GRPO is the baseline of the ratios. The curves go to
+``bench-out/presets/ENV.png``.
 
 With ``--schedules`` it compares rollout schedules instead (IPA, as the config says): plain
 synchronous (the baseline) vs ``rollout.schedule: tail_batching`` (eta 1.5, a long round every
@@ -72,6 +73,12 @@ def _run(
     return read_metrics(run_dir)
 
 
+def smoothed(runs: list[list[float]]) -> list[float]:
+    """The mean over seeds of each step's reward, averaged over the last 10 steps."""
+    mean = [statistics.mean(v) for v in zip(*runs, strict=True)]
+    return [statistics.mean(mean[max(i - 9, 0) : i + 1]) for i in range(len(mean))]
+
+
 def per_sample(records: list[dict[str, float]]) -> list[float]:
     """The training reward of each trained sample, in order (a step's mean for its samples)."""
     return [float(r["rollout/reward_mean"]) for r in records
@@ -128,9 +135,9 @@ def main() -> None:
     area = {a: [statistics.mean(c) for c in curves[a]] for a in ALGORITHMS}
     base_final = statistics.mean(final["grpo"])
     base_area = statistics.mean(area["grpo"])
+    smooth = {a: smoothed(curves[a]) for a in ALGORITHMS}
     for algorithm in ALGORITHMS:
-        mean_curve = [statistics.mean(v) for v in zip(*curves[algorithm], strict=True)]
-        reach = next((i + 1 for i, v in enumerate(mean_curve) if v >= mark), None)
+        reach = next((i + 1 for i, v in enumerate(smooth[algorithm]) if v >= mark), None)
         f, a = statistics.mean(final[algorithm]), statistics.mean(area[algorithm])
         print(
             f"{algorithm:<9} last 10 steps {f:.3f} (seeds {', '.join(f'{x:.3f}' for x in final[algorithm])}; "
@@ -144,11 +151,7 @@ def main() -> None:
         import matplotlib.pyplot as plt
 
         for algorithm in ALGORITHMS:
-            mean_curve = [statistics.mean(v) for v in zip(*curves[algorithm], strict=True)]
-            smooth = [
-                statistics.mean(mean_curve[max(i - 9, 0) : i + 1]) for i in range(len(mean_curve))
-            ]
-            plt.plot(range(1, len(smooth) + 1), smooth, label=algorithm)
+            plt.plot(range(1, len(smooth[algorithm]) + 1), smooth[algorithm], label=algorithm)
         plt.xlabel("step")
         plt.ylabel(f"training reward (mean of {args.seeds} seeds, last 10 steps)")
         plt.legend()
