@@ -51,10 +51,10 @@ async def test_an_admitted_group_that_fails_whole_frees_its_place() -> None:
     held = asyncio.ensure_future(_arrive(two))
     await _settle()
     assert not held.done()
-    first.failed()  # every episode of the first failed for infrastructure reasons
+    admission.failed(first)  # every episode of the first failed for infrastructure reasons
     assert await held == "verified" and second.admitted and not first.admitted
     assert await _arrive(two) == "verified"  # run again after a failure: straight on
-    second.failed()
+    admission.failed(second)
     assert admission.live == 0
 
 
@@ -67,3 +67,17 @@ async def test_a_group_whose_episodes_never_reach_their_verifier_takes_no_place(
     assert not lost.admitted and admission.live == 0
     assert await _arrive(kept.episode()) == "verified"
     assert admission.live == 1
+
+
+@pytest.mark.asyncio
+async def test_a_group_reported_done_acting_by_its_worker_is_admitted_like_a_local_one() -> None:
+    admission = Admission(1, lambda: None)
+    empty, remote, local = admission.group(2), admission.group(2), admission.group(1)
+    empty.acted(0)  # every episode abandoned before its verifier: no place taken
+    remote.acted(2)  # a rollout worker's group: both episodes wait there
+    assert remote.admitted and remote.opened.is_set() and not empty.admitted
+    held = asyncio.ensure_future(_arrive(local.episode()))
+    await _settle()
+    assert not held.done()
+    admission.failed(remote)
+    assert await held == "verified"

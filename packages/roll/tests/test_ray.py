@@ -255,6 +255,10 @@ def test_roll_train_on_tasks_with_ray_runs_episodes_in_rollout_workers(
     dataset = tmp_path / "data" / "tasks"
     for source in sorted(TASKS.iterdir())[:2]:
         shutil.copytree(source, dataset / source.name)
+        if tail:  # verifiers of 8 s: the short round's third group is done acting long before
+            test_sh = dataset / source.name / "tests" / "test.sh"  # the first two are scored
+            first, *rest = test_sh.read_text().splitlines()
+            test_sh.write_text("\n".join([first, "sleep 8", *rest]) + "\n")
     config = load_config(
         TrainConfig,
         None,
@@ -284,6 +288,8 @@ def test_roll_train_on_tasks_with_ray_runs_episodes_in_rollout_workers(
     if tail:  # a short round (a group cut in its worker), then the long round
         assert [r["tail/long_round"] for r in records] == [0, 1]
         assert records[0]["episodes/cut"] == 2
+        # it waited before its verifiers in its worker, admitted never: they did not run
+        assert records[0]["episodes/cut_unverified"] >= 1
         assert all(r["rollout/stale_episodes"] == 0 for r in records)
     assert [r["step"] for r in records] == [1, 2]
     last = records[-1]

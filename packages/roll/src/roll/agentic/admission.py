@@ -19,7 +19,9 @@ The round then keeps the ``keep`` groups that finished acting first, and the gro
 — still acting, or waiting — never ran their verifiers (counted as
 ``episodes/cut_unverified``). Once admitted, a group's episodes pass straight on (an episode
 run again after an infrastructure failure too), so holding costs a kept group nothing but the
-wait for its own slowest episode, which it waits for anyway.
+wait for its own slowest episode, which it waits for anyway. With Ray the episodes wait in
+their rollout worker, which reports the group done acting (:meth:`GroupGate.acted`) and
+hears of its admission (:mod:`roll.agentic.ray_workers`).
 """
 
 from __future__ import annotations
@@ -41,7 +43,18 @@ class Admission:
 
     def group(self, size: int) -> GroupGate:
         """The gate of a new group of ``size`` episodes."""
-        return GroupGate(self, size)
+        return GroupGate(size, on_ready=self._queue, on_cut_waiting=self.on_cut_waiting)
+
+    def failed(self, gate: GroupGate) -> None:
+        """``gate``'s group ended with no scored episode: admitted, it frees its place."""
+        if gate.admitted:
+            gate.admitted = False
+            self.live -= 1
+            self._admit()
+
+    def _queue(self, gate: GroupGate) -> None:
+        self._ready.append(gate)
+        self._admit()
 
     def _admit(self) -> None:
         while self._ready and self.live < self.keep:
@@ -52,11 +65,19 @@ class Admission:
 
 
 class GroupGate:
-    """One group's gate: :meth:`episode` gives each episode its ``before_verifier``."""
+    """One group's gate: :meth:`episode` gives each episode its ``before_verifier``;
+    ``on_ready`` hears when the group is done acting, and :attr:`opened` lets it verify."""
 
-    def __init__(self, admission: Admission, size: int) -> None:
-        self.admission = admission
+    def __init__(
+        self,
+        size: int,
+        *,
+        on_ready: Callable[[GroupGate], None],
+        on_cut_waiting: Callable[[], None],
+    ) -> None:
         self.size = size
+        self.on_ready = on_ready
+        self.on_cut_waiting = on_cut_waiting
         self.settled = 0
         """Episodes done acting, or ended without reaching their verifier."""
         self.arrived = 0
@@ -67,19 +88,18 @@ class GroupGate:
     def episode(self) -> EpisodeGate:
         return EpisodeGate(self)
 
-    def failed(self) -> None:
-        """The group ended with no scored episode: an admitted one frees its place."""
-        if self.admitted:
-            self.admitted = False
-            self.admission.live -= 1
-            self.admission._admit()
+    def acted(self, arrived: int) -> None:
+        """Every episode is done acting, ``arrived`` of them waiting (as a rollout worker
+        reports its group's gate, :mod:`roll.agentic.ray_workers`)."""
+        self.settled, self.arrived = self.size, arrived
+        if arrived:
+            self.on_ready(self)
 
     def _settle(self, arrived: bool) -> None:
         self.settled += 1
         self.arrived += arrived
         if self.settled == self.size and self.arrived:  # every episode done acting: ready
-            self.admission._ready.append(self)
-            self.admission._admit()
+            self.on_ready(self)
 
 
 class EpisodeGate:
@@ -99,7 +119,7 @@ class EpisodeGate:
         try:
             await group.opened.wait()
         except asyncio.CancelledError:  # its group was cut while it waited: no verifier ran
-            group.admission.on_cut_waiting()
+            group.on_cut_waiting()
             raise
 
     def ended(self) -> None:

@@ -288,8 +288,8 @@ class TaskRollouts:
     async def _run_group(
         self, task: Task, group_id: str, gate: GroupGate | None = None
     ) -> list[Trajectory]:
-        """One group's scored trajectories (the seam the Ray rollout workers replace; they
-        do not hold verifiers, so they leave ``gate`` unused)."""
+        """One group's scored trajectories (the seam the Ray rollout workers replace); with
+        ``gate`` (a short round's), its episodes verify once the group is admitted."""
         assert self._episodes is not None
         return await self._episodes.group(task, self.group_size, group_id, gate)
 
@@ -335,8 +335,8 @@ class TaskRollouts:
                     finished.append((jobs[job], group))
                 else:
                     failed.append(jobs[job])
-                    if job in gates:  # its place goes to the next group ready
-                        gates[job].failed()
+                    if admission is not None:  # its place goes to the next group ready
+                        admission.failed(gates[job])
         for job in pending:  # their sandboxes go back in the background, during the update
             job.cancel()
         self._cutting |= pending

@@ -15,6 +15,11 @@ The trainer holds it as :class:`RayPolicyBackend`, a
 weights after each update (they load between two batches), and the workers learn the new
 policy version before their next turn, so trajectories record the version as in one process.
 
+A tail-batching short round's groups are held before their verifiers in their workers
+(:mod:`roll.agentic.admission`): a worker tells when a group is done acting
+(:meth:`EpisodeWorker.acted`), and the trainer, which decides the admissions, tells it when
+the group may verify (:meth:`EpisodeWorker.admit`).
+
 Each group comes back with the counts of its episodes (started, scored, retried, abandoned),
 added up in the trainer, so the accounting stays whole; a group lost with its worker (Ray
 restarts a worker that dies) counts as abandoned episodes.
@@ -25,7 +30,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ipaddress
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -166,6 +171,17 @@ class _Version:
     policy_version: int
 
 
+@dataclass
+class _Hold:
+    """A held group's two signals on its worker: done acting (told to the trainer, with how
+    many episodes wait before their verifiers) and admitted (told by it)."""
+
+    acted: asyncio.Event = field(default_factory=asyncio.Event)
+    arrived: int = 0
+    admitted: bool = False
+    gate: GroupGate | None = None
+
+
 class _RemoteQueue:
     """What :class:`~roll.agentic.policy.PolicyModel` uses of a generation queue, served by
     the generation actor: ``generate``, ``params`` and ``backend.policy_version`` (the
@@ -214,6 +230,7 @@ class EpisodeWorker:
         self.agent = agent
         self.max_attempts = max_attempts
         self.failed: Exception | None = None
+        self._holds: dict[str, _Hold] = {}
         try:
             self.tasks = load_tasks(dataset)
             if [t.id for t in self.tasks] != task_ids:
@@ -243,11 +260,27 @@ class EpisodeWorker:
     async def set_version(self, version: int) -> None:
         self.queue.backend.policy_version = max(self.queue.backend.policy_version, version)
 
+    async def acted(self, group_id: str) -> int:
+        """Once the held group ``group_id`` is done acting (or over): how many of its
+        episodes wait before their verifiers."""
+        hold = self._holds.setdefault(group_id, _Hold())
+        await hold.acted.wait()
+        return hold.arrived
+
+    async def admit(self, group_id: str) -> None:
+        """The held group ``group_id`` may run its verifiers."""
+        hold = self._holds.setdefault(group_id, _Hold())
+        hold.admitted = True
+        if hold.gate is not None:
+            hold.gate.opened.set()
+
     async def group(
-        self, index: int, task_id: str, size: int, group_id: str, version: int
+        self, index: int, task_id: str, size: int, group_id: str, version: int, held: bool = False
     ) -> tuple[list[Trajectory], EpisodeCounts]:
         """``size`` concurrent episodes of the dataset's task ``index``: the scored
-        trajectories and what happened to every episode started."""
+        trajectories and what happened to every episode started. ``held`` (a tail-batching
+        short round's group): its episodes wait before their verifiers until :meth:`admit`;
+        :meth:`acted` tells when they all do."""
         await self.set_version(version)
         task = self.tasks[index]
         if task.id != task_id:
@@ -259,13 +292,31 @@ class EpisodeWorker:
             agent=self.agent,
             max_attempts=self.max_attempts,
         )
+        hold = self._holds.setdefault(group_id, _Hold()) if held else None
+        gate = None
+        if hold is not None:
+
+            def ready(gate: GroupGate) -> None:
+                hold.arrived = gate.arrived
+                hold.acted.set()
+
+            def cut_waiting() -> None:
+                episodes.counts.cut_unverified += 1
+
+            gate = hold.gate = GroupGate(size, on_ready=ready, on_cut_waiting=cut_waiting)
+            if hold.admitted:
+                gate.opened.set()
         try:
-            trajectories = await episodes.group(task, size, group_id)
+            trajectories = await episodes.group(task, size, group_id, gate)
         except asyncio.CancelledError:
             raise
         except Exception:  # a group that failed as a whole counts as abandoned episodes
             episodes.counts.abandoned += size
             trajectories = []
+        finally:
+            if hold is not None:  # over: a trainer still waiting hears it; the gate goes
+                hold.acted.set()
+                hold.gate = None
         return trajectories, episodes.counts
 
 
@@ -355,8 +406,12 @@ class RayTaskRollouts(TaskRollouts):
         index = min(range(len(self.workers)), key=self._busy.__getitem__)
         position = next(i for i, t in enumerate(self.tasks) if t is task)
         self._busy[index] += 1
-        call = self.workers[index].group.remote(
-            position, task.id, self.group_size, group_id, self.policy.policy_version
+        worker = self.workers[index]
+        version = self.policy.policy_version
+        held = gate is not None
+        call = worker.group.remote(position, task.id, self.group_size, group_id, version, held)
+        relay = (
+            asyncio.ensure_future(self._relay(worker, group_id, gate)) if gate is not None else None
         )
         try:
             trajectories, counts = await call
@@ -364,6 +419,8 @@ class RayTaskRollouts(TaskRollouts):
             ray.cancel(call)  # and gives their sandboxes back
             self.counts.started += self.group_size
             self.counts.cut += self.group_size
+            if gate is not None and not gate.admitted:  # those waiting never verified
+                self.counts.cut_unverified += gate.arrived
             raise
         except ray.exceptions.RayError:  # the worker was lost: so is its group
             self.counts.started += self.group_size
@@ -371,8 +428,27 @@ class RayTaskRollouts(TaskRollouts):
             raise  # counted as abandoned by the caller
         finally:
             self._busy[index] -= 1
+            if relay is not None:
+                relay.cancel()
         self._add(counts)
         return list(trajectories)
+
+    async def _relay(self, worker: Any, group_id: str, gate: GroupGate) -> None:
+        """A held group's gate on the trainer's side: ready when its worker says the group
+        is done acting; once the round admits it, the worker hears so."""
+        ray = import_ray()
+        acted = worker.acted.remote(group_id)
+        try:
+            arrived = await acted
+        except asyncio.CancelledError:
+            ray.cancel(acted)
+            raise
+        except ray.exceptions.RayError:  # the worker was lost: its group call says so
+            return
+        gate.acted(arrived)
+        await gate.opened.wait()
+        with contextlib.suppress(ray.exceptions.RayError):
+            await worker.admit.remote(group_id)
 
     def _add(self, counts: EpisodeCounts) -> None:
         self.counts.started += counts.started
@@ -380,6 +456,7 @@ class RayTaskRollouts(TaskRollouts):
         self.counts.retried += counts.retried
         self.counts.abandoned += counts.abandoned
         self.counts.cut += counts.cut
+        self.counts.cut_unverified += counts.cut_unverified
         self.counts.reasons.update(counts.reasons)
 
     def take(self, version: int) -> list[Trajectory]:
