@@ -173,12 +173,11 @@ class _Version:
 
 @dataclass
 class _Hold:
-    """A held group's two signals on its worker: done acting (told to the trainer, with how
-    many episodes wait before their verifiers) and admitted (told by it)."""
+    """A held group on its worker: done acting (told to the trainer, with how many episodes
+    wait before their verifiers), and its gate while the group runs (opened when admitted)."""
 
     acted: asyncio.Event = field(default_factory=asyncio.Event)
     arrived: int = 0
-    admitted: bool = False
     gate: GroupGate | None = None
 
 
@@ -263,15 +262,19 @@ class EpisodeWorker:
     async def acted(self, group_id: str) -> int:
         """Once the held group ``group_id`` is done acting (or over): how many of its
         episodes wait before their verifiers."""
-        hold = self._holds.setdefault(group_id, _Hold())
-        await hold.acted.wait()
-        return hold.arrived
+        hold = self._holds.setdefault(group_id, _Hold())  # the group may not have started
+        try:
+            await hold.acted.wait()
+            return hold.arrived
+        finally:  # cancelled before its group started: no entry left behind
+            if hold.gate is None and self._holds.get(group_id) is hold:
+                del self._holds[group_id]
 
     async def admit(self, group_id: str) -> None:
-        """The held group ``group_id`` may run its verifiers."""
-        hold = self._holds.setdefault(group_id, _Hold())
-        hold.admitted = True
-        if hold.gate is not None:
+        """The held group ``group_id`` may run its verifiers (asked once :meth:`acted` has
+        answered, so while the group runs, or after it ended)."""
+        hold = self._holds.get(group_id)
+        if hold is not None and hold.gate is not None:
             hold.gate.opened.set()
 
     async def group(
@@ -296,16 +299,14 @@ class EpisodeWorker:
         gate = None
         if hold is not None:
 
-            def ready(gate: GroupGate) -> None:
-                hold.arrived = gate.arrived
+            def ready(acted: GroupGate) -> None:
+                hold.arrived = acted.arrived
                 hold.acted.set()
 
             def cut_waiting() -> None:
                 episodes.counts.cut_unverified += 1
 
             gate = hold.gate = GroupGate(size, on_ready=ready, on_cut_waiting=cut_waiting)
-            if hold.admitted:
-                gate.opened.set()
         try:
             trajectories = await episodes.group(task, size, group_id, gate)
         except asyncio.CancelledError:
@@ -314,9 +315,10 @@ class EpisodeWorker:
             episodes.counts.abandoned += size
             trajectories = []
         finally:
-            if hold is not None:  # over: a trainer still waiting hears it; the gate goes
+            if hold is not None:  # over: a trainer still waiting hears it; the entry goes
                 hold.acted.set()
                 hold.gate = None
+                self._holds.pop(group_id, None)
         return trajectories, episodes.counts
 
 
