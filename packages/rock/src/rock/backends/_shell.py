@@ -15,31 +15,65 @@ from typing import Protocol
 from rock.errors import RockError
 from rock.models import SessionResult
 
-# Kill a process, every descendant and its process group: stop them all first (so a
-# fork bomb cannot outrun the scan), then SIGKILL; three passes catch late forks.
-# $1 = root pid, $2 = 1 to keep the root itself alive (a session's shell).
-KILL_TREE = r"""
-root=$1; keep=${2:-0}
-[ "$keep" = 1 ] && kill -INT "$root" 2>/dev/null
-for pass in 1 2 3; do
-  declare -A kids=()
-  for f in /proc/[0-9]*/stat; do
-    s=$(<"$f") 2>/dev/null || continue
-    p=${f#/proc/}; p=${p%/stat}; s=${s##*) }; set -- $s; kids[$2]+=" $p"
+# Stop and kill the processes of one command, with builtins only (so it still runs when a
+# fork bomb holds every pid the sandbox may use): every process whose environment carries
+# the command's mark ROCK_EXEC_ID=<id> (which it keeps when it leaves the command's process
+# group or session, double-forks or closes its stdio), every descendant of a root pid, and
+# every process still writing to the output files named (the command's pipes). Each round
+# stops what it finds that is not stopped yet; stopped processes cannot fork, so the rounds
+# end (with a fork bomb too: it cannot outrun them), and then all of them are killed. A
+# process found on the output gets a moment to leave it first (`cmd > log &` run last).
+# Arguments: the mark ("-" for none), the root pid (0 for none), 1 to keep the root itself
+# alive (a session's shell), then optionally the command's stdout and stderr as paths.
+REAP_FUNCTION = r"""
+rock_reap() {
+  local mark=$1 root=$2 keep=${3:-0} out=${4:-} err=${5:-} round f p s e hit me=$BASHPID
+  local -a fresh todo ev
+  local -A kids seen
+  [ "$keep" = 1 ] && [ "$root" -gt 0 ] && kill -INT "$root" 2>/dev/null
+  for ((round = 0; round < 200; round++)); do
+    kids=(); fresh=()
+    for f in /proc/[0-9]*; do
+      p=${f#/proc/}
+      [ "$p" = "$me" ] && continue
+      if [ "$root" -gt 0 ] && read -r s 2>/dev/null <"$f/stat"; then
+        s=${s##*) }; s=${s#* }; kids[${s%% *}]+=" $p"
+      fi
+      [ -n "${seen[$p]}" ] && continue
+      hit=0
+      if [ -n "$out" ] && { [ "$f/fd/1" -ef "$out" ] || [ "$f/fd/2" -ef "$err" ]; }; then
+        hit=1
+      elif [ "$mark" != - ]; then
+        ev=(); mapfile -d '' -t ev 2>/dev/null <"$f/environ"
+        for e in "${ev[@]}"; do
+          [ "$e" = "ROCK_EXEC_ID=$mark" ] && { hit=1; break; }
+        done
+      fi
+      ((hit)) && fresh+=("$p")
+    done
+    if [ "$root" -gt 0 ] && [ -d "/proc/$root" ]; then
+      todo=("$root")
+      while ((${#todo[@]})); do
+        p=${todo[0]}; todo=("${todo[@]:1}")
+        { [ "$keep" = 1 ] && [ "$p" = "$root" ]; } || [ -n "${seen[$p]}" ] || fresh+=("$p")
+        todo+=(${kids[$p]})
+      done
+    fi
+    ((${#fresh[@]})) || break
+    if [ -n "$out" ] && ((round == 0)); then
+      read -r -t 0.3 _ 0<>/dev/ptmx 2>/dev/null  # a pause without a new process: a job
+      continue  # put in the background just now may still be leaving the output
+    fi
+    kill -STOP "${fresh[@]}" 2>/dev/null
+    for p in "${fresh[@]}"; do seen[$p]=1; done
   done
-  todo=("$root"); all=()
-  while ((${#todo[@]})); do
-    p=${todo[0]}; todo=("${todo[@]:1}"); all+=("$p"); todo+=(${kids[$p]})
-  done
-  [ "$keep" = 1 ] && all=("${all[@]:1}")
-  ((${#all[@]})) || break
-  kill -STOP "${all[@]}" 2>/dev/null
-  kill -KILL "${all[@]}" 2>/dev/null
-  unset kids
-done
-[ "$keep" = 1 ] || kill -KILL -- "-$root" 2>/dev/null
-true
+  ((${#seen[@]})) && kill -KILL "${!seen[@]}" 2>/dev/null
+  [ "$keep" = 1 ] || [ "$root" -le 0 ] || kill -KILL -- "-$root" 2>/dev/null
+  return 0
+}
 """
+KILL_TREE = REAP_FUNCTION + 'rock_reap "${3:--}" "$1" "${2:-0}"\n'
+"""A bash script: ``kill-tree ROOT_PID KEEP_ROOT [MARK]`` (see :data:`REAP_FUNCTION`)."""
 
 
 class Channel(Protocol):
@@ -64,7 +98,7 @@ class ShellSession:
     def __init__(
         self,
         open_channel: Callable[[Callable[[bytes | None], None]], Channel],
-        kill_tree: Callable[[int, bool], None],
+        kill_tree: Callable[[int, bool, str | None], None],
         *,
         max_output_bytes: int = 1 << 20,
         start_timeout: float = 30.0,
@@ -74,6 +108,8 @@ class ShellSession:
         self.max_output_bytes = max_output_bytes
         self._start_timeout = start_timeout
         self._lock = threading.Lock()
+        self._mark: str | None = None
+        """The ROCK_EXEC_ID of the command running now: what it started carries it."""
         self._chunks: queue.Queue[bytes | None] = queue.Queue()
         self._channel: Channel | None = None
         self.shell_pid = 0
@@ -85,7 +121,10 @@ class ShellSession:
         self._channel = self._open_channel(chunks.put)
         token = secrets.token_hex(8)
         self._channel.send(
-            f"exec 2>&1; unset PROMPT_COMMAND; PS1=''; PS2=''; echo __ROCK_READY_{token} $$\n".encode()
+            # SIGINT interrupts a command (see run); between commands it does nothing, so
+            # one that lands late (the command was already killed) cannot end the shell
+            f"exec 2>&1; unset PROMPT_COMMAND; PS1=''; PS2=''; trap : INT; "
+            f"echo __ROCK_READY_{token} $$\n".encode()
         )
         out = self._read_until(
             f"__ROCK_READY_{token} ".encode(), time.monotonic() + self._start_timeout
@@ -130,10 +169,12 @@ class ShellSession:
             # of the command line as Ctrl-C would.
             script = (
                 f"IFS= read -r -d '' __rock_cmd <<'{delim}'\n{command}\n{delim}\n"
-                "__rock_run() { trap 'trap - INT; return 130' INT; eval \"$__rock_cmd\" </dev/null; }\n"
-                f'__rock_run; __rock_rc=$?; trap - INT; printf "\\n__ROCK_DONE_{token} %d\\n" $__rock_rc\n'
+                f"__rock_run() {{ local -x ROCK_EXEC_ID={token}; trap 'trap : INT; return 130' INT; "
+                'eval "$__rock_cmd" </dev/null; }\n'
+                f'__rock_run; __rock_rc=$?; trap : INT; printf "\\n__ROCK_DONE_{token} %d\\n" $__rock_rc\n'
             )
             started = time.monotonic()
+            self._mark = token
             self._channel.send(script.encode())
             buf = bytearray()
             deadline = started + timeout if timeout is not None else float("inf")
@@ -141,11 +182,12 @@ class ShellSession:
             timed_out = result is None
             restarted = False
             if result is None:
-                self._kill_tree(self.shell_pid, True)
+                self._kill_tree(self.shell_pid, True, token)
                 result = self._read_until(marker, time.monotonic() + 5.0, buf)
                 if result is None:  # a builtin loop in the shell itself: only a restart ends it
                     self._restart()
                     restarted = True
+            self._mark = None
             duration = time.monotonic() - started
             if result is None:
                 output, code = bytes(buf), 137
@@ -169,10 +211,10 @@ class ShellSession:
         """Stop the running command and what it started, as Ctrl-C would: the shell, its
         cwd and variables stay (callable while :meth:`run` waits, from another thread)."""
         if self._channel is not None and self.shell_pid:
-            self._kill_tree(self.shell_pid, True)
+            self._kill_tree(self.shell_pid, True, self._mark)
 
     def _restart(self) -> None:
-        self._kill_tree(self.shell_pid, False)
+        self._kill_tree(self.shell_pid, False, self._mark)
         if self._channel is not None:
             self._channel.close()
         self._start()
@@ -182,7 +224,7 @@ class ShellSession:
             if self._channel is None:
                 return
             try:
-                self._kill_tree(self.shell_pid, False)
+                self._kill_tree(self.shell_pid, False, self._mark)
             finally:
                 self._channel.close()
                 self._channel = None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import dataclasses
 import io
 import posixpath
 import re
@@ -20,7 +21,7 @@ from typing import Any, cast
 import docker
 from docker.errors import APIError, DockerException, ImageNotFound, NotFound
 
-from rock.backends._shell import KILL_TREE, Channel, ShellSession
+from rock.backends._shell import KILL_TREE, REAP_FUNCTION, Channel, ShellSession
 from rock.backends.base import (
     LABEL_DAEMON,
     LABEL_MANAGED,
@@ -42,7 +43,57 @@ from rock.models import (
 )
 
 _PID_PREFIX = b"__ROCK_PID "
-_KEEPALIVE = ["sh", "-c", "trap 'exit 0' TERM; while :; do sleep 3600 & wait $!; done"]
+_RESIDENT = (
+    REAP_FUNCTION
+    + r"""
+trap 'exit 0' TERM
+while :; do
+  if read -r verb mark root keep; then
+    [ "$verb" = reap ] && rock_reap "$mark" "${root:-0}" "${keep:-0}"
+  else
+    while :; do sleep 3600 & wait $!; done
+  fi
+done
+"""
+)
+"""The container's keeper (its first process under the init): it keeps the container up and
+reaps a command's processes when told on the container's stdin (``reap MARK ROOT KEEP``).
+It was started before any command, so it needs no new pid to act, even when a fork bomb
+holds all of them; images without bash keep the container up with a plain sleep loop."""
+_KEEPALIVE = [
+    "sh",
+    "-c",
+    'command -v bash >/dev/null 2>&1 && exec bash -c "$1" rock-keeper; '
+    "trap 'exit 0' TERM; while :; do sleep 3600 & wait $!; done",
+    "sh",
+    _RESIDENT,
+]
+_WRAP_BASH = (
+    REAP_FUNCTION
+    + r"""
+unset ROCK_WRAP
+printf '__ROCK_PID %s\n' $$ >&2
+exec 3>&1 4>&2 2>/dev/null
+"$@" 1>&3 2>&4 3>&- 4>&-
+rc=$?
+rock_reap - 0 0 /proc/$$/fd/3 /proc/$$/fd/4
+exit $rc
+"""
+)
+"""Every command runs under this bash (its pid is the command's root): when the command
+exits, the processes it left still writing to its output (``cmd &``, a fork bomb's) are
+stopped and killed, with builtins only. A process that detached from it (``cmd > log 2>&1
+&``, a daemon that closed its stdio) stays, as a deliberately backgrounded job; a timeout or
+an interrupt ends those too (by their ROCK_EXEC_ID, see :data:`REAP_FUNCTION`)."""
+_WRAP_SH = (
+    'command -v bash >/dev/null 2>&1 && exec bash -c \'eval "$ROCK_WRAP"\' rock-exec "$@"; '
+    'unset ROCK_WRAP; printf "__ROCK_PID %s\\n" $$ >&2; exec "$@"'
+)
+"""How a command starts: the wrapper comes in the environment variable ROCK_WRAP (which it
+removes), so the sandbox's process list shows the command, not the wrapper's text. Images
+without bash run the command itself, which ends on its own."""
+_REAP_TRIES = 12
+"""Tries to start the in-sandbox reaper by exec (each a moment apart) while no pid is free."""
 
 
 def _sock(obj: object) -> socket.socket:
@@ -131,6 +182,15 @@ class _ExecChannel:
         self._sock.close()
 
 
+@dataclasses.dataclass
+class _Running:
+    """A command running now: its tag, the user it runs as, and its pid once known."""
+
+    tag: str | None
+    user: str
+    pid: int | None = None
+
+
 class DockerSandbox(Sandbox):
     def __init__(
         self,
@@ -144,8 +204,8 @@ class DockerSandbox(Sandbox):
         self.id = container.labels.get(LABEL_SANDBOX, container.name)
         self.spec = spec
         self._oom_seen: int | None = None
-        self._running: dict[int, str | None] = {}
-        """The pid of each command running now, and its tag."""
+        self._running: dict[str, _Running] = {}
+        """Each command running now, by its mark (ROCK_EXEC_ID)."""
         self._running_lock = threading.Lock()
 
     # --- exec ---------------------------------------------------------------
@@ -161,8 +221,12 @@ class DockerSandbox(Sandbox):
             if isinstance(request.command, str)
             else list(request.command)
         )
-        wrapped = ["sh", "-c", 'printf "__ROCK_PID %s\\n" $$ >&2; exec "$@"', "sh", *argv]
-        env = {**self.spec.env, **request.env}
+        wrapped = ["sh", "-c", _WRAP_SH, "sh", *argv]
+        mark = secrets.token_hex(8)
+        env = {**self.spec.env, **request.env, "ROCK_EXEC_ID": mark, "ROCK_WRAP": _WRAP_BASH}
+        running = _Running(request.tag, request.user or "")
+        with self._running_lock:
+            self._running[mark] = running
         started = time.monotonic()
         try:
             exec_id = self._api.exec_create(
@@ -175,10 +239,12 @@ class DockerSandbox(Sandbox):
             )["Id"]
             raw = self._api.exec_start(exec_id, socket=True)
         except NotFound:
+            self._forget(mark)
             raise SandboxNotFound(
                 f"sandbox {self.id} is gone (its container no longer exists)."
             ) from None
         except APIError as exc:
+            self._forget(mark)
             raise SandboxError(
                 f"sandbox {self.id} cannot run commands: {exc.explanation or exc}"
             ) from None
@@ -197,8 +263,7 @@ class DockerSandbox(Sandbox):
                     int(line[len(_PID_PREFIX) :]) if line.startswith(_PID_PREFIX) else -1
                 )
                 if pid_box[0] > 0:
-                    with self._running_lock:
-                        self._running[pid_box[0]] = request.tag
+                    running.pid = pid_box[0]
                 if rest:
                     err.add(rest)
                     if on_output is not None:
@@ -218,16 +283,13 @@ class DockerSandbox(Sandbox):
         reader.join(request.timeout)
         timed_out = reader.is_alive()
         if timed_out:
-            if pid_box and pid_box[0] > 0:
-                self._kill_tree(pid_box[0], keep_root=False)
+            self._reap(mark, running)
             reader.join(5.0)
             if reader.is_alive():
                 sock.close()
                 reader.join(1.0)
         duration = time.monotonic() - started
-        if pid_box:
-            with self._running_lock:
-                self._running.pop(pid_box[0], None)
+        self._forget(mark)
         result = ExecResult(
             exit_code=0,
             stdout=bytes(out.data),
@@ -299,16 +361,64 @@ class DockerSandbox(Sandbox):
 
     def interrupt(self, tag: str | None = None) -> int:
         with self._running_lock:
-            pids = sorted(p for p, t in self._running.items() if tag is None or t == tag)
-        for pid in pids:
-            self._kill_tree(pid, keep_root=False)
-        return len(pids)
+            chosen = [(m, r) for m, r in self._running.items() if tag is None or r.tag == tag]
+        for mark, running in chosen:
+            self._reap(mark, running)
+        return len(chosen)
 
-    def _kill_tree(self, pid: int, keep_root: bool) -> None:
-        with contextlib.suppress(APIError):
-            self.container.exec_run(
-                ["bash", "-c", KILL_TREE, "kill-tree", str(pid), "1" if keep_root else "0"]
-            )
+    def _forget(self, mark: str) -> None:
+        with self._running_lock:
+            self._running.pop(mark, None)
+
+    def _reap(self, mark: str, running: _Running) -> None:
+        """End the command ``mark`` and every process it started, wherever they went."""
+        self._kill_tree(running.pid or 0, False, mark, user=running.user)
+
+    def _kill_tree(self, pid: int, keep_root: bool, mark: str | None, *, user: str = "") -> None:
+        """Kill the processes marked ``mark`` and the tree under ``pid`` (but ``pid`` itself
+        with ``keep_root``), by a reaper started as the command's user (who may read its
+        processes' environments), tried again while a fork bomb leaves no pid free; the
+        keeper, which needs no new pid, reaps the marked ones first. A session's command
+        (``keep_root``) must see its SIGINT before its processes die, or the rest of its
+        line would run on: there the keeper helps only when the reaper cannot start."""
+        keep = "1" if keep_root else "0"
+        told = False
+        if mark is not None and not keep_root:
+            told = self._tell_keeper(mark)
+        argv = ["bash", "-c", KILL_TREE, "kill-tree", str(pid), keep, mark or "-"]
+        delay = 0.05
+        for _ in range(_REAP_TRIES):
+            try:
+                done = self.container.exec_run(argv, user=user)
+            except NotFound:
+                return  # the container is gone, and its processes with it
+            except APIError:
+                done = None
+            if done is not None and done.exit_code == 0:
+                return
+            if mark is not None and not told:
+                told = self._tell_keeper(mark)
+            time.sleep(delay)
+            delay = min(delay * 2, 1.0)
+
+    def _tell_keeper(self, mark: str) -> bool:
+        """Have the keeper reap the processes marked ``mark`` (through its stdin); False
+        when it cannot be told (containers made before it had none)."""
+        if not (self.container.attrs.get("Config") or {}).get("OpenStdin"):
+            return False
+        try:
+            raw = self._api.attach_socket(self.container.id, params={"stdin": 1, "stream": 1})
+        except DockerException:
+            return False
+        sock = _sock(raw)
+        try:
+            sock.sendall(f"reap {mark} 0 0\n".encode())
+            return True
+        except OSError:
+            return False
+        finally:
+            with contextlib.suppress(OSError):
+                sock.close()
 
     def _oom_kills(self) -> int:
         probe = "cat /sys/fs/cgroup/memory.events 2>/dev/null || cat /sys/fs/cgroup/memory/memory.oom_control"
@@ -358,7 +468,7 @@ class DockerSandbox(Sandbox):
 
         return ShellSession(
             open_channel,
-            lambda pid, keep: self._kill_tree(pid, keep),
+            lambda pid, keep, mark: self._kill_tree(pid, keep, mark),
             max_output_bytes=max_output_bytes,
         )
 
@@ -515,6 +625,7 @@ class DockerBackend(Backend):
                 name=f"rock-{sandbox_id}",
                 hostname=sandbox_id,
                 detach=True,
+                stdin_open=True,
                 init=True,
                 labels=labels,
                 network_mode=spec.network,

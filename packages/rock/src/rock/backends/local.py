@@ -389,7 +389,9 @@ class LocalSandbox(Sandbox):
 
         return ShellSession(
             open_channel,
-            lambda pid, keep: kill_processes([pid], keep_roots=keep),
+            lambda pid, keep, mark: kill_processes(
+                [pid], keep_roots=keep, marker=[f"ROCK_EXEC_ID={mark}"] if mark else ()
+            ),
             max_output_bytes=max_output_bytes,
         )
 

@@ -1,0 +1,147 @@
+"""Nothing a command starts outlives it: a timeout, an interrupt or a session's timeout ends
+every process of the command wherever it went (a new session, a double fork, closed stdio, a
+fork bomb), and a command that ends leaves nothing still writing to its output; what was
+deliberately backgrounded (detached from the output) and other commands stay. Under runc
+and runsc, on a real engine."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+
+import docker
+import pytest
+
+from rock.backends.docker import DockerBackend, DockerSandbox
+from rock.models import ExecRequest, ExecResult, SandboxSpec
+
+pytestmark = pytest.mark.docker
+
+KEPT = "nohup sleep 4321 >/dev/null 2>&1 </dev/null &"
+"""A deliberately backgrounded job: it must survive everything below."""
+
+ESCAPES = {
+    "a new session": "(setsid sleep 999 &); sleep 60",
+    "nohup": "nohup sleep 998 >/dev/null 2>&1 & sleep 60",
+    "a double fork": "(sleep 997 </dev/null >/dev/null 2>&1 &); sleep 60",
+    "closed stdio in a new session": "setsid -f bash -c 'exec >&- 2>&- <&-; while :; do :; done'; "
+    "sleep 60",
+    "a fork bomb": "bomb() { bomb | bomb & }; bomb; sleep 60",
+}
+
+_LIST = (
+    "for p in /proc/[0-9]*; do a=(); mapfile -d '' -t a <$p/cmdline 2>/dev/null; "
+    '((${#a[@]})) && a="${a[*]}" && echo "${p#/proc/} ${a//$\'\\n\'/ }"; done'
+)
+"""A process list by builtins only: pid and program of every process (ps may be absent)."""
+
+
+@pytest.fixture(scope="module")
+def backend(docker_client: docker.DockerClient) -> DockerBackend:
+    return DockerBackend(docker_client, daemon_id="pytest-lifetime")
+
+
+@pytest.fixture(params=["runc", "runsc"])
+def sandbox(backend: DockerBackend, request: pytest.FixtureRequest) -> Iterator[DockerSandbox]:
+    spec = SandboxSpec(memory_mb=1024, pids_limit=256, runtime=request.param)
+    with backend.create(spec) as sb:
+        yield sb
+
+
+def strays(sandbox: DockerSandbox) -> list[str]:
+    """Processes other than the sandbox's own (init, keeper), the kept job and this probe."""
+    listed = sandbox.exec(_LIST, timeout=30)
+    assert listed.exit_code == 0, listed.stderr_text
+    ours = ("docker-init", "rock-keeper", "rock-exec", "sleep 4321", "for p in /proc/")
+    return [line for line in listed.stdout_text.splitlines() if not any(w in line for w in ours)]
+
+
+def kept(sandbox: DockerSandbox) -> bool:
+    return "sleep 4321" in sandbox.exec(_LIST, timeout=30).stdout_text
+
+
+def _gone(sandbox: DockerSandbox) -> bool:
+    """Whether the sandbox itself ended (a bomb under gVisor), once the engine says so."""
+    for _ in range(30):  # a sandbox going down takes a moment to be reported
+        sandbox.container.reload()
+        if sandbox.container.status == "exited":
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def _settled(sandbox: DockerSandbox) -> list[str]:
+    """The strays once any process being killed has gone (a kill takes a moment to land)."""
+    for _ in range(20):
+        left = strays(sandbox)
+        if not left:
+            return left
+        time.sleep(0.5)
+    return left
+
+
+@pytest.mark.parametrize("escape", sorted(ESCAPES))
+def test_a_timeout_ends_everything_the_command_started(sandbox: DockerSandbox, escape: str) -> None:
+    assert sandbox.exec(KEPT).exit_code == 0
+    result = sandbox.exec(ESCAPES[escape], timeout=4)
+    assert result.exit_code == 137
+    if escape == "a fork bomb" and sandbox.spec.runtime == "runsc" and _gone(sandbox):
+        # gVisor's kernel lives in the sandbox's cgroup: the bomb's tasks use up its memory
+        # (gVisor keeps no pids limit of its own) and the whole sandbox ends, never the host
+        return
+    assert result.timed_out
+    assert _settled(sandbox) == []
+    assert kept(sandbox)
+    assert sandbox.exec("echo next").stdout_text == "next\n"
+
+
+def test_the_issue_s_fork_bomb_leaves_nothing_behind(sandbox: DockerSandbox) -> None:
+    """`timeout 10 bash -c ":(){ :|:& };:"` under a 40 s limit: however it ends (its top
+    shell returns at once, leaving the bomb), no process of it is left."""
+    assert sandbox.exec(KEPT).exit_code == 0
+    result = sandbox.exec('timeout 10 bash -c ":(){ :|:& };:"', timeout=40)
+    if sandbox.spec.runtime == "runsc" and _gone(sandbox):
+        assert result.exit_code == 137  # the whole sandbox went (see above)
+        return
+    assert _settled(sandbox) == []
+    assert kept(sandbox)
+
+
+def test_an_ended_command_leaves_nothing_writing_to_its_output(sandbox: DockerSandbox) -> None:
+    result = sandbox.exec("sleep 996 & echo started; " + KEPT, timeout=30)
+    assert (result.exit_code, result.stdout_text) == (0, "started\n")
+    assert _settled(sandbox) == []  # the `sleep 996 &` still held the output: it went
+    assert kept(sandbox)  # the detached job stays, as in a terminal
+
+
+def test_an_interrupt_ends_one_command_s_processes_and_no_other_s(
+    sandbox: DockerSandbox,
+) -> None:
+    results: dict[str, ExecResult] = {}
+
+    def run(tag: str, command: str) -> None:
+        results[tag] = sandbox.run(ExecRequest(command=command, tag=tag, timeout=60))
+
+    other = threading.Thread(target=run, args=("other", "sleep 6; echo other-done"))
+    victim = threading.Thread(target=run, args=("victim", ESCAPES["a new session"]))
+    other.start()
+    victim.start()
+    time.sleep(2.0)
+    assert sandbox.interrupt("victim") == 1
+    victim.join(30)
+    assert results["victim"].exit_code == 137 and not results["victim"].timed_out
+    other.join(30)
+    assert results["other"].stdout_text == "other-done\n"
+    assert _settled(sandbox) == []
+
+
+def test_a_session_s_timeout_ends_the_command_s_escapes_and_keeps_the_shell(
+    sandbox: DockerSandbox,
+) -> None:
+    with sandbox.session() as session:
+        session.run("cd /tmp; export KEEP=yes")
+        result = session.run(ESCAPES["a new session"], timeout=3)
+        assert result.timed_out
+        assert session.run('echo "$PWD $KEEP"').output == b"/tmp yes\n"
+        assert [line for line in _settled(sandbox) if "--noprofile" not in line] == []
