@@ -219,7 +219,14 @@ def bench_dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.mark.docker
-@pytest.mark.parametrize(("sig", "sigint"), [*FROM_A_TERMINAL, IN_THE_BACKGROUND[0]])
+@pytest.mark.parametrize(
+    ("sig", "sigint"),
+    [
+        pytest.param(signal.SIGINT, signal.SIG_DFL, id="ctrl-c-as-before"),
+        *FROM_A_TERMINAL,
+        IN_THE_BACKGROUND[0],
+    ],
+)
 def test_bench_run_stopped_by_a_signal_removes_its_sandboxes_and_keeps_finished_trials(
     bench_dataset: Path,
     docker_client: docker.DockerClient,

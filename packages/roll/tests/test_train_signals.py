@@ -121,10 +121,8 @@ def test_roll_train_stopped_by_a_signal_removes_its_sandboxes_and_keeps_finished
     )
     try:
         deadline = time.monotonic() + 600
-        metrics = run / "metrics.jsonl"
-        while (daemon := _private_daemon(proc.pid)) is None or not (
-            metrics.is_file() and read_metrics(run)
-        ):
+        latest = run / "checkpoints" / "latest"  # a step finished: logged, then saved
+        while (daemon := _private_daemon(proc.pid)) is None or not latest.is_file():
             if proc.poll() is not None:
                 pytest.fail(f"the run ended early: {proc.communicate()[1].decode()[-3000:]}")
             assert time.monotonic() < deadline, "no finished step within 600 s"
@@ -145,8 +143,7 @@ def test_roll_train_stopped_by_a_signal_removes_its_sandboxes_and_keeps_finished
             os.kill(daemon[0], 0)  # the private daemon is gone too
         steps = [r["step"] for r in read_metrics(run)]
         assert steps == list(range(1, len(steps) + 1)) and steps
-        latest = (run / "checkpoints" / "latest").read_text().strip()
-        assert (run / "checkpoints" / latest).is_dir()  # what --resume continues from
+        assert (run / "checkpoints" / latest.read_text().strip()).is_dir()  # for --resume
     finally:
         if proc.poll() is None:
             proc.kill()
