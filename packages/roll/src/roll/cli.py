@@ -2,7 +2,8 @@
 
 Heavy imports (torch, transformers) happen inside the commands, so ``roll --help`` is quick.
 Errors a user can fix print one sentence and exit 2; an aborted run (too many non-finite
-steps) exits 3.
+steps) exits 3. Ctrl+C, SIGTERM and SIGHUP stop a run the same way (its sandboxes removed, its
+checkpoints kept) and exit 128 + the signal's number.
 """
 
 from __future__ import annotations
@@ -23,10 +24,13 @@ def _fail(message: str, code: int = 2) -> None:
 
 
 def _guard(run: Callable[[], Any]) -> Any:
+    from rock.interrupt import Interruptible
     from roll.errors import ConfigError, RollError, TrainingAborted
 
+    interrupts = Interruptible()  # SIGTERM and SIGHUP end a run as Ctrl+C does (sandboxes go)
     try:
-        return run()
+        with interrupts:
+            return run()
     except ConfigError as exc:
         _fail(str(exc))
     except TrainingAborted as exc:
@@ -34,7 +38,7 @@ def _guard(run: Callable[[], Any]) -> Any:
     except RollError as exc:
         _fail(str(exc))
     except KeyboardInterrupt:
-        _fail("interrupted; continue with the same command and --resume", 130)
+        _fail("interrupted; continue with the same command and --resume", interrupts.exit_status)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})

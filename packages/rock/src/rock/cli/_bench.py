@@ -205,6 +205,7 @@ def bench_run(
     from ale.agents import AgentConfigError, AgentNotFound, parse_agent_kwargs
     from ale.plugins import PluginLoadError
     from rock.bench.harness import BenchError, BenchOptions
+    from rock.interrupt import Interruptible
     from rock.models import SandboxSpec
 
     if resume and output is None:
@@ -229,18 +230,20 @@ def bench_run(
         raise BadInput(f"--cap: {exc.errors()[0]['msg'].removeprefix('Value error, ')}.") from None
     harness = _harness(opts, image_map, map_image, _Live(f"rock bench: {agent}"))
     out = output or _default_output()
+    interrupts = Interruptible()  # SIGTERM and SIGHUP clean up as Ctrl+C does
     try:
-        results = asyncio.run(
-            harness.run(
-                dataset,
-                out,
-                agent=agent,
-                model=model,
-                agent_kwargs=kwargs,
-                task_ids=tasks,
-                resume=resume,
+        with interrupts:
+            results = asyncio.run(
+                harness.run(
+                    dataset,
+                    out,
+                    agent=agent,
+                    model=model,
+                    agent_kwargs=kwargs,
+                    task_ids=tasks,
+                    resume=resume,
+                )
             )
-        )
     except (BenchError, AgentNotFound, AgentConfigError, PluginLoadError) as exc:
         raise BadInput(str(exc)) from None
     except KeyboardInterrupt:
@@ -249,7 +252,7 @@ def bench_run(
             f"'rock bench run ... --output {out} --resume'.",
             err=True,
         )
-        sys.exit(130)
+        sys.exit(interrupts.exit_status)
     if as_json:
         click.echo(results.model_dump_json(indent=2))
         return

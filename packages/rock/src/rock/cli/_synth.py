@@ -181,6 +181,7 @@ def synth_run(
     from ale.plugins import PluginLoadError
     from ale.synth.config import SynthConfigError, load_config
     from ale.synth.pipeline import Pipeline, WorkDirError
+    from rock.interrupt import Interruptible
     from rock.synth.image import ensure_pool_image
     from rock.synth.runner import PoolRunner
     from rock.synth.wiring import SynthAgents
@@ -207,8 +208,12 @@ def synth_run(
     )
     ensure_pool_image(docker.from_env())
     started = time.monotonic()
+    interrupts = Interruptible()  # SIGTERM and SIGHUP clean up as Ctrl+C does
     try:
-        with _sandbox_source(sandboxes, url, home, config.concurrency, config.name) as source:
+        with (
+            interrupts,
+            _sandbox_source(sandboxes, url, home, config.concurrency, config.name) as source,
+        ):
             if hasattr(source, "wait_ready"):
                 source.wait_ready()
             pipeline = Pipeline(
@@ -230,7 +235,7 @@ def synth_run(
             "again to resume.",
             err=True,
         )
-        sys.exit(130)
+        sys.exit(interrupts.exit_status)
     manifest["run"]["total_seconds"] = round(time.monotonic() - started, 1)
     if not keep_work:
         shutil.rmtree(work, ignore_errors=True)

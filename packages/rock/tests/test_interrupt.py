@@ -1,0 +1,353 @@
+"""SIGTERM and SIGHUP end a run as Ctrl+C does (:mod:`rock.interrupt`): a real signal to a real
+process, then its clean-up has run; for `rock bench run` and `rock synth run`, no container of
+the run is left and what finished is kept."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import docker
+import pytest
+
+from rock.backends.base import LABEL_DAEMON
+from rock.bench.harness import LABEL_RUN
+
+_CLEAN_ENV = ("ROCK_URL", "ROCK_TOKEN", "ROCK_HOME")
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def _start(argv: list[str], *, sigint: signal.Handlers, cwd: Path) -> subprocess.Popen[bytes]:
+    """``argv`` as a process of its own with SIGINT as asked (SIG_DFL: started from a
+    terminal; SIG_IGN: a job started in the background) and SIGTERM and SIGHUP as the
+    system's default, whatever this test run inherited."""
+
+    def dispositions() -> None:
+        signal.signal(signal.SIGINT, sigint)
+        for sig in (signal.SIGTERM, signal.SIGHUP):
+            signal.signal(sig, signal.SIG_DFL)
+
+    env = {k: v for k, v in os.environ.items() if k not in _CLEAN_ENV}
+    return subprocess.Popen(
+        argv,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+        cwd=cwd,
+        preexec_fn=dispositions,
+    )
+
+
+def _wait_for(what: str, ready: Callable[[], bool], proc: subprocess.Popen[bytes]) -> None:
+    deadline = time.monotonic() + 600
+    while not ready():
+        if proc.poll() is not None:
+            _, err = proc.communicate()
+            pytest.fail(f"the run ended before {what}: {err.decode()[-3000:]}")
+        assert time.monotonic() < deadline, f"no {what} within 600 s"
+        time.sleep(0.2)
+
+
+def _stop(proc: subprocess.Popen[bytes], sig: signal.Signals) -> tuple[int, str]:
+    proc.send_signal(sig)
+    return _ended(proc)
+
+
+def _ended(proc: subprocess.Popen[bytes]) -> tuple[int, str]:
+    """The exit status and stderr of ``proc``, which must end within 300 s."""
+    try:
+        _, err = proc.communicate(timeout=300)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        _, err = proc.communicate()
+        pytest.fail(f"the process did not end once signalled: {err.decode()[-3000:]}")
+    return proc.returncode, err.decode()
+
+
+def _containers(client: docker.DockerClient, label: str) -> list[str]:
+    return [c.name for c in client.containers.list(all=True, filters={"label": label})]
+
+
+def _remove(client: docker.DockerClient, label: str) -> None:
+    for container in client.containers.list(all=True, filters={"label": label}):
+        container.remove(force=True)
+
+
+# the cases: the signal, and SIGINT as the process found it
+FROM_A_TERMINAL = [
+    pytest.param(signal.SIGTERM, signal.SIG_DFL, id="sigterm-from-a-terminal"),
+    pytest.param(signal.SIGHUP, signal.SIG_DFL, id="sighup-from-a-terminal"),
+]
+IN_THE_BACKGROUND = [
+    pytest.param(signal.SIGTERM, signal.SIG_IGN, id="sigterm-in-the-background"),
+    pytest.param(signal.SIGHUP, signal.SIG_IGN, id="sighup-in-the-background"),
+]
+
+
+# --- the helper, in a process of its own -----------------------------------------------------
+
+_PROGRAM = """
+import asyncio, sys, time
+from pathlib import Path
+from rock.interrupt import Interruptible
+
+marks, mode = Path(sys.argv[1]), sys.argv[2]
+
+def mark(text):
+    with marks.open("a") as f:
+        f.write(text + "\\n")
+
+def clean_up():
+    mark("cleaning")
+    while not (marks.parent / "go").exists():  # the test may signal again meanwhile
+        time.sleep(0.05)
+    mark("cleaned")
+
+async def work():
+    try:
+        mark("started")
+        await asyncio.sleep(600)
+    finally:
+        await asyncio.to_thread(clean_up)
+
+def blocking():
+    try:
+        mark("started")
+        time.sleep(600)
+    finally:
+        clean_up()
+
+interrupts = Interruptible()
+try:
+    with interrupts:
+        asyncio.run(work()) if mode == "async" else blocking()
+except KeyboardInterrupt:
+    mark("interrupted")
+    sys.exit(interrupts.exit_status)
+"""
+
+
+def _lines(path: Path) -> list[str]:
+    return path.read_text().splitlines() if path.is_file() else []
+
+
+@pytest.mark.parametrize("mode", ["async", "blocking"])
+@pytest.mark.parametrize(("sig", "sigint"), [*FROM_A_TERMINAL, *IN_THE_BACKGROUND])
+def test_a_termination_signal_runs_the_clean_up_once_and_exits_as_the_shell_says(
+    tmp_path: Path, mode: str, sig: signal.Signals, sigint: signal.Handlers
+) -> None:
+    marks = tmp_path / "marks"
+    proc = _start([sys.executable, "-c", _PROGRAM, str(marks), mode], sigint=sigint, cwd=tmp_path)
+    _wait_for("the work", lambda: _lines(marks) == ["started"], proc)
+    proc.send_signal(sig)
+    _wait_for("the clean-up", lambda: "cleaning" in _lines(marks), proc)
+    proc.send_signal(sig)  # a closed terminal hangs up more than once: the clean-up goes on
+    (tmp_path / "go").touch()
+    status, err = _ended(proc)
+    assert status == 128 + sig, err
+    assert _lines(marks) == ["started", "cleaning", "cleaned", "interrupted"]
+
+
+def test_a_signal_ignored_on_entry_stays_ignored(tmp_path: Path) -> None:
+    """SIGHUP under nohup: the run goes on; SIGTERM still ends it."""
+    marks = tmp_path / "marks"
+
+    def nohup() -> None:
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _PROGRAM, str(marks), "async"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        preexec_fn=nohup,
+    )
+    _wait_for("the work", lambda: _lines(marks) == ["started"], proc)
+    (tmp_path / "go").touch()
+    proc.send_signal(signal.SIGHUP)  # had it been acted on, the status would say SIGHUP
+    status, err = _stop(proc, signal.SIGTERM)
+    assert status == 128 + signal.SIGTERM, err
+    assert _lines(marks) == ["started", "cleaning", "cleaned", "interrupted"]
+
+
+# --- rock bench run ---------------------------------------------------------------------------
+
+
+def _task(root: Path, name: str, solve: str) -> None:
+    task = root / name
+    for sub in ("environment", "tests", "solution"):
+        (task / sub).mkdir(parents=True)
+    (task / "instruction.md").write_text("Write hello into /app/out.txt.\n")
+    (task / "task.toml").write_text(
+        textwrap.dedent(
+            """\
+            version = "1.0"
+            [agent]
+            timeout_sec = 900
+            [verifier]
+            timeout_sec = 60
+            [environment]
+            cpus = 1
+            memory_mb = 512
+            """
+        )
+    )
+    (task / "environment" / "Dockerfile").write_text("FROM python:3.11-slim\nWORKDIR /app\n")
+    (task / "tests" / "test.sh").write_text(
+        "#!/bin/bash\ngrep -qx hello /app/out.txt && echo 1 > /logs/verifier/reward.txt "
+        "|| echo 0 > /logs/verifier/reward.txt\n"
+    )
+    (task / "solution" / "solve.sh").write_text(solve)
+
+
+@pytest.fixture(scope="module")
+def bench_dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A task the oracle finishes at once, and one whose oracle sleeps until it is stopped."""
+    root = tmp_path_factory.mktemp("signals-dataset")
+    _task(root, "quick", "echo hello > /app/out.txt\n")
+    _task(root, "slow", "sleep 900\necho hello > /app/out.txt\n")
+    return root
+
+
+@pytest.mark.docker
+@pytest.mark.parametrize(
+    ("sig", "sigint"),
+    [
+        pytest.param(signal.SIGINT, signal.SIG_DFL, id="ctrl-c-as-before"),
+        *FROM_A_TERMINAL,
+        IN_THE_BACKGROUND[0],
+    ],
+)
+def test_bench_run_stopped_by_a_signal_removes_its_sandboxes_and_keeps_finished_trials(
+    bench_dataset: Path,
+    docker_client: docker.DockerClient,
+    tmp_path: Path,
+    sig: signal.Signals,
+    sigint: signal.Handlers,
+) -> None:
+    out = tmp_path / f"signals-{uuid.uuid4().hex[:8]}"
+    label = f"{LABEL_RUN}={out.name}"  # the run's id is its directory's name
+    argv = [sys.executable, "-m", "rock.cli", "bench", "run", "--dataset", str(bench_dataset)]
+    argv += ["--agent", "oracle", "--n-concurrent", "2", "--output", str(out)]
+    proc = _start(argv, sigint=sigint, cwd=tmp_path)
+    try:
+        _wait_for(
+            "a finished trial and a running one",
+            lambda: (
+                (out / "quick.1-of-1" / "results.json").is_file()
+                and (out / "slow.1-of-1" / "commands.jsonl").is_file()
+                and bool(docker_client.containers.list(filters={"label": label}))
+            ),
+            proc,
+        )
+        status, err = _stop(proc, sig)
+        assert _containers(docker_client, label) == []
+        assert status == 128 + sig, err[-3000:]
+        assert "interrupted; finished trials are kept" in err
+        results = json.loads((out / "results.json").read_text())
+        assert [(r["trial_name"], r["is_resolved"]) for r in results["results"]] == [
+            ("quick.1-of-1", True)
+        ]
+        assert not (out / "slow.1-of-1" / "results.json").exists()  # cut short: not a result
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        _remove(docker_client, label)
+
+
+# --- rock synth run ---------------------------------------------------------------------------
+
+
+def _private_daemon(parent: int) -> tuple[int, str] | None:
+    """The pid and daemon id of the private ``rock serve`` that process ``parent`` started
+    (:func:`rock.synth.wiring.private_daemon`: ``python -c ... HOME DAEMON_ID``)."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        if ppid == parent and any(b"rock.daemon.server" in a for a in argv) and len(argv) > 2:
+            return int(entry.name), argv[-2].decode()
+    return None
+
+
+@pytest.fixture
+def daemons() -> Iterator[list[tuple[int, str]]]:
+    """Private daemons a test's run started; stopped and their containers removed after it,
+    should the run have left them."""
+    found: list[tuple[int, str]] = []
+    yield found
+    client = docker.from_env()
+    for pid, daemon_id in found:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+        _remove(client, f"{LABEL_DAEMON}={daemon_id}")
+    client.close()
+
+
+@pytest.mark.docker
+@pytest.mark.parametrize(("sig", "sigint"), [FROM_A_TERMINAL[0], IN_THE_BACKGROUND[1]])
+def test_synth_run_stopped_by_a_signal_removes_its_sandboxes_and_keeps_its_journal(
+    docker_client: docker.DockerClient,
+    tmp_path: Path,
+    daemons: list[tuple[int, str]],
+    sig: signal.Signals,
+    sigint: signal.Handlers,
+) -> None:
+    from rock.synth.image import ensure_pool_image
+
+    ensure_pool_image(docker_client)
+    config = tmp_path / "signals.yaml"
+    config.write_text(
+        "name: signals\nseed: 11\ntarget: 12\noversample: 1.0\nconcurrency: 2\n"
+        "families: [csv-aggregate]\n"
+    )
+    work = tmp_path / "work"
+    journal = work / "journal.jsonl"
+    argv = [sys.executable, "-m", "rock.cli", "synth", "run", str(config)]
+    argv += ["--output", str(tmp_path / "out"), "--work", str(work)]
+    proc = _start(argv, sigint=sigint, cwd=ROOT)  # the default held-out sets are relative to it
+    try:
+        _wait_for("the run's private daemon", lambda: _private_daemon(proc.pid) is not None, proc)
+        daemon = _private_daemon(proc.pid)
+        assert daemon is not None
+        daemons.append(daemon)
+        label = f"{LABEL_DAEMON}={daemon[1]}"
+
+        def verified() -> list[str]:
+            lines = journal.read_text().splitlines() if journal.is_file() else []
+            return [line for line in lines if '"stage": "verify"' in line]
+
+        _wait_for(
+            "a verified task with sandboxes running",
+            lambda: (
+                bool(verified()) and bool(docker_client.containers.list(filters={"label": label}))
+            ),
+            proc,
+        )
+        kept = verified()
+        status, err = _stop(proc, sig)
+        assert _containers(docker_client, label) == []
+        assert status == 128 + sig, err[-3000:]
+        assert "interrupted; what was decided is kept" in err
+        with pytest.raises(ProcessLookupError):
+            os.kill(daemon[0], 0)  # the private daemon is gone too
+        assert verified()[: len(kept)] == kept
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
