@@ -10,6 +10,7 @@ shutdown could too. These tests run real ``rock serve`` processes against the re
 from __future__ import annotations
 
 import contextlib
+import logging
 import socket
 import subprocess
 import sys
@@ -19,12 +20,14 @@ from pathlib import Path
 
 import docker
 import pytest
-from rock_daemons import Serve
+from rock_daemons import Serve, start_daemon
 
+from rock.backends._owner import Holder, _start_time
 from rock.backends.base import LABEL_DAEMON, LABEL_SANDBOX
 from rock.client import Client
-
-pytestmark = pytest.mark.docker
+from rock.daemon.server import load_or_create_identity
+from rock.errors import RockError
+from rock.store import StateStore
 
 SMALL = {"memory_mb": 256, "pids_limit": 128}
 
@@ -123,6 +126,7 @@ def _homes(
                     engine.api.remove_container(row["Id"], force=True)
 
 
+@pytest.mark.docker
 @pytest.mark.parametrize("database", ["sqlite", "postgresql"])
 def test_two_homes_with_default_settings_keep_their_sandboxes_through_each_other(
     tmp_path: Path,
@@ -177,6 +181,7 @@ def _serve(home: Path, daemon_id: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(argv, capture_output=True, text=True, timeout=120)
 
 
+@pytest.mark.docker
 def test_a_daemon_id_live_on_the_engine_is_refused_and_a_dead_ones_sandboxes_stay(
     tmp_path: Path, docker_client: docker.DockerClient
 ) -> None:
@@ -204,3 +209,54 @@ def test_a_daemon_id_live_on_the_engine_is_refused_and_a_dead_ones_sandboxes_sta
         a.assert_kept(engine, "b's shutdown under a dead daemon's id")
         a.start()
         a.assert_kept(engine, "its own restart")
+
+
+# --- the parts: no engine needed ---------------------------------------------------------
+
+
+def test_an_identity_is_minted_once_per_home_and_never_shared(tmp_path: Path) -> None:
+    first = load_or_create_identity(tmp_path)
+    assert load_or_create_identity(tmp_path) == first  # kept: its sandboxes stay its own
+    other = tmp_path / "other"
+    other.mkdir()
+    assert load_or_create_identity(other) != first
+    (other / "daemon-id").write_text("../../etc\n")
+    with pytest.raises(RockError, match=r"holds '../../etc', not a daemon id; put back"):
+        load_or_create_identity(other)
+
+
+def test_a_holder_is_alive_while_its_process_runs_on_this_machine() -> None:
+    assert Holder.this_process("here:/home").alive()
+    sleeper = subprocess.Popen(["sleep", "60"])
+    try:
+        holder = Holder("here:/home", socket.gethostname(), Holder.this_process("").boot,
+                        sleeper.pid, _start_time(sleeper.pid) or "")  # fmt: skip
+        assert holder.alive()
+        elsewhere = Holder("there:/home", "another-host", "boot", sleeper.pid, "1")
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    assert not holder.alive()  # killed: its marker is stale
+    assert elsewhere.alive()  # a process on another machine cannot be judged from here
+
+
+def test_a_home_from_before_homes_had_their_own_id_keeps_its_old_sandboxes_and_is_told(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An upgraded home: its database records sandboxes of the id ``default``; the daemon
+    (its id now minted) leaves them alone and says how to clean them up."""
+    home = tmp_path / "home"
+    with StateStore(home=home) as store:
+        store.add_sandbox(
+            "sb-earlier", daemon_id="default", backend="docker", image="rock/base:bookworm",
+            spec={}, labels={}, state="busy",
+        )  # fmt: skip
+    with caplog.at_level(logging.WARNING, logger="rock.daemon"):
+        running = start_daemon(home, backend="local", daemon_id=None)
+        running.daemon.stop()
+        running.thread.join(30)
+    assert running.daemon.daemon_id == (home / "daemon-id").read_text().strip() != "default"
+    assert "records 1 sandboxes of the daemon id 'default'" in caplog.text
+    assert "run 'rock serve --daemon-id default --cleanup' once" in caplog.text
+    with StateStore(home=home) as store:
+        assert store.get("sb-earlier").state == "busy"
