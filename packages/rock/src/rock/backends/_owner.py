@@ -56,6 +56,16 @@ def _start_time(pid: int) -> str | None:
     return stat.rsplit(")", 1)[1].split()[19]  # field 22; the name before ')' may hold spaces
 
 
+def _pid_exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's
+        return True
+    return pid > 0
+
+
 @dataclass(frozen=True)
 class Holder:
     """The process that claimed a daemon id."""
@@ -94,8 +104,10 @@ class Holder:
     def alive(self) -> bool:
         """False only when it surely ended: it ran on this machine since its last boot and
         its pid is gone or is another process now. A process elsewhere counts as alive."""
-        if self.host != socket.gethostname() or not self.boot or self.boot != _boot_id():
+        if self.host != socket.gethostname() or self.boot != _boot_id():
             return True
+        if not self.boot:  # no /proc on this machine: only whether the pid exists
+            return _pid_exists(self.pid)
         started = _start_time(self.pid)
         return started is not None and (not self.started or started == self.started)
 
