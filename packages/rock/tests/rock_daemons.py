@@ -54,7 +54,7 @@ def start_daemon(home: Path, **overrides: object) -> Running:
 def stop_daemon(running: Running, docker_client: docker.DockerClient) -> None:
     running.daemon.stop()
     running.thread.join(60)
-    label = f"{LABEL_DAEMON}={running.daemon.config.daemon_id}"
+    label = f"{LABEL_DAEMON}={running.daemon.daemon_id}"
     for row in docker_client.api.containers(all=True, filters={"label": label}):
         with contextlib.suppress(docker.errors.NotFound):
             docker_client.api.remove_container(row["Id"], force=True)

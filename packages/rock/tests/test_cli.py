@@ -243,6 +243,7 @@ def test_image_ls_through_daemon_and_without_one(daemon: Path, tmp_path: Path) -
         ),
         (["sandbox", "ls", "--label", "=x"], "rock: --label =x is not KEY=VALUE"),
         (["serve", "--host", "0.0.0.0"], "rock: --host 0.0.0.0 is not a loopback address"),
+        (["serve", "--daemon-id", "../x"], "rock: --daemon-id '../x' is not a daemon id"),
     ],
 )
 def test_bad_input_is_one_sentence(args: list[str], sentence: str, tmp_path: Path) -> None:

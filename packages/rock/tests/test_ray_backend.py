@@ -79,7 +79,7 @@ def _wait(predicate: object, timeout: float, what: str) -> None:
 
 @contextlib.contextmanager
 def _daemon(
-    tmp_path: Path, address: str, pg_url: str, engines: tuple[str, str], *pools: str
+    tmp_path: Path, address: str, pg_url: str, engines: tuple[str, ...], *pools: str
 ) -> Iterator[Serve]:
     daemon_id = f"pytest-ray-{os.urandom(3).hex()}"
     args = ["--backend", "ray", "--ray-address", address, "--database-url", pg_url]
@@ -266,6 +266,31 @@ def test_a_daemon_killed_9_reconciles_on_both_nodes(
             assert client.info(box.id).state == "busy"
         log = (serve.home / "daemon.log").read_text()
         assert "reconciled: {'adopted': 4" in log
+
+
+def test_a_daemon_id_is_held_on_the_cluster_while_its_daemon_lives(
+    pg_url: str, tmp_path: Path
+) -> None:
+    """A second daemon with a running one's id is refused before it touches a sandbox; the
+    hold of a daemon killed -9 goes with it, and the daemon starts again (one node)."""
+    nodes = RayNodes()
+    try:
+        nodes.head(FIRST_ENGINE)
+        with _daemon(tmp_path, nodes.address, pg_url, (FIRST_ENGINE,)) as serve:
+            client = Client(serve.url, home=serve.home, retries=3)
+            held = client.create(SandboxSpec(memory_mb=256, ttl_sec=600))
+            argv = [sys.executable, "-m", "rock.cli", "serve", "--home", str(tmp_path / "b")]
+            argv += ["--port", str(free_port()), "--backend", "ray", "--ray-address"]
+            argv += [nodes.address, "--daemon-id", _daemon_id(serve)]
+            second = subprocess.run(argv, env=ENV, capture_output=True, text=True, timeout=180)
+            assert second.returncode == 1 and "Traceback" not in second.stderr
+            assert "another rock daemon holds the daemon id" in second.stderr
+            assert held.exec("echo kept").stdout == b"kept\n"
+            serve.kill()
+            serve.start(env=ENV)
+            assert client.sandbox(held.id).exec("echo adopted").stdout == b"adopted\n"
+    finally:
+        nodes.close()
 
 
 def test_placement_prefers_the_node_with_the_most_room() -> None:

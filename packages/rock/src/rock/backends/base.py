@@ -20,6 +20,8 @@ from rock.models import DEFAULT_MAX_OUTPUT, ExecRequest, ExecResult, SandboxSpec
 LABEL_MANAGED = "dev.ale.rock.managed"
 LABEL_DAEMON = "dev.ale.rock.daemon"
 LABEL_SANDBOX = "dev.ale.rock.sandbox"
+LABEL_ORIGIN = "dev.ale.rock.origin"
+"""The host and rock home of the daemon that made a container (see `rock.backends._owner`)."""
 
 
 class SandboxError(RockError):
@@ -113,6 +115,9 @@ class Sandbox(ExecVerb):
     placement: str | None = None
     """The machine it runs on, where a backend spreads sandboxes over several (the ray
     backend's node); None on one machine."""
+    origin: str | None = None
+    """The host and rock home of the daemon that made it, as its labels say ('' when they
+    say none); None where the backend keeps sandboxes inside the rock home (local)."""
 
     def run_streaming(
         self, request: ExecRequest, on_output: Callable[[int, bytes], None] | None
@@ -196,6 +201,19 @@ class Backend(abc.ABC):
     """Creates and finds sandboxes."""
 
     name: str
+    origin: str | None = None
+    """The host and rock home of the daemon using this backend, written on every sandbox
+    it makes; None where sandboxes live inside the rock home (local) or no daemon runs."""
+
+    def claim(self) -> None:
+        """Hold this backend's daemon id where its sandboxes live, for this process until
+        :meth:`release`: a `RockError` of one sentence when a live daemon holds it. Nothing
+        to hold where the sandboxes live inside the rock home (its lock covers them)."""
+        return None
+
+    def release(self) -> None:
+        """Let go of what :meth:`claim` took (idempotent)."""
+        return None
 
     @abc.abstractmethod
     def create(

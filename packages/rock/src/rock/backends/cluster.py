@@ -33,6 +33,7 @@ import ray
 from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from rock.backends._owner import Holder
 from rock.backends.base import (
     Backend,
     ImageMissing,
@@ -57,8 +58,27 @@ RESTART_AFTER = 5.0
 """Seconds before an agent that died is started again on a node that is still alive."""
 ENGINE_RETRY_AFTER = 60.0
 """Seconds before a node whose Docker engine did not answer is tried again."""
+CLAIM_WAIT = 30.0
+"""Seconds a daemon waits for the hold of a daemon id whose holder does not answer (Ray
+is ending the actor of a daemon that was killed) before it gives up."""
 
 _Agent: Any = ray.remote(NodeAgent)
+
+
+class DaemonClaim:
+    """The daemon id's hold on the cluster: a named actor of the daemon's own namespace,
+    which Ray ends (freeing its name) when the daemon's process ends."""
+
+    NAME = "rock-daemon"
+
+    def __init__(self, holder: str) -> None:
+        self.holder = holder
+
+    def who(self) -> str:
+        return self.holder
+
+
+_Claim: Any = ray.remote(num_cpus=0)(DaemonClaim)
 
 
 @dataclass
@@ -88,8 +108,12 @@ class RayBackend(Backend):
 
     name = "ray"
 
-    def __init__(self, address: str, *, daemon_id: str = "default") -> None:
+    def __init__(
+        self, address: str, *, daemon_id: str = "default", origin: str | None = None
+    ) -> None:
         self.daemon_id = daemon_id
+        self.origin = origin
+        self._claim: Any = None
         _check_reachable(address)
         try:
             ray.init(
@@ -117,6 +141,39 @@ class RayBackend(Backend):
                 f"no node of the Ray cluster at {address} has a Docker engine its rock agent "
                 "can reach; start dockerd on the nodes (each node's DOCKER_HOST names its own)."
             )
+
+    def claim(self) -> None:
+        """Hold the daemon id on the cluster until :meth:`release`: a second daemon with the
+        same id is refused in one sentence while this process lives. The hold of a daemon
+        that was killed goes with it: Ray ends its actor, which takes a moment."""
+        if self._claim is not None:
+            return
+        me = Holder.this_process(self.origin or "")
+        deadline = time.monotonic() + CLAIM_WAIT
+        while True:
+            try:
+                self._claim = _Claim.options(name=DaemonClaim.NAME).remote(me.describe())
+                return
+            except ValueError:  # the name is taken in this namespace
+                pass
+            try:
+                holder = ray.get_actor(DaemonClaim.NAME)
+                who = str(ray.get(holder.who.remote(), timeout=10))
+            except Exception:  # gone, or going: its daemon died
+                if time.monotonic() < deadline:
+                    time.sleep(0.5)
+                    continue
+                who = "its holder does not answer"
+            raise RockError(
+                f"another rock daemon holds the daemon id {self.daemon_id!r} on this Ray "
+                f"cluster ({who}); stop it, or give this daemon another id."
+            )
+
+    def release(self) -> None:
+        claim, self._claim = self._claim, None
+        if claim is not None:
+            with contextlib.suppress(Exception):  # the cluster went away first
+                ray.kill(claim)
 
     # --- the cluster --------------------------------------------------------------------
 
@@ -149,7 +206,7 @@ class RayBackend(Backend):
             num_cpus=0,
             max_concurrency=AGENT_CONCURRENCY,
             max_restarts=0,
-        ).remote(self.daemon_id)
+        ).remote(self.daemon_id, self.origin)
         try:
             facts: dict[str, Any] = ray.get(agent.describe.remote(), timeout=DESCRIBE_TIMEOUT)
         except (RayActorError, RayTaskError, GetTimeoutError) as exc:
@@ -172,7 +229,7 @@ class RayBackend(Backend):
             memory_mb=facts["memory_mb"],
             runtimes=facts["runtimes"],
         )
-        for sandbox_id, spec in ray.get(agent.list.remote()):
+        for sandbox_id, spec, _ in ray.get(agent.list.remote()):
             node.sandboxes[sandbox_id] = spec
         with self._lock:
             self._nodes[node_id] = node
@@ -290,8 +347,8 @@ class RayBackend(Backend):
             except NodeLost:
                 continue
             with self._lock:
-                node.sandboxes.update(dict(found))
-            out += [RaySandbox(self, node, sid, spec, None) for sid, spec in found]
+                node.sandboxes.update({sid: spec for sid, spec, _ in found})
+            out += [RaySandbox(self, node, sid, spec, None, origin) for sid, spec, origin in found]
         return out
 
     def states(self) -> dict[str, dict[str, Any]]:
@@ -360,6 +417,7 @@ class RaySandbox(Sandbox):
         sandbox_id: str,
         spec: SandboxSpec,
         container_id: str | None,
+        origin: str | None = None,
     ) -> None:
         self._backend = backend
         self._node = node
@@ -367,6 +425,7 @@ class RaySandbox(Sandbox):
         self.spec = spec
         self.container_id = container_id
         self.placement = node.name
+        self.origin = origin
 
     def _call(self, method: str, *args: Any) -> Any:
         return self._backend.call(self._node, method, self.id, *args)

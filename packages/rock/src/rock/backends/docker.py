@@ -21,10 +21,12 @@ from typing import Any, cast
 import docker
 from docker.errors import APIError, DockerException, ImageNotFound, NotFound
 
+from rock.backends._owner import EngineClaim
 from rock.backends._shell import KILL_TREE, REAP_FUNCTION, Channel, ShellSession
 from rock.backends.base import (
     LABEL_DAEMON,
     LABEL_MANAGED,
+    LABEL_ORIGIN,
     LABEL_SANDBOX,
     Backend,
     ImageMissing,
@@ -203,6 +205,7 @@ class DockerSandbox(Sandbox):
         self.container = container
         self.id = container.labels.get(LABEL_SANDBOX, container.name)
         self.spec = spec
+        self.origin = container.labels.get(LABEL_ORIGIN, "")
         self._oom_seen: int | None = None
         self._running: dict[str, _Running] = {}
         """Each command running now, by its mark (ROCK_EXEC_ID)."""
@@ -592,12 +595,17 @@ class DockerSandbox(Sandbox):
 
 
 class DockerBackend(Backend):
-    """Sandboxes as containers, labelled as ours (and as the given daemon's)."""
+    """Sandboxes as containers, labelled as ours (and as the given daemon's, made from
+    ``origin``: see `rock.backends._owner`)."""
 
     name = "docker"
 
     def __init__(
-        self, client: docker.DockerClient | None = None, *, daemon_id: str = "local"
+        self,
+        client: docker.DockerClient | None = None,
+        *,
+        daemon_id: str = "local",
+        origin: str | None = None,
     ) -> None:
         if client is None:
             from rock.engine import connect
@@ -605,6 +613,20 @@ class DockerBackend(Backend):
             client = connect()
         self.client = client
         self.daemon_id = daemon_id
+        self.origin = origin
+        self._claim: EngineClaim | None = None
+
+    def claim(self) -> None:
+        """Hold the daemon id on this engine (a marker volume) until :meth:`release`."""
+        if self._claim is None:
+            claim = EngineClaim(self.client, self.daemon_id, self.origin or "")
+            claim.take()
+            self._claim = claim
+
+    def release(self) -> None:
+        claim, self._claim = self._claim, None
+        if claim is not None:
+            claim.release()
 
     def create(
         self, spec: SandboxSpec | None = None, *, sandbox_id: str | None = None
@@ -617,6 +639,7 @@ class DockerBackend(Backend):
             LABEL_MANAGED: "1",
             LABEL_DAEMON: self.daemon_id,
             LABEL_SANDBOX: sandbox_id,
+            **({LABEL_ORIGIN: self.origin} if self.origin else {}),
         }
         try:
             container = self.client.containers.run(
@@ -682,8 +705,11 @@ class DockerBackend(Backend):
             )
 
     def _find(self, sandbox_id: str) -> docker.models.containers.Container:
-        found = self.client.containers.list(
-            all=True, filters={"label": f"{LABEL_SANDBOX}={sandbox_id}"}
+        found = self.client.containers.list(  # this daemon's only: ids are not names
+            all=True,
+            filters={
+                "label": [f"{LABEL_SANDBOX}={sandbox_id}", f"{LABEL_DAEMON}={self.daemon_id}"]
+            },
         )
         if not found:
             raise SandboxNotFound(f"no sandbox {sandbox_id}; list them with 'rock sandbox ls'.")

@@ -28,7 +28,7 @@ from rock.models import DEFAULT_MAX_OUTPUT, ExecRequest, ExecResult, SandboxSpec
 class NodeAgent:
     """One node's sandboxes; made by the daemon as a threaded Ray actor on that node."""
 
-    def __init__(self, daemon_id: str) -> None:
+    def __init__(self, daemon_id: str, origin: str | None = None) -> None:
         self._boxes: dict[str, Sandbox] = {}
         self._sessions: dict[str, Session] = {}
         self._lock = threading.Lock()
@@ -39,7 +39,7 @@ class NodeAgent:
             self._refused = exc
             return
         client.api.timeout = 300
-        self.backend = DockerBackend(client, daemon_id=daemon_id)
+        self.backend = DockerBackend(client, daemon_id=daemon_id, origin=origin)
 
     # --- the node ---------------------------------------------------------------------
 
@@ -70,12 +70,13 @@ class NodeAgent:
     def states(self) -> dict[str, dict[str, Any]]:
         return self.backend.states()
 
-    def list(self) -> list[tuple[str, SandboxSpec]]:
+    def list(self) -> list[tuple[str, SandboxSpec, str | None]]:
+        """Each sandbox of the daemon's on this node: its id, spec and origin."""
         boxes = self.backend.list()
         with self._lock:
             for box in boxes:
                 self._boxes.setdefault(box.id, box)
-        return [(box.id, box.spec) for box in boxes]
+        return [(box.id, box.spec, box.origin) for box in boxes]
 
     # --- one sandbox ------------------------------------------------------------------
 

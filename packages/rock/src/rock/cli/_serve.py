@@ -86,9 +86,12 @@ def _is_loopback(host: str) -> bool:
 )
 @click.option(
     "--daemon-id",
-    default="default",
-    show_default=True,
-    help="Name of this daemon; its containers carry it as a label.",
+    default=None,
+    metavar="ID",
+    help="This daemon's identity: its containers carry it as a label, and it takes only "
+    "what carries it (default: the id minted for its rock home, in <home>/daemon-id). Give "
+    "one to take over a stopped daemon's sandboxes from another home sharing its database; "
+    "a daemon already running with it refuses this one.",
 )
 @click.option(
     "--pool",
@@ -126,7 +129,7 @@ def serve(
     backend: Literal["docker", "local", "ray"],
     ray_address: str | None,
     database_url: str | None,
-    daemon_id: str,
+    daemon_id: str | None,
     pools: dict[str, Any],
     grace: float,
     cleanup: bool,
@@ -138,9 +141,15 @@ def serve(
     It listens on HOST:PORT, writes its address to <home>/daemon.json and its bearer
     token to <home>/token, and keeps the given warm pools filled.
     """
-    from rock.daemon.server import ServeConfig
+    from rock.daemon.server import DAEMON_ID, ServeConfig
     from rock.daemon.server import serve as run_daemon
     from rock.store import default_home
+
+    if daemon_id is not None and not DAEMON_ID.fullmatch(daemon_id):
+        raise BadInput(
+            f"--daemon-id {daemon_id!r} is not a daemon id; use up to 64 letters, digits, "
+            "'_', '.' and '-', starting with a letter or digit."
+        )
 
     if not _is_loopback(host) and not allow_remote:
         raise BadInput(

@@ -10,7 +10,8 @@ It owns one backend and one state store and keeps them in agreement:
 * a maintenance thread reaps sandboxes past their TTL or idle timeout, marks
   sandboxes whose container died as error (with the engine's reason) and refills pools;
 * `start()` reconciles the engine with the database after a crash: containers
-  labelled as this daemon's are adopted or removed, rows without a container are closed;
+  labelled as this daemon's are adopted or removed (only those its database records or its
+  own rock home made: another home's are left alone), rows without a container are closed;
 * `close()` stops taking work, lets in-flight commands finish for a grace period,
   kills the rest, and keeps only sandboxes with TTL left (unless told to clean up).
 """

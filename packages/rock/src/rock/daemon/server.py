@@ -1,4 +1,5 @@
-"""`rock serve`: the token, the discovery file and uvicorn with a graceful SIGTERM."""
+"""`rock serve`: the token, the daemon's identity, the discovery file and uvicorn with a
+graceful SIGTERM."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import fcntl
 import json
 import logging
 import os
+import re
 import secrets
 import socket
 import threading
@@ -17,6 +19,7 @@ from typing import IO, Literal
 import uvicorn
 from pydantic import BaseModel, Field
 
+from rock.backends._owner import origin_of
 from rock.backends.base import Backend
 from rock.daemon.app import create_app
 from rock.daemon.manager import SandboxManager
@@ -31,6 +34,10 @@ DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 7480
 TOKEN_FILE = "token"
 DAEMON_FILE = "daemon.json"
+IDENTITY_FILE = "daemon-id"
+LEGACY_ID = "default"
+"""Every daemon's id before each rock home had its own."""
+DAEMON_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
 
 class ServeConfig(BaseModel):
@@ -43,7 +50,11 @@ class ServeConfig(BaseModel):
     ray_address: str | None = None
     """With backend ray: the cluster (``auto``, ``HOST:PORT`` of its head node)."""
     database_url: str | None = None
-    daemon_id: str = "default"
+    daemon_id: str | None = Field(default=None, pattern=DAEMON_ID.pattern)
+    """The daemon's identity: its containers carry it as a label and its rows in the state
+    store as a column, and it takes only what carries it. None: the one minted for its rock
+    home (``<home>/daemon-id``), so that daemons of different homes never share one. No two
+    running daemons may hold one id on an engine, a Ray cluster or a database."""
     pools: dict[str, PoolSettings] = Field(default_factory=dict)
     grace_sec: float = Field(default=10.0, ge=0)
     cleanup: bool = False
@@ -71,6 +82,29 @@ def load_or_create_token(home: Path) -> str:
     with os.fdopen(fd, "w") as fh:
         fh.write(token + "\n")
     return token
+
+
+def load_or_create_identity(home: Path) -> str:
+    """The daemon id of the rock home: minted at the first start of a daemon without
+    ``--daemon-id`` (random, so no other home has it) into ``home/daemon-id``, then kept."""
+    path = home / IDENTITY_FILE
+    if not path.exists():
+        minted = home / f".{IDENTITY_FILE}.{os.getpid()}.tmp"
+        minted.write_text(f"rock-{secrets.token_hex(8)}\n")
+        try:
+            os.link(minted, path)  # never replaces one a concurrent start wrote first
+        except FileExistsError:
+            pass
+        finally:
+            minted.unlink()
+    daemon_id = path.read_text().strip()
+    if not DAEMON_ID.fullmatch(daemon_id):
+        raise RockError(
+            f"{path} holds {daemon_id[:80]!r}, not a daemon id; put back the id this home's "
+            "daemon used (the dev.ale.rock.daemon label of its containers), or delete the "
+            "file to mint a new one."
+        )
+    return daemon_id
 
 
 LOCK_FILE = "daemon.lock"
@@ -124,8 +158,14 @@ def _bind(host: str, port: int) -> socket.socket:
 
 
 def make_backend(
-    name: str, daemon_id: str, home: Path, *, ray_address: str | None = None
+    name: str,
+    daemon_id: str,
+    home: Path,
+    *,
+    ray_address: str | None = None,
+    origin: str | None = None,
 ) -> Backend:
+    """The daemon's backend; ``origin`` (host and rock home) is written on what it makes."""
     if name == "ray":
         try:
             from rock.backends.cluster import RayBackend
@@ -133,14 +173,14 @@ def make_backend(
             raise RockError(
                 "the ray backend needs Ray: pip install 'rock[ray]' (on every node too)."
             ) from None
-        return RayBackend(ray_address or "auto", daemon_id=daemon_id)
+        return RayBackend(ray_address or "auto", daemon_id=daemon_id, origin=origin)
     if name == "docker":
         from rock.backends.docker import DockerBackend
         from rock.engine import connect
 
         client = connect()
         client.api.timeout = 300
-        return DockerBackend(client, daemon_id=daemon_id)
+        return DockerBackend(client, daemon_id=daemon_id, origin=origin)
     if name == "local":
         from rock.backends.local import LocalBackend
 
@@ -170,25 +210,44 @@ class Daemon:
     SIGTERM/SIGINT (main thread) or `stop()` (any thread)."""
 
     def __init__(self, config: ServeConfig) -> None:
-        self.config = config
         self.home = config.home
         self.token = load_or_create_token(self.home)
         self._lock = hold_home(self.home)  # before the store, the engine or any sandbox
-        self._socket = _bind(config.host, config.port)  # before reconciliation too
-        self.metrics = Metrics()
-        self.store = StateStore(
-            config.database_url, home=self.home, max_output_chars=config.max_output_chars
-        )
-        try:  # one daemon per daemon id on a shared database, before any reconciliation
-            self.store.claim(config.daemon_id)
-        except RockError:
-            self.store.close()
+        self._home_id = config.daemon_id is None
+        try:
+            self.daemon_id = config.daemon_id or load_or_create_identity(self.home)
+            self.config = config = config.model_copy(update={"daemon_id": self.daemon_id})
+            self._socket = _bind(config.host, config.port)  # before reconciliation too
+        except BaseException:
+            self._lock.close()
             raise
-        self.backend = make_backend(
-            config.backend, config.daemon_id, self.home, ray_address=config.ray_address
-        )
+        backend: Backend | None = None
+        store: StateStore | None = None
+        try:  # one daemon per daemon id, on the engine and on the database, before either
+            backend = make_backend(  # is touched: reconciliation comes at start-up
+                config.backend,
+                self.daemon_id,
+                self.home,
+                ray_address=config.ray_address,
+                origin=origin_of(self.home),
+            )
+            backend.claim()
+            store = StateStore(
+                config.database_url, home=self.home, max_output_chars=config.max_output_chars
+            )
+            store.claim(self.daemon_id)
+        except BaseException:
+            if backend is not None:
+                backend.release()
+            if store is not None:
+                store.close()
+            self._socket.close()
+            self._lock.close()
+            raise
+        self.backend, self.store = backend, store
+        self.metrics = Metrics()
         self.manager = SandboxManager(
-            self.backend, self.store, daemon_id=config.daemon_id, metrics=self.metrics
+            self.backend, self.store, daemon_id=self.daemon_id, metrics=self.metrics
         )
         self.metrics.watch(self.manager)
         self.url: str | None = None
@@ -219,11 +278,23 @@ class Daemon:
     def _start(self) -> None:
         self.manager.start(self.config.pools)
         log.info("reconciled at start-up: %s", self.manager.reconciled)
+        if self._home_id and self.config.database_url is None and self.daemon_id != LEGACY_ID:
+            earlier = self.store.live(LEGACY_ID)  # this home's own database: its own daemon's
+            if earlier:
+                log.warning(
+                    "this home's database records %s sandboxes of the daemon id %r, from before "
+                    "each rock home had its own id, and this daemon leaves them alone; to adopt "
+                    "and then delete them, run 'rock serve --daemon-id %s --cleanup' once and "
+                    "stop it",
+                    len(earlier),
+                    LEGACY_ID,
+                    LEGACY_ID,
+                )
 
     def _stop(self) -> None:
         grace = 0.0 if self.manager.closing else self.config.grace_sec
         self.manager.close(grace_sec=grace, cleanup=self.config.cleanup)
-        self.store.close()
+        self._let_go()
         path = self.home / DAEMON_FILE
         with contextlib.suppress(OSError, ValueError):
             if json.loads(path.read_text()).get("pid") == os.getpid():
@@ -235,19 +306,25 @@ class Daemon:
             for sock in srv.sockets:
                 port = sock.getsockname()[1]
         self.url = f"http://{self.config.host}:{port}"
-        _write_daemon_file(self.home, self.url)
+        _write_daemon_file(self.home, self.url, self.daemon_id)
         log.info(
             "rock daemon %s listening on %s (token in %s)",
-            self.config.daemon_id,
+            self.daemon_id,
             self.url,
             self.home / TOKEN_FILE,
         )
         self.ready.set()
 
+    def _let_go(self) -> None:
+        """Release the daemon id (engine and database) and close the store (idempotent)."""
+        self.backend.release()
+        self.store.close()
+
     def run(self) -> None:
         try:
             self.server.run(sockets=[self._socket])
         finally:
+            self._let_go()
             self._socket.close()
             self._lock.close()
 
@@ -264,8 +341,8 @@ def serve(config: ServeConfig) -> None:
     Daemon(config).run()
 
 
-def _write_daemon_file(home: Path, url: str) -> None:
+def _write_daemon_file(home: Path, url: str, daemon_id: str) -> None:
     path = home / DAEMON_FILE
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"url": url, "pid": os.getpid()}) + "\n")
+    tmp.write_text(json.dumps({"url": url, "pid": os.getpid(), "daemon_id": daemon_id}) + "\n")
     tmp.replace(path)

@@ -50,12 +50,22 @@ class UpkeepMixin:
         def _quiet_delete(box: Sandbox) -> None: ...
 
     def reconcile(self) -> dict[str, int]:
-        """Make the engine and the database agree; return counts of what was done."""
-        counts = {"adopted": 0, "removed": 0, "closed": 0, "failed": 0}
+        """Make the engine and the database agree; return counts of what was done.
+
+        Only this daemon's sandboxes are touched: containers labelled with its id that its
+        database records, or that a daemon of its own rock home made (a crash left them).
+        Others with its id (made from another home, or before rock labelled origins, by a
+        daemon whose id this one took over) are counted as foreign and left alone."""
+        counts = {"adopted": 0, "removed": 0, "closed": 0, "failed": 0, "foreign": 0}
         rows = {row.id: row for row in self.store.live(self.daemon_id)}
+        foreign: set[str] = set()
         for box in self.backend.list():
             row = rows.pop(box.id, None)
             if row is None:
+                if self._made_elsewhere(box):
+                    foreign.add(box.origin or "an earlier rock")
+                    counts["foreign"] += 1
+                    continue
                 self._quiet_delete(box)
                 counts["removed"] += 1
                 continue
@@ -97,8 +107,26 @@ class UpkeepMixin:
                 continue  # already closed with its reason
             self._move(row.id, S.DELETED, "its container was gone when the daemon restarted")
             counts["closed"] += 1
+        if foreign:
+            log.warning(
+                "left alone %s containers labelled with this daemon's id %s that another daemon "
+                "made (from %s), as they are not in this daemon's database",
+                counts["foreign"],
+                self.daemon_id,
+                ", ".join(sorted(foreign)),
+            )
         log.info("reconciled: %s", counts)
         return counts
+
+    def _made_elsewhere(self, box: Sandbox) -> bool:
+        """True for a sandbox this daemon's database does not record under its id, made by a
+        daemon of another rock home (or of one that did not say where it ran)."""
+        if box.origin is None or box.origin == self.backend.origin:
+            return False
+        try:
+            return self.store.get(box.id).daemon_id != self.daemon_id
+        except UnknownSandbox:
+            return True
 
     def _maintain(self) -> None:
         while not self._stop.is_set():
