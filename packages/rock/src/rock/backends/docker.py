@@ -42,6 +42,11 @@ from rock.models import (
 )
 
 _PID_PREFIX = b"__ROCK_PID "
+_GVISOR_LOST = re.compile(
+    rb'^waiting on pid \d+: [^\n]*urpc method "containerManager\.WaitPID" failed: [^\n]*\n?',
+    re.MULTILINE,
+)
+"""The line runsc writes to a command's stderr when its sandbox died under it."""
 _KEEPALIVE = ["sh", "-c", "trap 'exit 0' TERM; while :; do sleep 3600 & wait $!; done"]
 
 
@@ -256,6 +261,10 @@ class DockerSandbox(Sandbox):
         result.exit_code = 137 if result.timed_out or ended is not None else code
         if ended is not None:
             result.oom_killed = bool(ended.get("OOMKilled"))
+            lost = _GVISOR_LOST.search(result.stderr)  # gVisor's word on it, not the command's
+            if lost is not None:
+                result.stderr = result.stderr[: lost.start()] + result.stderr[lost.end() :]
+                result.stderr_total -= lost.end() - lost.start()
         elif result.exit_code == 137 and not result.timed_out:
             result.oom_killed = self._oom_since_last()
 
@@ -292,10 +301,52 @@ class DockerSandbox(Sandbox):
             time.sleep(delay)
             delay = min(delay * 2, 0.05)
 
-    @staticmethod
-    def _drain(read: Callable[[int], bytes], on_frame: Callable[[int, bytes], None]) -> None:
-        with contextlib.suppress(OSError):
-            _frames(read, on_frame)
+    def _drain(self, read: Callable[[int], bytes], on_frame: Callable[[int, bytes], None]) -> None:
+        """Read a command's output until its stream ends, or, under gVisor, until the sandbox
+        itself has ended: the engine then keeps the stream open about 30 s more, which a
+        shorter timeout would report as a timeout instead of the sandbox's end (its memory)."""
+        if self.spec.runtime != "runsc":
+            with contextlib.suppress(OSError):
+                _frames(read, on_frame)
+            return
+        finished = threading.Event()
+
+        def pump() -> None:
+            try:
+                with contextlib.suppress(OSError):
+                    _frames(read, on_frame)
+            finally:
+                finished.set()
+
+        reader = threading.Thread(target=pump, daemon=True)
+        reader.start()
+        stop_watching = self._on_end(finished.set)
+        try:
+            finished.wait()
+        finally:
+            stop_watching()
+        reader.join(0.5)  # what the command wrote just before the end is already on its way
+
+    def _on_end(self, callback: Callable[[], None]) -> Callable[[], None]:
+        """Call ``callback`` when the container stops (at once if it has); return what stops
+        watching."""
+        try:
+            events = self._client.events(
+                filters={"container": self.container.id, "event": "die"}, decode=True
+            )
+        except DockerException:
+            return lambda: None
+
+        def watch() -> None:
+            with contextlib.suppress(Exception):  # closed under it: the command ended first
+                for _ in events:
+                    callback()
+                    return
+
+        threading.Thread(target=watch, daemon=True).start()
+        if self._ended() is not None:  # it died before the engine was listening
+            callback()
+        return cast(Callable[[], None], events.close)
 
     def interrupt(self, tag: str | None = None) -> int:
         with self._running_lock:
