@@ -484,7 +484,11 @@ class DockerSandbox(Sandbox):
         """A tar of ``path`` read by tar in the sandbox, checked against the sandbox's own
         digests (once more when a file changed while it was read)."""
         path = _copy.sandbox_path(path, self.id)
-        parent = posixpath.dirname(path) or "/"
+        if path == "/":
+            raise SandboxError(
+                f"the whole root of sandbox {self.id} cannot be copied out; name a folder in it."
+            )
+        parent = posixpath.dirname(path)
         failed = "a file"
         for _ in range(2):
             archive = self._pack(path)
@@ -520,7 +524,7 @@ class DockerSandbox(Sandbox):
 
     def _pack(self, path: str) -> bytes:
         parent, base = posixpath.split(path)
-        packed = self._copy_step(_copy.PACK, parent or "/", base or ".", max_output=1 << 62)
+        packed = self._copy_step(_copy.PACK, parent, base, max_output=1 << 62)
         if packed.exit_code == _copy.MISSING:
             raise PathMissing(f"{path} does not exist in sandbox {self.id}.")
         if packed.exit_code == _copy.NO_TAR:
