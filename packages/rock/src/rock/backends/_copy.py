@@ -7,20 +7,30 @@ writes beneath it; such a copy "succeeds" and never appears. So copies go throug
 the sandbox (fed and read over exec), land in a staging folder, are checked there against
 the digests computed here (``sha256sum -c``, else python3, else read back), and only then
 move into place: a copy that fails or does not match leaves nothing half-written. This
-module holds the shell run in the sandbox and the host's side of the check; the docker
-backend's file verbs drive them.
+module holds the shell run in the sandbox, the host's side of the check, and
+:class:`Copier`, which the docker backend's file verbs are.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import posixpath
 import re
+import secrets
 import tarfile
+import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from rock.backends.base import PathEscape, SandboxError
+from docker.errors import APIError, NotFound
+
+from rock.backends.base import PathEscape, PathMissing, SandboxError
+from rock.models import ExecRequest, ExecResult
+
+if TYPE_CHECKING:
+    from rock.backends.docker import DockerSandbox
 
 STAGE_PREFIX = ".rock-cp-"
 """Name prefix of the staging folder a copy lands in before it moves into place."""
@@ -205,3 +215,186 @@ def reason(stderr: str) -> str | None:
     """The line of a failed step's stderr that says why (not tar's closing summary)."""
     lines = [line for line in stderr.strip().splitlines() if "Exiting with failure" not in line]
     return lines[0] if lines else None
+
+
+class Copier:
+    """The file verbs of one docker sandbox, as checked tar streams through its exec."""
+
+    def __init__(self, box: DockerSandbox) -> None:
+        self.box = box
+
+    def read_file(self, path: str) -> bytes:
+        archive = self.get_archive(path)
+        with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+            member = tar.next()
+            if member is None or not member.isfile():
+                raise SandboxError(
+                    f"{path} in sandbox {self.box.id} is not a regular file; use download for trees."
+                )
+            fh = tar.extractfile(member)
+            assert fh is not None
+            return fh.read()
+
+    def write_file(self, path: str, data: bytes, mode: int = 0o644) -> None:
+        directory, name = posixpath.split(sandbox_path(path, self.box.id))
+        if not name:
+            raise SandboxError(
+                f"{path} is the root of sandbox {self.box.id}, not a file; name one."
+            )
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w") as tar:
+            info = tarfile.TarInfo(name)
+            info.size, info.mode, info.mtime = len(data), mode, int(time.time())
+            tar.addfile(info, io.BytesIO(data))
+        self.put_archive(directory or "/", buf.getvalue())
+
+    def put_archive(self, directory: str, data: bytes) -> None:
+        """Unpack ``data`` in a staging folder in ``directory``, check every file against
+        its digest there, then move it into place; on any failure nothing is left."""
+        directory = sandbox_path(directory, self.box.id)
+        expected = manifest(data, f"the archive sent for {directory}")
+        stage = posixpath.join(directory, STAGE_PREFIX + secrets.token_hex(4))
+        into = f"while copying {mb(expected.size)} into {directory}"
+        prepared = self._step(PREPARE, directory, stage, "1", stdin=data)
+        new = prepared.stdout.decode("utf-8", "surrogateescape")
+        try:
+            if prepared.exit_code == NOT_A_DIRECTORY:
+                blocker = prepared.stderr_text.strip().splitlines()[-1]
+                raise SandboxError(
+                    f"{blocker} in sandbox {self.box.id} is not a folder, so nothing can be copied "
+                    f"into {directory}."
+                )
+            if prepared.exit_code == NO_TAR:
+                self._put_without_tar(stage, data, directory)
+            elif prepared.exit_code != 0:
+                raise self._copy_failed(prepared, into, directory, expected.size)
+            finished = self._step(
+                FINISH, directory, stage, new, "check-merge", stdin=expected.check_lines()
+            )
+            if finished.exit_code == UNCHECKED:  # no sha256sum, no python3 there
+                self._read_back(stage, expected, directory)
+                finished = self._step(FINISH, directory, stage, new, "merge")
+            if finished.exit_code == MISMATCH:
+                name = first_failed(finished.stdout) or "a file"
+                raise SandboxError(
+                    f"{posixpath.join(directory, name)} did not arrive whole in sandbox "
+                    f"{self.box.id} (its checksum differs from the one sent); nothing was written, "
+                    "copy it again."
+                )
+            if finished.exit_code != 0:
+                raise self._copy_failed(finished, into, directory, expected.size)
+        except BaseException:
+            with contextlib.suppress(SandboxError):
+                self._step(FINISH, directory, stage, new, "abort")
+            raise
+
+    def get_archive(self, path: str) -> bytes:
+        """A tar of ``path`` read by tar in the sandbox, checked against the sandbox's own
+        digests (once more when a file changed while it was read)."""
+        path = sandbox_path(path, self.box.id)
+        if path == "/":
+            raise SandboxError(
+                f"the whole root of sandbox {self.box.id} cannot be copied out; name a folder in it."
+            )
+        parent = posixpath.dirname(path)
+        failed = "a file"
+        for _ in range(2):
+            archive = self._pack(path)
+            got = manifest(archive, f"the archive of {path} that sandbox {self.box.id} sent")
+            checked = self._step(FINISH, parent, "", "", "check", stdin=got.check_lines())
+            if checked.exit_code in (0, UNCHECKED):
+                return archive
+            if checked.exit_code != MISMATCH:
+                raise self._copy_failed(checked, f"while checking {path}", path, got.size)
+            failed = first_failed(checked.stdout) or failed
+        raise SandboxError(
+            f"{posixpath.join(parent, failed)} in sandbox {self.box.id} changed while it was copied "
+            "out (twice); copy it again when nothing writes to it."
+        )
+
+    def _step(
+        self, script: str, *args: str, stdin: bytes | None = None, max_output: int = 1 << 20
+    ) -> ExecResult:
+        """Run one of this module's scripts in the sandbox, as root."""
+        return self.box.run(
+            ExecRequest(
+                command=["sh", "-c", script, "rock-cp", *args],
+                stdin=stdin,
+                user="0",
+                cwd="/",
+                env={"CHECK_PY": CHECK_PY},
+                timeout=COPY_TIMEOUT,
+                max_output_bytes=max_output,
+            )
+        )
+
+    def _pack(self, path: str) -> bytes:
+        parent, base = posixpath.split(path)
+        packed = self._step(PACK, parent, base, max_output=1 << 62)
+        if packed.exit_code == MISSING:
+            raise PathMissing(f"{path} does not exist in sandbox {self.box.id}.")
+        if packed.exit_code == NO_TAR:
+            return self._get_without_tar(path)
+        if packed.exit_code != 0 and not (packed.exit_code == 1 and packed.stdout):
+            raise self._copy_failed(packed, f"while copying {path} out", path, 0)
+        return packed.stdout  # (tar's 1: a file changed as it was read; the check says which)
+
+    def _no_tar(self) -> SandboxError:
+        return SandboxError(
+            f"the image of sandbox {self.box.id} has no tar, which copies under runsc need; "
+            "install tar in the image, or use runtime runc."
+        )
+
+    def _put_without_tar(self, stage: str, data: bytes, directory: str) -> None:
+        """Docker's archive API (runc only: under gVisor it writes beside the sandbox's view)."""
+        if self.box.spec.runtime == "runsc":
+            raise self._no_tar()
+        try:
+            self.box.container.put_archive(stage, data)
+        except (NotFound, APIError) as exc:
+            raise SandboxError(
+                f"the engine could not copy into {directory} in sandbox {self.box.id}: "
+                f"{getattr(exc, 'explanation', None) or exc}"
+            ) from None
+
+    def _get_without_tar(self, path: str) -> bytes:
+        if self.box.spec.runtime == "runsc":
+            raise self._no_tar()
+        try:
+            stream, _ = self.box.container.get_archive(path)
+        except NotFound:
+            raise PathMissing(f"{path} does not exist in sandbox {self.box.id}.") from None
+        return b"".join(stream)
+
+    def _read_back(self, stage: str, expected: Manifest, directory: str) -> None:
+        """Check a copy where the sandbox cannot: read it back and compare here."""
+        base = posixpath.basename(stage)
+        got = manifest(self._pack(stage), f"the copy in {directory}").digests
+        for name, digest in expected.digests.items():
+            if got.get(posixpath.join(base, name)) != digest:
+                raise SandboxError(
+                    f"{posixpath.join(directory, name)} did not arrive whole in sandbox "
+                    f"{self.box.id} (read back, it differs from what was sent); nothing was "
+                    "written, copy it again."
+                )
+
+    def _copy_failed(self, result: ExecResult, doing: str, where: str, size: int) -> SandboxError:
+        """One sentence for a copy's step that failed in the sandbox."""
+        err = result.stderr_text.strip()
+        if result.oom_killed:
+            return SandboxError(
+                f"sandbox {self.box.id} ran out of memory {doing} (under runsc the files a sandbox "
+                "writes are held in its memory); give it more memory or copy less."
+            )
+        if result.timed_out:
+            return SandboxError(
+                f"sandbox {self.box.id} did not finish {doing.removeprefix('while ')} within "
+                f"{COPY_TIMEOUT:g} s; nothing was written."
+            )
+        if no_room(err):
+            return SandboxError(
+                f"{where} in sandbox {self.box.id} has no room for {mb(size)}; nothing was "
+                "written: free space there or copy less."
+            )
+        why = reason(err) or f"exit status {result.exit_code}"
+        return SandboxError(f"sandbox {self.box.id} failed {doing} ({why}); nothing was written.")

@@ -4,14 +4,11 @@ from __future__ import annotations
 
 import builtins
 import contextlib
-import io
-import posixpath
 import re
 import secrets
 import shutil
 import socket
 import struct
-import tarfile
 import threading
 import time
 from collections.abc import Callable
@@ -28,7 +25,6 @@ from rock.backends.base import (
     LABEL_SANDBOX,
     Backend,
     ImageMissing,
-    PathMissing,
     Sandbox,
     SandboxError,
     SandboxNotFound,
@@ -414,184 +410,19 @@ class DockerSandbox(Sandbox):
             max_output_bytes=max_output_bytes,
         )
 
-    # --- files --------------------------------------------------------------
-    # Copies go through tar in the sandbox and are checked before they count (see _copy).
+    # --- files: checked tar streams through exec (see _copy) -----------------
 
     def read_file(self, path: str) -> bytes:
-        archive = self.get_archive(path)
-        with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
-            member = tar.next()
-            if member is None or not member.isfile():
-                raise SandboxError(
-                    f"{path} in sandbox {self.id} is not a regular file; use download for trees."
-                )
-            fh = tar.extractfile(member)
-            assert fh is not None
-            return fh.read()
+        return _copy.Copier(self).read_file(path)
 
     def write_file(self, path: str, data: bytes, mode: int = 0o644) -> None:
-        directory, name = posixpath.split(_copy.sandbox_path(path, self.id))
-        if not name:
-            raise SandboxError(f"{path} is the root of sandbox {self.id}, not a file; name one.")
-        buf = io.BytesIO()
-        with tarfile.open(fileobj=buf, mode="w") as tar:
-            info = tarfile.TarInfo(name)
-            info.size, info.mode, info.mtime = len(data), mode, int(time.time())
-            tar.addfile(info, io.BytesIO(data))
-        self.put_archive(directory or "/", buf.getvalue())
+        _copy.Copier(self).write_file(path, data, mode)
 
     def put_archive(self, directory: str, data: bytes) -> None:
-        """Unpack ``data`` in a staging folder in ``directory``, check every file against
-        its digest there, then move it into place; on any failure nothing is left."""
-        directory = _copy.sandbox_path(directory, self.id)
-        expected = _copy.manifest(data, f"the archive sent for {directory}")
-        stage = posixpath.join(directory, _copy.STAGE_PREFIX + secrets.token_hex(4))
-        into = f"while copying {_copy.mb(expected.size)} into {directory}"
-        prepared = self._copy_step(_copy.PREPARE, directory, stage, "1", stdin=data)
-        new = prepared.stdout.decode("utf-8", "surrogateescape")
-        try:
-            if prepared.exit_code == _copy.NOT_A_DIRECTORY:
-                blocker = prepared.stderr_text.strip().splitlines()[-1]
-                raise SandboxError(
-                    f"{blocker} in sandbox {self.id} is not a folder, so nothing can be copied "
-                    f"into {directory}."
-                )
-            if prepared.exit_code == _copy.NO_TAR:
-                self._put_without_tar(stage, data, directory)
-            elif prepared.exit_code != 0:
-                raise self._copy_failed(prepared, into, directory, expected.size)
-            finished = self._copy_step(
-                _copy.FINISH, directory, stage, new, "check-merge", stdin=expected.check_lines()
-            )
-            if finished.exit_code == _copy.UNCHECKED:  # no sha256sum, no python3 there
-                self._read_back(stage, expected, directory)
-                finished = self._copy_step(_copy.FINISH, directory, stage, new, "merge")
-            if finished.exit_code == _copy.MISMATCH:
-                name = _copy.first_failed(finished.stdout) or "a file"
-                raise SandboxError(
-                    f"{posixpath.join(directory, name)} did not arrive whole in sandbox "
-                    f"{self.id} (its checksum differs from the one sent); nothing was written, "
-                    "copy it again."
-                )
-            if finished.exit_code != 0:
-                raise self._copy_failed(finished, into, directory, expected.size)
-        except BaseException:
-            with contextlib.suppress(SandboxError):
-                self._copy_step(_copy.FINISH, directory, stage, new, "abort")
-            raise
+        _copy.Copier(self).put_archive(directory, data)
 
     def get_archive(self, path: str) -> bytes:
-        """A tar of ``path`` read by tar in the sandbox, checked against the sandbox's own
-        digests (once more when a file changed while it was read)."""
-        path = _copy.sandbox_path(path, self.id)
-        if path == "/":
-            raise SandboxError(
-                f"the whole root of sandbox {self.id} cannot be copied out; name a folder in it."
-            )
-        parent = posixpath.dirname(path)
-        failed = "a file"
-        for _ in range(2):
-            archive = self._pack(path)
-            got = _copy.manifest(archive, f"the archive of {path} that sandbox {self.id} sent")
-            checked = self._copy_step(
-                _copy.FINISH, parent, "", "", "check", stdin=got.check_lines()
-            )
-            if checked.exit_code in (0, _copy.UNCHECKED):
-                return archive
-            if checked.exit_code != _copy.MISMATCH:
-                raise self._copy_failed(checked, f"while checking {path}", path, got.size)
-            failed = _copy.first_failed(checked.stdout) or failed
-        raise SandboxError(
-            f"{posixpath.join(parent, failed)} in sandbox {self.id} changed while it was copied "
-            "out (twice); copy it again when nothing writes to it."
-        )
-
-    def _copy_step(
-        self, script: str, *args: str, stdin: bytes | None = None, max_output: int = 1 << 20
-    ) -> ExecResult:
-        """Run one of :mod:`rock.backends._copy`'s scripts in the sandbox, as root."""
-        return self.run(
-            ExecRequest(
-                command=["sh", "-c", script, "rock-cp", *args],
-                stdin=stdin,
-                user="0",
-                cwd="/",
-                env={"CHECK_PY": _copy.CHECK_PY},
-                timeout=_copy.COPY_TIMEOUT,
-                max_output_bytes=max_output,
-            )
-        )
-
-    def _pack(self, path: str) -> bytes:
-        parent, base = posixpath.split(path)
-        packed = self._copy_step(_copy.PACK, parent, base, max_output=1 << 62)
-        if packed.exit_code == _copy.MISSING:
-            raise PathMissing(f"{path} does not exist in sandbox {self.id}.")
-        if packed.exit_code == _copy.NO_TAR:
-            return self._get_without_tar(path)
-        if packed.exit_code != 0 and not (packed.exit_code == 1 and packed.stdout):
-            raise self._copy_failed(packed, f"while copying {path} out", path, 0)
-        return packed.stdout  # (tar's 1: a file changed as it was read; the check says which)
-
-    def _no_tar(self) -> SandboxError:
-        return SandboxError(
-            f"the image of sandbox {self.id} has no tar, which copies under runsc need; "
-            "install tar in the image, or use runtime runc."
-        )
-
-    def _put_without_tar(self, stage: str, data: bytes, directory: str) -> None:
-        """Docker's archive API (runc only: under gVisor it writes beside the sandbox's view)."""
-        if self.spec.runtime == "runsc":
-            raise self._no_tar()
-        try:
-            self.container.put_archive(stage, data)
-        except (NotFound, APIError) as exc:
-            raise SandboxError(
-                f"the engine could not copy into {directory} in sandbox {self.id}: "
-                f"{getattr(exc, 'explanation', None) or exc}"
-            ) from None
-
-    def _get_without_tar(self, path: str) -> bytes:
-        if self.spec.runtime == "runsc":
-            raise self._no_tar()
-        try:
-            stream, _ = self.container.get_archive(path)
-        except NotFound:
-            raise PathMissing(f"{path} does not exist in sandbox {self.id}.") from None
-        return b"".join(stream)
-
-    def _read_back(self, stage: str, expected: _copy.Manifest, directory: str) -> None:
-        """Check a copy where the sandbox cannot: read it back and compare here."""
-        base = posixpath.basename(stage)
-        got = _copy.manifest(self._pack(stage), f"the copy in {directory}").digests
-        for name, digest in expected.digests.items():
-            if got.get(posixpath.join(base, name)) != digest:
-                raise SandboxError(
-                    f"{posixpath.join(directory, name)} did not arrive whole in sandbox "
-                    f"{self.id} (read back, it differs from what was sent); nothing was "
-                    "written, copy it again."
-                )
-
-    def _copy_failed(self, result: ExecResult, doing: str, where: str, size: int) -> SandboxError:
-        """One sentence for a copy's step that failed in the sandbox."""
-        err = result.stderr_text.strip()
-        if result.oom_killed:
-            return SandboxError(
-                f"sandbox {self.id} ran out of memory {doing} (under runsc the files a sandbox "
-                "writes are held in its memory); give it more memory or copy less."
-            )
-        if result.timed_out:
-            return SandboxError(
-                f"sandbox {self.id} did not finish {doing.removeprefix('while ')} within "
-                f"{_copy.COPY_TIMEOUT:g} s; nothing was written."
-            )
-        if _copy.no_room(err):
-            return SandboxError(
-                f"{where} in sandbox {self.id} has no room for {_copy.mb(size)}; nothing was "
-                "written: free space there or copy less."
-            )
-        why = _copy.reason(err) or f"exit status {result.exit_code}"
-        return SandboxError(f"sandbox {self.id} failed {doing} ({why}); nothing was written.")
+        return _copy.Copier(self).get_archive(path)
 
     # --- lifecycle ----------------------------------------------------------
 
