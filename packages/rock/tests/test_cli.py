@@ -159,6 +159,76 @@ def test_cp_trees_both_ways(daemon: Path, box: str, tmp_path: Path) -> None:
     assert missing.exit_code == 1 and "/no/such does not exist" in missing.stderr
 
 
+@pytest.fixture(scope="module")
+def gvisor_box(daemon: Path) -> str:
+    """A sandbox on gVisor, made with `rock sandbox create --runtime runsc`."""
+    result = rock("sandbox", "create", "--home", str(daemon), "--runtime", "runsc", "--no-pool")
+    assert result.exit_code == 0, result.output
+    return result.stdout.strip()
+
+
+@pytest.mark.docker
+@pytest.mark.parametrize("runtime", ["runc", "runsc"])
+def test_cp_lands_under_both_runtimes(
+    daemon: Path, box: str, gvisor_box: str, runtime: str, tmp_path: Path
+) -> None:
+    """Under runsc a copy into /tmp exited 0 and never appeared, one into /root/ was listed
+    but could not be opened, and a folder into /tmp failed (issue 37)."""
+    home = ["--home", str(daemon)]
+    target = box if runtime == "runc" else gvisor_box
+    probes = tmp_path / "probes.sh"
+    probes.write_bytes(b"#!/bin/sh\necho probed\n")
+    probes.chmod(0o755)
+    tree = tmp_path / "tree"
+    (tree / "sub").mkdir(parents=True)
+    (tree / "sub" / "data.bin").write_bytes(bytes(range(256)) * 100)
+
+    for dst in (f"{target}:/tmp/probes.sh", f"{target}:/root/"):
+        copied = rock("sandbox", "cp", *home, str(probes), dst)
+        assert copied.exit_code == 0, copied.output
+    ran = rock("sandbox", "exec", *home, target, "/tmp/probes.sh && /root/probes.sh")
+    assert (ran.exit_code, ran.stdout) == (0, "probed\nprobed\n"), ran.output
+    for dst in (f"{target}:/tmp", f"{target}:/new/place"):
+        copied = rock("sandbox", "cp", *home, str(tree), dst)
+        assert copied.exit_code == 0, copied.output
+    listed = rock(
+        "sandbox", "exec", *home, target, "wc -c /tmp/tree/sub/data.bin /new/place/sub/data.bin"
+    )
+    assert [line.split()[0] for line in listed.stdout.splitlines()] == ["25600", "25600", "51200"]
+    back = tmp_path / "back"
+    assert rock("sandbox", "cp", *home, f"{target}:/tmp/tree", str(back)).exit_code == 0
+    assert (back / "sub" / "data.bin").read_bytes() == bytes(range(256)) * 100
+
+
+def _one_sentence(result: Result, says: str) -> None:
+    assert result.exit_code == 1, result.output
+    assert result.stderr.startswith("rock: ") and result.stderr.count("\n") == 1, result.stderr
+    assert says in result.stderr and "Traceback" not in result.output
+
+
+@pytest.mark.docker
+def test_cp_refuses_bad_input_in_one_sentence_and_writes_nothing(
+    daemon: Path, box: str, tmp_path: Path
+) -> None:
+    home = ["--home", str(daemon)]
+    small = tmp_path / "small.txt"
+    small.write_bytes(b"small\n")
+    gone = rock("sandbox", "cp", *home, str(small), "sb-not-there:/tmp/small.txt")
+    _one_sentence(gone, "no sandbox sb-not-there")
+    outside = rock("sandbox", "cp", *home, str(small), f"{box}:/../../etc/small.txt")
+    _one_sentence(outside, "climbs above the root of sandbox")
+    outside = rock("sandbox", "cp", *home, f"{box}:/tmp/../../etc/passwd", str(tmp_path / "p"))
+    _one_sentence(outside, "climbs above the root of sandbox")
+    assert not (tmp_path / "p").exists()
+    big = tmp_path / "big.bin"
+    big.write_bytes(os.urandom(1 << 20) * 80)
+    full = rock("sandbox", "cp", *home, str(big), f"{box}:/dev/shm/big.bin")
+    _one_sentence(full, "/dev/shm in sandbox")
+    assert "has no room for 80.0 MB; nothing was written" in full.stderr
+    left = rock("sandbox", "exec", *home, box, "ls -A /dev/shm /etc/small.txt")
+    assert left.stdout == "/dev/shm:\n" and "No such file" in left.stderr
+
+
 @pytest.mark.docker
 def test_logs_show_history_and_commands(daemon: Path, box: str) -> None:
     home = ["--home", str(daemon)]

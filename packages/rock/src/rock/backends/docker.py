@@ -5,14 +5,11 @@ from __future__ import annotations
 import builtins
 import contextlib
 import dataclasses
-import io
-import posixpath
 import re
 import secrets
 import shutil
 import socket
 import struct
-import tarfile
 import threading
 import time
 from collections.abc import Callable
@@ -21,6 +18,7 @@ from typing import Any, cast
 import docker
 from docker.errors import APIError, DockerException, ImageNotFound, NotFound
 
+from rock.backends import _copy
 from rock.backends._owner import EngineClaim
 from rock.backends._shell import KILL_TREE, REAP_FUNCTION, Channel, ShellSession
 from rock.backends.base import (
@@ -30,7 +28,6 @@ from rock.backends.base import (
     LABEL_SANDBOX,
     Backend,
     ImageMissing,
-    PathMissing,
     Sandbox,
     SandboxError,
     SandboxNotFound,
@@ -45,6 +42,11 @@ from rock.models import (
 )
 
 _PID_PREFIX = b"__ROCK_PID "
+_GVISOR_LOST = re.compile(
+    rb'^waiting on pid \d+: [^\n]*urpc method "containerManager\.WaitPID" failed: [^\n]*\n?',
+    re.MULTILINE,
+)
+"""The line runsc writes to a command's stderr when its sandbox died under it."""
 _RESIDENT = (
     REAP_FUNCTION
     + r"""
@@ -321,6 +323,10 @@ class DockerSandbox(Sandbox):
         result.exit_code = 137 if result.timed_out or ended is not None else code
         if ended is not None:
             result.oom_killed = bool(ended.get("OOMKilled"))
+            lost = _GVISOR_LOST.search(result.stderr)  # gVisor's word on it, not the command's
+            if lost is not None:
+                result.stderr = result.stderr[: lost.start()] + result.stderr[lost.end() :]
+                result.stderr_total -= lost.end() - lost.start()
         elif result.exit_code == 137 and not result.timed_out:
             result.oom_killed = self._oom_since_last()
 
@@ -357,10 +363,52 @@ class DockerSandbox(Sandbox):
             time.sleep(delay)
             delay = min(delay * 2, 0.05)
 
-    @staticmethod
-    def _drain(read: Callable[[int], bytes], on_frame: Callable[[int, bytes], None]) -> None:
-        with contextlib.suppress(OSError):
-            _frames(read, on_frame)
+    def _drain(self, read: Callable[[int], bytes], on_frame: Callable[[int, bytes], None]) -> None:
+        """Read a command's output until its stream ends, or, under gVisor, until the sandbox
+        itself has ended: the engine then keeps the stream open about 30 s more, which a
+        shorter timeout would report as a timeout instead of the sandbox's end (its memory)."""
+        if self.spec.runtime != "runsc":
+            with contextlib.suppress(OSError):
+                _frames(read, on_frame)
+            return
+        finished = threading.Event()
+
+        def pump() -> None:
+            try:
+                with contextlib.suppress(OSError):
+                    _frames(read, on_frame)
+            finally:
+                finished.set()
+
+        reader = threading.Thread(target=pump, daemon=True)
+        reader.start()
+        stop_watching = self._on_end(finished.set)
+        try:
+            finished.wait()
+        finally:
+            stop_watching()
+        reader.join(0.5)  # what the command wrote just before the end is already on its way
+
+    def _on_end(self, callback: Callable[[], None]) -> Callable[[], None]:
+        """Call ``callback`` when the container stops (at once if it has); return what stops
+        watching."""
+        try:
+            events = self._client.events(
+                filters={"container": self.container.id, "event": "die"}, decode=True
+            )
+        except DockerException:
+            return lambda: None
+
+        def watch() -> None:
+            with contextlib.suppress(Exception):  # closed under it: the command ended first
+                for _ in events:
+                    callback()
+                    return
+
+        threading.Thread(target=watch, daemon=True).start()
+        if self._ended() is not None:  # it died before the engine was listening
+            callback()
+        return cast(Callable[[], None], events.close)
 
     def interrupt(self, tag: str | None = None) -> int:
         with self._running_lock:
@@ -475,50 +523,19 @@ class DockerSandbox(Sandbox):
             max_output_bytes=max_output_bytes,
         )
 
-    # --- files --------------------------------------------------------------
-
-    def _mkdir(self, path: str) -> None:
-        self.container.exec_run(["mkdir", "-p", path])
+    # --- files: checked tar streams through exec (see _copy) -----------------
 
     def read_file(self, path: str) -> bytes:
-        try:
-            stream, _ = self.container.get_archive(path)
-        except NotFound:
-            raise PathMissing(f"{path} does not exist in sandbox {self.id}.") from None
-        with tarfile.open(fileobj=io.BytesIO(b"".join(stream))) as tar:
-            member = tar.next()
-            if member is None or not member.isfile():
-                raise SandboxError(
-                    f"{path} in sandbox {self.id} is not a regular file; use download for trees."
-                )
-            fh = tar.extractfile(member)
-            assert fh is not None
-            return fh.read()
+        return _copy.Copier(self).read_file(path)
 
     def write_file(self, path: str, data: bytes, mode: int = 0o644) -> None:
-        directory, name = posixpath.split(path)
-        buf = io.BytesIO()
-        with tarfile.open(fileobj=buf, mode="w") as tar:
-            info = tarfile.TarInfo(name)
-            info.size, info.mode, info.mtime = len(data), mode, int(time.time())
-            tar.addfile(info, io.BytesIO(data))
-        self.put_archive(directory or "/", buf.getvalue())
+        _copy.Copier(self).write_file(path, data, mode)
 
     def put_archive(self, directory: str, data: bytes) -> None:
-        self._mkdir(directory)
-        try:
-            self.container.put_archive(directory, data)
-        except (NotFound, APIError) as exc:
-            raise SandboxError(
-                f"cannot write into {directory} in sandbox {self.id}: {getattr(exc, 'explanation', exc)}"
-            ) from None
+        _copy.Copier(self).put_archive(directory, data)
 
     def get_archive(self, path: str) -> bytes:
-        try:
-            stream, _ = self.container.get_archive(path)
-        except NotFound:
-            raise PathMissing(f"{path} does not exist in sandbox {self.id}.") from None
-        return b"".join(stream)
+        return _copy.Copier(self).get_archive(path)
 
     # --- lifecycle ----------------------------------------------------------
 

@@ -1,0 +1,400 @@
+"""Checked copies into and out of a container, as tar streams through exec.
+
+Docker's archive API works on the container's root file system as the engine sees it, which
+is not always what the sandbox sees: under gVisor (runsc) the sandbox keeps its own overlay
+and a /tmp of its own, and under either runtime a mount such as /dev/shm hides what the API
+writes beneath it; such a copy "succeeds" and never appears. So copies go through ``tar`` in
+the sandbox (fed and read over exec), land in a staging folder, are checked there against
+the digests computed here (``sha256sum -c``, else python3, else read back), and only then
+move into place: a copy that fails or does not match leaves nothing half-written. This
+module holds the shell run in the sandbox, the host's side of the check, and
+:class:`Copier`, which the docker backend's file verbs are.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import posixpath
+import re
+import secrets
+import tarfile
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from docker.errors import APIError, NotFound
+
+from rock.backends.base import PathEscape, PathMissing, SandboxError
+from rock.models import ExecRequest, ExecResult
+
+if TYPE_CHECKING:
+    from rock.backends.docker import DockerSandbox
+
+STAGE_PREFIX = ".rock-cp-"
+"""Name prefix of the staging folder a copy lands in before it moves into place."""
+COPY_TIMEOUT = 900.0
+"""Seconds one step of a copy may take in the sandbox."""
+
+NO_TAR = 27
+"""Exit status of the scripts when the sandbox's image has no tar."""
+NOT_A_DIRECTORY = 21
+MISSING = 44
+MISMATCH = 31
+UNCHECKED = 40
+"""The sandbox has neither sha256sum nor python3: the host reads the copy back instead."""
+
+PREPARE = r"""
+dir=$1 stage=$2 unpack=$3
+new= p=$dir
+while [ ! -e "$p" ] && [ ! -L "$p" ]; do new=$p; p=$(dirname -- "$p"); done
+[ -d "$p" ] || { printf '%s\n' "$p" >&2; exit 21; }
+mkdir -p -- "$stage" || exit 22
+printf '%s' "$new"
+command -v tar >/dev/null 2>&1 || exit 27
+[ "$unpack" = 1 ] || exit 0
+tar -x --no-same-owner -f - -C "$stage"
+"""
+"""``sh -c PREPARE rock-cp DIR STAGE UNPACK``: make the staging folder STAGE for a copy into
+DIR (printing the first folder of DIR that did not exist, removed if the copy fails) and,
+with UNPACK=1, unpack the tar on stdin there."""
+
+CHECK_PY = r"""
+import hashlib, re, sys
+bad = []
+for line in sys.stdin.buffer.read().split(b"\n"):
+    if not line:
+        continue
+    escaped = line.startswith(b"\\")
+    line = line[1:] if escaped else line
+    digest, name = line[:64].decode(), line[66:]
+    if escaped:
+        name = re.sub(rb"\\(.)", lambda m: b"\n" if m.group(1) == b"n" else m.group(1), name)
+    h = hashlib.sha256()
+    try:
+        with open(name, "rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                h.update(block)
+    except OSError:
+        bad.append(name)
+        continue
+    if h.hexdigest() != digest:
+        bad.append(name)
+for name in bad:
+    sys.stdout.buffer.write(name + b": FAILED\n")
+sys.exit(1 if bad else 0)
+"""
+
+FINISH = r"""
+dir=$1 stage=$2 new=$3 mode=$4
+abort() { cd / && rm -rf -- "$stage" ${new:+"$new"}; exit "$1"; }
+[ "$mode" = abort ] && abort 0
+if [ "$mode" != merge ]; then
+  if [ "$mode" = check ]; then cd -- "$dir" || exit 30; else cd -- "$stage" || abort 30; fi
+  if command -v sha256sum >/dev/null 2>&1; then
+    sha256sum -c --quiet - || { [ "$mode" = check ] && exit 31; abort 31; }
+  elif command -v python3 >/dev/null 2>&1; then
+    python3 -c "$CHECK_PY" || { [ "$mode" = check ] && exit 31; abort 31; }
+  else
+    cat >/dev/null; exit 40
+  fi
+  [ "$mode" = check ] && exit 0
+fi
+for e in "$stage"/* "$stage"/.[!.]* "$stage"/..?*; do
+  [ -e "$e" ] || [ -L "$e" ] || continue
+  cp -alf -- "$e" "$dir"/ 2>/dev/null || cp -af -- "$e" "$dir"/ || abort 32
+done
+rm -rf -- "$stage"
+"""
+"""``sh -c FINISH rock-cp DIR STAGE NEW MODE`` with the digests (``sha256sum -c`` lines) on
+stdin. MODE ``check-merge``: check the copy in STAGE, then move it into DIR (hard links,
+so no second copy of the data), or remove it and NEW when it does not match; ``check``:
+only check, in DIR (a download's source); ``merge``: move without checking; ``abort``:
+remove STAGE and NEW."""
+
+PACK = r"""
+parent=$1 base=$2
+cd -- "$parent" 2>/dev/null && { [ -e "$base" ] || [ -L "$base" ]; } || exit 44
+command -v tar >/dev/null 2>&1 || exit 27
+tar -c -f - -- "$base"
+"""
+"""``sh -c PACK rock-cp PARENT BASE``: a tar of PARENT/BASE on stdout, its top member BASE."""
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """The regular files of an archive (name -> sha256) and how many bytes they hold."""
+
+    digests: dict[str, str]
+    size: int
+
+    def check_lines(self, prefix: str = "") -> bytes:
+        """``sha256sum -c`` input for these files, each name under ``prefix``."""
+        out = bytearray()
+        for name, digest in self.digests.items():
+            path = posixpath.join(prefix, name) if prefix else name
+            if "\\" in path or "\n" in path:  # coreutils' escaped form
+                path = path.replace("\\", "\\\\").replace("\n", "\\n")
+                out += b"\\"
+            out += f"{digest}  {path}\n".encode("utf-8", "surrogateescape")
+        return bytes(out)
+
+
+def manifest(archive: bytes, what: str) -> Manifest:
+    """The manifest of a tar archive; ``what`` names it in the error when it is not one."""
+    digests: dict[str, str] = {}
+    size = 0
+    try:
+        with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+            for member in tar:
+                if not member.isfile():
+                    continue
+                fh = tar.extractfile(member)
+                assert fh is not None
+                h = hashlib.sha256()
+                while block := fh.read(1 << 20):
+                    h.update(block)
+                digests[member_name(member.name)] = h.hexdigest()
+                size += member.size
+    except (tarfile.TarError, EOFError) as exc:
+        raise SandboxError(f"{what} is not a whole tar archive ({exc}); send it again.") from None
+    return Manifest(digests, size)
+
+
+def member_name(name: str) -> str:
+    """A member's name as tar extracts it: no leading ``./`` or ``/``."""
+    while name.startswith("./"):
+        name = name[2:]
+    return name.lstrip("/")
+
+
+def first_failed(output: bytes) -> str | None:
+    """The first name ``sha256sum -c`` (or its python3 stand-in) says did not match."""
+    for line in output.decode("utf-8", "replace").splitlines():
+        name, sep, _ = line.partition(": FAILED")
+        if sep:
+            return name.removeprefix("\\")
+    return None
+
+
+def sandbox_path(path: str, sandbox_id: str) -> str:
+    """``path`` normalised, refused with :class:`PathEscape` when it is not absolute or
+    climbs above the sandbox's root (``/../etc``)."""
+    if not path.startswith("/"):
+        raise PathEscape(
+            f"{path} is not an absolute path in sandbox {sandbox_id}; give one under /."
+        )
+    depth = 0
+    for part in path.split("/"):
+        if part == "..":
+            depth -= 1
+            if depth < 0:
+                raise PathEscape(
+                    f"{path} climbs above the root of sandbox {sandbox_id}; give a path under /."
+                )
+        elif part not in ("", "."):
+            depth += 1
+    return posixpath.normpath(path).replace("//", "/")
+
+
+def mb(size: int) -> str:
+    return f"{size / 2**20:.1f} MB"
+
+
+def no_room(stderr: str) -> bool:
+    """Whether a failed step's stderr says the disk is full (GNU tar reports a short write)."""
+    return bool(
+        re.search(
+            r"no space left on device|disk quota exceeded|wrote only \d+ of \d+ bytes", stderr, re.I
+        )
+    )
+
+
+def reason(stderr: str) -> str | None:
+    """The line of a failed step's stderr that says why (not tar's closing summary)."""
+    lines = [line for line in stderr.strip().splitlines() if "Exiting with failure" not in line]
+    return lines[0] if lines else None
+
+
+class Copier:
+    """The file verbs of one docker sandbox, as checked tar streams through its exec."""
+
+    def __init__(self, box: DockerSandbox) -> None:
+        self.box = box
+
+    def read_file(self, path: str) -> bytes:
+        archive = self.get_archive(path)
+        with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+            member = tar.next()
+            if member is None or not member.isfile():
+                raise SandboxError(
+                    f"{path} in sandbox {self.box.id} is not a regular file; use download for trees."
+                )
+            fh = tar.extractfile(member)
+            assert fh is not None
+            return fh.read()
+
+    def write_file(self, path: str, data: bytes, mode: int = 0o644) -> None:
+        directory, name = posixpath.split(sandbox_path(path, self.box.id))
+        if not name:
+            raise SandboxError(
+                f"{path} is the root of sandbox {self.box.id}, not a file; name one."
+            )
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w") as tar:
+            info = tarfile.TarInfo(name)
+            info.size, info.mode, info.mtime = len(data), mode, int(time.time())
+            tar.addfile(info, io.BytesIO(data))
+        self.put_archive(directory or "/", buf.getvalue())
+
+    def put_archive(self, directory: str, data: bytes) -> None:
+        """Unpack ``data`` in a staging folder in ``directory``, check every file against
+        its digest there, then move it into place; on any failure nothing is left."""
+        directory = sandbox_path(directory, self.box.id)
+        expected = manifest(data, f"the archive sent for {directory}")
+        stage = posixpath.join(directory, STAGE_PREFIX + secrets.token_hex(4))
+        into = f"while copying {mb(expected.size)} into {directory}"
+        prepared = self._step(PREPARE, directory, stage, "1", stdin=data)
+        new = prepared.stdout.decode("utf-8", "surrogateescape")
+        try:
+            if prepared.exit_code == NOT_A_DIRECTORY:
+                blocker = prepared.stderr_text.strip().splitlines()[-1]
+                raise SandboxError(
+                    f"{blocker} in sandbox {self.box.id} is not a folder, so nothing can be copied "
+                    f"into {directory}."
+                )
+            if prepared.exit_code == NO_TAR:
+                self._put_without_tar(stage, data, directory)
+            elif prepared.exit_code != 0:
+                raise self._copy_failed(prepared, into, directory, expected.size)
+            finished = self._step(
+                FINISH, directory, stage, new, "check-merge", stdin=expected.check_lines()
+            )
+            if finished.exit_code == UNCHECKED:  # no sha256sum, no python3 there
+                self._read_back(stage, expected, directory)
+                finished = self._step(FINISH, directory, stage, new, "merge")
+            if finished.exit_code == MISMATCH:
+                name = first_failed(finished.stdout) or "a file"
+                raise SandboxError(
+                    f"{posixpath.join(directory, name)} did not arrive whole in sandbox "
+                    f"{self.box.id} (its checksum differs from the one sent); nothing was written, "
+                    "copy it again."
+                )
+            if finished.exit_code != 0:
+                raise self._copy_failed(finished, into, directory, expected.size)
+        except BaseException:
+            with contextlib.suppress(SandboxError):
+                self._step(FINISH, directory, stage, new, "abort")
+            raise
+
+    def get_archive(self, path: str) -> bytes:
+        """A tar of ``path`` read by tar in the sandbox, checked against the sandbox's own
+        digests (once more when a file changed while it was read)."""
+        path = sandbox_path(path, self.box.id)
+        if path == "/":
+            raise SandboxError(
+                f"the whole root of sandbox {self.box.id} cannot be copied out; name a folder in it."
+            )
+        parent = posixpath.dirname(path)
+        failed = "a file"
+        for _ in range(2):
+            archive = self._pack(path)
+            got = manifest(archive, f"the archive of {path} that sandbox {self.box.id} sent")
+            checked = self._step(FINISH, parent, "", "", "check", stdin=got.check_lines())
+            if checked.exit_code in (0, UNCHECKED):
+                return archive
+            if checked.exit_code != MISMATCH:
+                raise self._copy_failed(checked, f"while checking {path}", path, got.size)
+            failed = first_failed(checked.stdout) or failed
+        raise SandboxError(
+            f"{posixpath.join(parent, failed)} in sandbox {self.box.id} changed while it was copied "
+            "out (twice); copy it again when nothing writes to it."
+        )
+
+    def _step(
+        self, script: str, *args: str, stdin: bytes | None = None, max_output: int = 1 << 20
+    ) -> ExecResult:
+        """Run one of this module's scripts in the sandbox, as root."""
+        return self.box.run(
+            ExecRequest(
+                command=["sh", "-c", script, "rock-cp", *args],
+                stdin=stdin,
+                user="0",
+                cwd="/",
+                env={"CHECK_PY": CHECK_PY},
+                timeout=COPY_TIMEOUT,
+                max_output_bytes=max_output,
+            )
+        )
+
+    def _pack(self, path: str) -> bytes:
+        parent, base = posixpath.split(path)
+        packed = self._step(PACK, parent, base, max_output=1 << 62)
+        if packed.exit_code == MISSING:
+            raise PathMissing(f"{path} does not exist in sandbox {self.box.id}.")
+        if packed.exit_code == NO_TAR:
+            return self._get_without_tar(path)
+        if packed.exit_code != 0 and not (packed.exit_code == 1 and packed.stdout):
+            raise self._copy_failed(packed, f"while copying {path} out", path, 0)
+        return packed.stdout  # (tar's 1: a file changed as it was read; the check says which)
+
+    def _no_tar(self) -> SandboxError:
+        return SandboxError(
+            f"the image of sandbox {self.box.id} has no tar, which copies under runsc need; "
+            "install tar in the image, or use runtime runc."
+        )
+
+    def _put_without_tar(self, stage: str, data: bytes, directory: str) -> None:
+        """Docker's archive API (runc only: under gVisor it writes beside the sandbox's view)."""
+        if self.box.spec.runtime == "runsc":
+            raise self._no_tar()
+        try:
+            self.box.container.put_archive(stage, data)
+        except (NotFound, APIError) as exc:
+            raise SandboxError(
+                f"the engine could not copy into {directory} in sandbox {self.box.id}: "
+                f"{getattr(exc, 'explanation', None) or exc}"
+            ) from None
+
+    def _get_without_tar(self, path: str) -> bytes:
+        if self.box.spec.runtime == "runsc":
+            raise self._no_tar()
+        try:
+            stream, _ = self.box.container.get_archive(path)
+        except NotFound:
+            raise PathMissing(f"{path} does not exist in sandbox {self.box.id}.") from None
+        return b"".join(stream)
+
+    def _read_back(self, stage: str, expected: Manifest, directory: str) -> None:
+        """Check a copy where the sandbox cannot: read it back and compare here."""
+        base = posixpath.basename(stage)
+        got = manifest(self._pack(stage), f"the copy in {directory}").digests
+        for name, digest in expected.digests.items():
+            if got.get(posixpath.join(base, name)) != digest:
+                raise SandboxError(
+                    f"{posixpath.join(directory, name)} did not arrive whole in sandbox "
+                    f"{self.box.id} (read back, it differs from what was sent); nothing was "
+                    "written, copy it again."
+                )
+
+    def _copy_failed(self, result: ExecResult, doing: str, where: str, size: int) -> SandboxError:
+        """One sentence for a copy's step that failed in the sandbox."""
+        err = result.stderr_text.strip()
+        if result.oom_killed:
+            return SandboxError(
+                f"sandbox {self.box.id} ran out of memory {doing} (under runsc the files a sandbox "
+                "writes are held in its memory); give it more memory or copy less."
+            )
+        if result.timed_out:
+            return SandboxError(
+                f"sandbox {self.box.id} did not finish {doing.removeprefix('while ')} within "
+                f"{COPY_TIMEOUT:g} s; nothing was written."
+            )
+        if no_room(err):
+            return SandboxError(
+                f"{where} in sandbox {self.box.id} has no room for {mb(size)}; nothing was "
+                "written: free space there or copy less."
+            )
+        why = reason(err) or f"exit status {result.exit_code}"
+        return SandboxError(f"sandbox {self.box.id} failed {doing} ({why}); nothing was written.")
