@@ -307,6 +307,18 @@ def test_escape_probes_fail(isolated: DockerSandbox, what: str) -> None:
     assert result.exit_code != 0, (what, result.stdout_text, result.stderr_text)
 
 
+def test_a_sandbox_sees_its_own_cpus_and_not_the_host_s_disks(
+    backend: DockerBackend, isolated: DockerSandbox
+) -> None:
+    """`nproc` says the sandbox's CPU budget (a cpuset where the machine has more cores), so
+    `make -j$(nproc)` does not oversubscribe; /proc lists none of the host's disks."""
+    cores = int(backend.client.info()["NCPU"])
+    result = isolated.exec("nproc; cat /proc/partitions /proc/diskstats 2>/dev/null | wc -l")
+    nproc, disk_lines = (int(word) for word in result.stdout_text.split())
+    assert nproc == min(cores, 1)  # the fixture's sandbox has 1 CPU
+    assert disk_lines == 0
+
+
 def test_root_keeps_what_terminal_tasks_use(isolated: DockerSandbox) -> None:
     """The capabilities kept: files given away, another user's process signalled, a port
     under 1024 served."""

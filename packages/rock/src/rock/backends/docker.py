@@ -5,6 +5,7 @@ from __future__ import annotations
 import builtins
 import contextlib
 import dataclasses
+import math
 import re
 import secrets
 import shutil
@@ -96,6 +97,14 @@ _WRAP_SH = (
 """How a command starts: the wrapper comes in the environment variable ROCK_WRAP (which it
 removes), so the sandbox's process list shows the command, not the wrapper's text. Images
 without bash run the command itself, which ends on its own."""
+MASKED_PATHS = [
+    *("/proc/" + name for name in ("acpi", "asound", "interrupts", "kcore", "keys")),
+    *("/proc/" + name for name in ("latency_stats", "sched_debug", "scsi", "timer_list")),
+    *("/proc/timer_stats", "/sys/devices/virtual/powercap", "/sys/firmware"),
+    *("/proc/partitions", "/proc/diskstats"),
+]
+"""What a sandbox cannot read: the paths Docker masks by default, and the host's disks
+(``/proc/partitions``, ``/proc/diskstats``), which it leaves visible."""
 _REAP_TRIES = 12
 """Tries to start the in-sandbox reaper by exec (each a moment apart) while no pid is free."""
 
@@ -632,6 +641,10 @@ class DockerBackend(Backend):
         self.daemon_id = daemon_id
         self.origin = origin
         self._claim: EngineClaim | None = None
+        self._cores: int | None = None
+        """The engine's CPU count (asked once)."""
+        self._next_core = 0
+        self._cpu_lock = threading.Lock()
 
     def claim(self) -> None:
         """Hold the daemon id on this engine (a marker volume) until :meth:`release`."""
@@ -658,34 +671,65 @@ class DockerBackend(Backend):
             LABEL_SANDBOX: sandbox_id,
             **({LABEL_ORIGIN: self.origin} if self.origin else {}),
         }
+        host_config = self.client.api.create_host_config(
+            init=True,
+            network_mode=spec.network,
+            runtime=None if spec.runtime == "runc" else spec.runtime,
+            mem_limit=f"{spec.memory_mb}m",
+            memswap_limit=f"{spec.memory_mb}m",
+            nano_cpus=int(spec.cpus * 1e9),
+            cpuset_cpus=self._cpuset(spec.cpus),
+            pids_limit=spec.pids_limit,
+            privileged=False,
+            cap_drop=["ALL"],
+            cap_add=spec.kept_capabilities() or None,
+            security_opt=["no-new-privileges"],
+        )
+        host_config["MaskedPaths"] = MASKED_PATHS  # the engine's own list, and the host's disks
         try:
-            container = self.client.containers.run(
+            made = self.client.api.create_container(
                 spec.image,
                 _KEEPALIVE,
                 name=f"rock-{sandbox_id}",
                 hostname=sandbox_id,
                 detach=True,
                 stdin_open=True,
-                init=True,
                 labels=labels,
-                network_mode=spec.network,
-                runtime=None if spec.runtime == "runc" else spec.runtime,
-                mem_limit=f"{spec.memory_mb}m",
-                memswap_limit=f"{spec.memory_mb}m",
-                nano_cpus=int(spec.cpus * 1e9),
-                pids_limit=spec.pids_limit,
-                privileged=False,
-                cap_drop=["ALL"],
-                cap_add=spec.kept_capabilities() or None,
-                security_opt=["no-new-privileges"],
                 working_dir=spec.workdir,
                 environment=spec.env or None,
+                host_config=host_config,
             )
         except APIError as exc:
             raise SandboxError(
                 f"the engine refused to start {spec.image}: {exc.explanation or exc}"
             ) from None
+        try:
+            self.client.api.start(made["Id"])
+            container = self.client.containers.get(made["Id"])
+        except APIError as exc:
+            with contextlib.suppress(DockerException):
+                self.client.api.remove_container(made["Id"], force=True)
+            raise SandboxError(
+                f"the engine refused to start {spec.image}: {exc.explanation or exc}"
+            ) from None
         return DockerSandbox(self.client, container, spec)
+
+    def _cpuset(self, cpus: float) -> str | None:
+        """The cores a sandbox of ``cpus`` CPUs runs on: as many as its budget rounded up, so
+        ``nproc`` inside says what it may use (``make -j$(nproc)`` does not oversubscribe),
+        taken in turn so that sandboxes spread over the machine; None (all cores) when the
+        budget is the whole machine's or more. The CPU quota still holds a fractional one."""
+        if self._cores is None:
+            try:
+                self._cores = int(self.client.info().get("NCPU") or 0)
+            except DockerException:
+                self._cores = 0
+        wanted = math.ceil(cpus)
+        if self._cores <= 1 or wanted >= self._cores:
+            return None
+        with self._cpu_lock:
+            first, self._next_core = self._next_core, (self._next_core + wanted) % self._cores
+        return ",".join(str((first + i) % self._cores) for i in range(wanted))
 
     def check_spec(self, spec: SandboxSpec) -> None:
         if spec.runtime != "runc":
