@@ -384,9 +384,45 @@ def _cli(*args: str) -> subprocess.Popen[bytes]:
 _SLEEPERS = "cat /proc/[0-9]*/cmdline 2>/dev/null | tr '\\0' ' ' | grep -c 'sleep 3[78]'"
 
 
+_STRAYS = (
+    "for p in /proc/[0-9]*; do a=(); mapfile -d '' -t a <$p/cmdline 2>/dev/null; "
+    'case "${a[*]}" in "sleep 999"|*":(){"*) echo "${p#/proc/}";; esac; done | wc -l'
+)
+
+
+@pytest.mark.docker
+def test_the_issue_s_escapes_through_the_cli_leave_nothing(daemon: Path) -> None:
+    """The reproductions of issue 37, as written: a process moved to a new session outlives
+    a timeout no more, and a fork bomb leaves nothing behind; the next command runs."""
+    made = rock("sandbox", "create", "--home", str(daemon), "--pids", "512")
+    assert made.exit_code == 0, made.output
+    box = made.stdout.strip()
+    try:
+        cut = rock(
+            "sandbox", "exec", "--home", str(daemon), "--timeout", "3", box, "--",
+            "(setsid sleep 999 &); sleep 30",
+        )  # fmt: skip
+        assert cut.exit_code == 124, cut.output
+        bomb = rock(
+            "sandbox", "exec", "--home", str(daemon), "--timeout", "40", box, "--",
+            'timeout 10 bash -c ":(){ :|:& };:"',
+        )  # fmt: skip
+        assert bomb.exit_code in (0, 124), bomb.output
+        for _ in range(20):  # a kill takes a moment to land
+            left = rock("sandbox", "exec", "--home", str(daemon), box, _STRAYS)
+            if left.stdout.strip() == "0":
+                break
+            time.sleep(0.5)
+        assert left.exit_code == 0 and left.stdout.strip() == "0", left.output
+    finally:
+        rock("sandbox", "rm", "--home", str(daemon), box)
+
+
 @pytest.mark.docker
 def test_ctrl_c_in_exec_stops_the_command_in_the_sandbox(daemon: Path, box: str) -> None:
-    proc = _cli("sandbox", "exec", "--home", str(daemon), box, "sleep 37; echo never")
+    proc = _cli(  # with a process that left the command's session: it goes too
+        "sandbox", "exec", "--home", str(daemon), box, "(setsid sleep 38 &); sleep 37; echo never"
+    )
     time.sleep(2.0)  # the command has started in the sandbox
     began = time.monotonic()
     proc.send_signal(signal.SIGINT)

@@ -103,9 +103,18 @@ def test_a_command_past_its_timeout_is_a_timeout_and_background_kill(e2b_env: Ru
     try:
         with pytest.raises(TimeoutException):
             sandbox.commands.run("sleep 30", timeout=1)
-        handle = sandbox.commands.run("sleep 60", background=True)
-        assert handle.pid > 0 and handle.kill() is True
+        kept = sandbox.commands.run("sleep 61", background=True)  # stays: not killed
+        handle = sandbox.commands.run("(setsid sleep 62 &); sleep 60", background=True)
+        time.sleep(1.0)
+        assert handle.pid > 0 and handle.kill() is True  # the escape to a new session too
         assert sandbox.commands.run("echo still here").stdout == "still here\n"
+        for _ in range(20):  # a kill takes a moment to land
+            left = sandbox.commands.run("cat /proc/[0-9]*/cmdline | tr '\\0' ' '").stdout
+            if "sleep 62" not in left:
+                break
+            time.sleep(0.5)
+        assert "sleep 62" not in left and "sleep 60" not in left and "sleep 61" in left
+        assert kept.kill() is True
     finally:
         sandbox.kill()
 
