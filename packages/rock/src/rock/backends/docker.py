@@ -77,7 +77,7 @@ _WRAP_BASH = (
     REAP_FUNCTION
     + r"""
 unset ROCK_WRAP
-printf '__ROCK_PID %s\n' $$ >&2
+printf '__ROCK_PID %s bash\n' $$ >&2
 exec 3>&1 4>&2 2>/dev/null
 "$@" 1>&3 2>&4 3>&- 4>&-
 rc=$?
@@ -218,6 +218,8 @@ class DockerSandbox(Sandbox):
         self.spec = spec
         self.origin = container.labels.get(LABEL_ORIGIN, "")
         self._oom_seen: int | None = None
+        self._bash: bool | None = None
+        """Whether the image has bash (the first command tells)."""
         self._running: dict[str, _Running] = {}
         """Each command running now, by its mark (ROCK_EXEC_ID)."""
         self._running_lock = threading.Lock()
@@ -235,7 +237,11 @@ class DockerSandbox(Sandbox):
             if isinstance(request.command, str)
             else list(request.command)
         )
-        wrapped = ["sh", "-c", _WRAP_SH, "sh", *argv]
+        wrapped = (  # straight into bash once the sandbox is known to have it
+            ["bash", "-c", 'eval "$ROCK_WRAP"', "rock-exec", *argv]
+            if self._bash
+            else ["sh", "-c", _WRAP_SH, "sh", *argv]
+        )
         mark = secrets.token_hex(8)
         env = {**self.spec.env, **request.env, "ROCK_EXEC_ID": mark, "ROCK_WRAP": _WRAP_BASH}
         running = _Running(request.tag, request.user or "")
@@ -273,9 +279,10 @@ class DockerSandbox(Sandbox):
                 if b"\n" not in err_head:
                     return
                 line, rest = bytes(err_head).split(b"\n", 1)
-                pid_box.append(
-                    int(line[len(_PID_PREFIX) :]) if line.startswith(_PID_PREFIX) else -1
-                )
+                words = line[len(_PID_PREFIX) :].split() if line.startswith(_PID_PREFIX) else []
+                pid_box.append(int(words[0]) if words else -1)
+                if words:
+                    self._bash = words[1:] == [b"bash"]
                 if pid_box[0] > 0:
                     running.pid = pid_box[0]
                 if rest:
