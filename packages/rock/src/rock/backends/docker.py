@@ -105,6 +105,8 @@ MASKED_PATHS = [
 ]
 """What a sandbox cannot read: the paths Docker masks by default, and the host's disks
 (``/proc/partitions``, ``/proc/diskstats``), which it leaves visible."""
+_REAP_WAIT = 30.0
+"""How long the reaping of one command may take, all tries together, before it is given up."""
 _REAP_TRIES = 12
 """Tries to start the in-sandbox reaper by exec (each a moment apart) while no pid is free."""
 
@@ -454,19 +456,39 @@ class DockerSandbox(Sandbox):
             told = self._tell_keeper(mark)
         argv = ["bash", "-c", KILL_TREE, "kill-tree", str(pid), keep, mark or "-"]
         delay = 0.05
+        deadline = time.monotonic() + _REAP_WAIT
         for _ in range(_REAP_TRIES):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return  # given up: the sandbox's own limits and its deletion remain
             try:
-                done = self.container.exec_run(argv, user=user)
+                code = self._run_bounded(argv, user, left)
             except NotFound:
                 return  # the container is gone, and its processes with it
             except APIError:
-                done = None
-            if done is not None and done.exit_code == 0:
+                code = None
+            if code == 0:
                 return
             if mark is not None and not told:
                 told = self._tell_keeper(mark)
             time.sleep(delay)
             delay = min(delay * 2, 1.0)
+
+    def _run_bounded(self, argv: list[str], user: str, wait: float) -> int | None:
+        """Run ``argv`` in the sandbox and return its exit status, or None when it has not
+        finished within ``wait`` seconds (a sandbox out of pids may never start it)."""
+        exec_id = self._api.exec_create(self.container.id, argv, user=user)["Id"]
+        raw = self._api.exec_start(exec_id, socket=True)
+        sock = _sock(raw)
+        sock.settimeout(wait)
+        try:
+            with contextlib.suppress(OSError):  # a timeout is one
+                _frames(_reader(raw), lambda _stream, _data: None)
+        finally:
+            with contextlib.suppress(OSError):
+                sock.close()
+        info = self._api.exec_inspect(exec_id)
+        return None if info.get("Running") or info.get("ExitCode") is None else info["ExitCode"]
 
     def _tell_keeper(self, mark: str) -> bool:
         """Have the keeper reap the processes marked ``mark`` (through its stdin); False
