@@ -12,7 +12,9 @@ from collections.abc import Iterator
 
 import docker
 import pytest
+from docker.errors import APIError
 
+from rock.backends import docker as docker_backend
 from rock.backends.docker import DockerBackend, DockerSandbox
 from rock.models import ExecRequest, ExecResult, SandboxSpec
 
@@ -107,6 +109,45 @@ def test_the_issue_s_fork_bomb_leaves_nothing_behind(sandbox: DockerSandbox) -> 
     assert _settled(sandbox) == []
     # under gVisor a bomb that fills the sandbox's memory may take the kept job with it
     assert kept(sandbox) or sandbox.spec.runtime == "runsc"
+
+
+def test_a_bomb_that_never_dies_out_goes_when_its_command_ends(backend: DockerBackend) -> None:
+    """Under runc: a bomb whose processes keep forking (held by the pids limit; unlike
+    `:(){ :|:& };:` it does not die out once forks fail) is stopped and killed when the
+    command that started it ends, not left running until a timeout. (Under runsc nothing
+    holds it: the cases above say what happens there.)"""
+    with backend.create(SandboxSpec(memory_mb=1024, pids_limit=256)) as sandbox:
+        assert sandbox.exec(KEPT).exit_code == 0
+        result = sandbox.exec(  # (read -t: a pause that needs no new process)
+            "bomb() { while :; do bomb & done; }; bomb & read -t 3 _ 0<>/dev/ptmx; echo ended",
+            timeout=60,
+        )
+        assert (result.exit_code, result.stdout_text, result.timed_out) == (0, "ended\n", False)
+        assert _settled(sandbox) == []
+        assert kept(sandbox)
+        assert sandbox.exec("echo next").stdout_text == "next\n"
+
+
+def test_the_keeper_ends_a_command_at_its_timeout_when_no_reaper_can_start(
+    sandbox: DockerSandbox, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The reaper is started by exec; where the engine refuses that exec (what the keeper is
+    for: a bomb holding every pid; the engine these tests were written on let an exec in past
+    a full pids limit, so the refusal is simulated here), the keeper, started before any command, still ends every
+    process of the command, the one that left its session too."""
+    assert sandbox.exec(KEPT).exit_code == 0
+
+    def no_pid_free(*args: object, **kwargs: object) -> None:
+        raise APIError("no pid is free in the sandbox (simulated)")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(sandbox.container, "exec_run", no_pid_free)
+        patch.setattr(docker_backend, "_REAP_TRIES", 2)
+        result = sandbox.exec(ESCAPES["a new session"], timeout=3)
+    assert result.timed_out and result.exit_code == 137
+    assert _settled(sandbox) == []
+    assert kept(sandbox)
+    assert sandbox.exec("echo next").stdout_text == "next\n"
 
 
 def test_an_ended_command_leaves_nothing_writing_to_its_output(sandbox: DockerSandbox) -> None:
