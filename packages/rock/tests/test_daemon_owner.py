@@ -22,7 +22,7 @@ import docker
 import pytest
 from rock_daemons import Serve, start_daemon
 
-from rock.backends._owner import Holder, _start_time
+from rock.backends._owner import LABEL_CLAIM, EngineClaim, Holder, _start_time
 from rock.backends.base import LABEL_DAEMON, LABEL_SANDBOX
 from rock.client import Client
 from rock.daemon.server import load_or_create_identity
@@ -238,6 +238,33 @@ def test_a_holder_is_alive_while_its_process_runs_on_this_machine() -> None:
         sleeper.wait()
     assert not holder.alive()  # killed: its marker is stale
     assert elsewhere.alive()  # a process on another machine cannot be judged from here
+
+
+@pytest.mark.docker
+def test_a_daemon_s_start_sweeps_the_markers_of_daemons_that_died(
+    docker_client: docker.DockerClient,
+) -> None:
+    """A daemon killed with -9 leaves its id's marker behind; the next daemon to start on
+    the engine, whatever its id, removes the markers of those that surely died."""
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    dead = Holder("here:/old", socket.gethostname(), Holder.this_process("").boot, gone.pid, "1")
+    living = Holder("there:/home", "another-host", "boot", 1, "1")  # cannot be judged: kept
+    names = []
+    for holder in (dead, living):
+        name = f"rock-daemon-pytest-sweep-{uuid.uuid4().hex[:8]}"
+        labels = {LABEL_CLAIM: f"pytest-sweep-{uuid.uuid4().hex[:6]}", **holder.labels()}
+        docker_client.volumes.create(name=name, labels=labels)
+        names.append(name)
+    claim = EngineClaim(docker_client, f"pytest-sweeper-{uuid.uuid4().hex[:6]}", "here:/new")
+    try:
+        claim.take()
+        left = {v.name for v in docker_client.volumes.list(filters={"label": LABEL_CLAIM})}
+        assert names[0] not in left and names[1] in left
+    finally:
+        claim.release()
+        with contextlib.suppress(docker.errors.NotFound):
+            docker_client.volumes.get(names[1]).remove(force=True)
 
 
 def test_a_home_from_before_homes_had_their_own_id_keeps_its_old_sandboxes_and_is_told(

@@ -73,13 +73,17 @@ def _ended(proc: subprocess.Popen[bytes]) -> tuple[int, str]:
     return proc.returncode, err.decode()
 
 
-def _containers(client: docker.DockerClient, label: str) -> list[str]:
-    return [c.name for c in client.containers.list(all=True, filters={"label": label})]
+def _containers(client: docker.DockerClient, label: str, *, running: bool = False) -> list[str]:
+    """Names of the containers with ``label`` (one engine call: a container removed while
+    the list is made cannot fail it, as containers.list's inspection of each would)."""
+    rows = client.api.containers(all=not running, filters={"label": label})
+    return [name.lstrip("/") for row in rows for name in row.get("Names", [])[:1]]
 
 
 def _remove(client: docker.DockerClient, label: str) -> None:
-    for container in client.containers.list(all=True, filters={"label": label}):
-        container.remove(force=True)
+    for name in _containers(client, label):
+        with contextlib.suppress(docker.errors.NotFound):
+            client.api.remove_container(name, force=True)
 
 
 # the cases: the signal, and SIGINT as the process found it
@@ -245,7 +249,7 @@ def test_bench_run_stopped_by_a_signal_removes_its_sandboxes_and_keeps_finished_
             lambda: (
                 (out / "quick.1-of-1" / "results.json").is_file()
                 and (out / "slow.1-of-1" / "commands.jsonl").is_file()
-                and bool(docker_client.containers.list(filters={"label": label}))
+                and bool(_containers(docker_client, label, running=True))
             ),
             proc,
         )
@@ -334,9 +338,7 @@ def test_synth_run_stopped_by_a_signal_removes_its_sandboxes_and_keeps_its_journ
 
         _wait_for(
             "a verified task with sandboxes running",
-            lambda: (
-                bool(verified()) and bool(docker_client.containers.list(filters={"label": label}))
-            ),
+            lambda: bool(verified()) and bool(_containers(docker_client, label, running=True)),
             proc,
         )
         kept = verified()

@@ -160,6 +160,19 @@ class EngineClaim:
                 )
             with contextlib.suppress(DockerException):  # a daemon that died without removing it
                 marker.remove(force=True)
+        self._sweep()
+
+    def _sweep(self) -> None:
+        """Remove the markers of other ids whose daemons surely died (``kill -9`` on this
+        machine), so that dead daemons' markers do not pile up on the engine."""
+        with contextlib.suppress(DockerException):
+            for marker in self.client.volumes.list(filters={"label": LABEL_CLAIM}):
+                labels = marker.attrs.get("Labels") or {}
+                if labels.get(LABEL_CLAIM) == self.daemon_id:
+                    continue
+                if not Holder.from_labels(labels).alive():
+                    with contextlib.suppress(DockerException):
+                        marker.remove(force=True)
 
     def release(self) -> None:
         """Remove this process's marker (idempotent)."""

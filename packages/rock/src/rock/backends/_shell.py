@@ -21,18 +21,20 @@ from rock.models import SessionResult
 # group or session, double-forks or closes its stdio), every descendant of a root pid, and
 # every process still writing to the output files named (the command's pipes). Each round
 # stops what it finds that is not stopped yet; stopped processes cannot fork, so the rounds
-# end (with a fork bomb too: it cannot outrun them), and then all of them are killed. A
-# process found on the output gets a moment to leave it first (`cmd > log &` run last).
+# end (with a fork bomb too: it cannot outrun them), and then all of them are killed.
+# Processes found on the output get a moment to leave it first (`cmd > log &` run last, on
+# a busy machine): while one of them is still running, up to 3 s.
 # Arguments: the mark ("-" for none), the root pid (0 for none), 1 to keep the root itself
 # alive (a session's shell), then optionally the command's stdout and stderr as paths.
 REAP_FUNCTION = r"""
 rock_reap() {
-  local mark=$1 root=$2 keep=${3:-0} out=${4:-} err=${5:-} round f p s e hit me=$BASHPID
+  local mark=$1 root=$2 keep=${3:-0} out=${4:-} err=${5:-} round f p s e hit busy settle=0
+  local me=$BASHPID
   local -a fresh todo ev
   local -A kids seen
   [ "$keep" = 1 ] && [ "$root" -gt 0 ] && kill -INT "$root" 2>/dev/null
   for ((round = 0; round < 200; round++)); do
-    kids=(); fresh=()
+    kids=(); fresh=(); busy=0
     for f in /proc/[0-9]*; do
       p=${f#/proc/}
       [ "$p" = "$me" ] && continue
@@ -43,6 +45,7 @@ rock_reap() {
       hit=0
       if [ -n "$out" ] && { [ "$f/fd/1" -ef "$out" ] || [ "$f/fd/2" -ef "$err" ]; }; then
         hit=1
+        read -r s 2>/dev/null <"$f/stat" && s=${s##*) } && [ "${s%% *}" = R ] && busy=1
       elif [ "$mark" != - ]; then
         ev=(); mapfile -d '' -t ev 2>/dev/null <"$f/environ"
         for e in "${ev[@]}"; do
@@ -60,9 +63,10 @@ rock_reap() {
       done
     fi
     ((${#fresh[@]})) || break
-    if [ -n "$out" ] && ((round == 0)); then
-      read -r -t 0.3 _ 0<>/dev/ptmx 2>/dev/null  # a pause without a new process: a job
-      continue  # put in the background just now may still be leaving the output
+    if [ -n "$out" ] && ((${#seen[@]} == 0 && settle < 30 && (settle == 0 || busy))); then
+      ((settle++))  # a job put in the background just now may still be leaving the output
+      read -r -t 0.1 _ 0<>/dev/ptmx 2>/dev/null  # (a pause that needs no new process)
+      continue  # so wait while one of them is still running, up to 3 s
     fi
     kill -STOP "${fresh[@]}" 2>/dev/null
     for p in "${fresh[@]}"; do seen[$p]=1; done
