@@ -20,7 +20,7 @@ import time
 import docker
 from _rockbench import daemon, machine, ms, pct, summary
 
-from rock.backends.docker import _KEEPALIVE
+from rock.backends._reap import KEEPALIVE
 from rock.images.base import BASE_IMAGE
 from rock.models import SandboxSpec
 
@@ -52,7 +52,7 @@ def main() -> None:
                 made.append(
                     engine.containers.run(
                         BASE_IMAGE,
-                        _KEEPALIVE,
+                        KEEPALIVE,
                         detach=True,
                         init=True,
                         network_mode="none",

@@ -1,6 +1,6 @@
-"""Shell pieces every backend shares: killing a process tree, and persistent sessions.
-
-Both need nothing in the sandbox but bash and /proc, so they work in any image.
+"""Persistent shell sessions, which every backend shares: cwd, environment and shell state
+survive between commands. How a session's command is killed is the backend's (see
+`rock.backends._reap` for the docker one).
 """
 
 from __future__ import annotations
@@ -14,70 +14,6 @@ from typing import Protocol
 
 from rock.errors import RockError
 from rock.models import SessionResult
-
-# Stop and kill the processes of one command, with builtins only (so it still runs when a
-# fork bomb holds every pid the sandbox may use): every process whose environment carries
-# the command's mark ROCK_EXEC_ID=<id> (which it keeps when it leaves the command's process
-# group or session, double-forks or closes its stdio), every descendant of a root pid, and
-# every process still writing to the output files named (the command's pipes). Each round
-# stops what it finds that is not stopped yet; stopped processes cannot fork, so the rounds
-# end (with a fork bomb too: it cannot outrun them), and then all of them are killed.
-# Processes found on the output get a moment to leave it first (`cmd > log &` run last, on
-# a busy machine): while one of them is still running, up to 3 s.
-# Arguments: the mark ("-" for none), the root pid (0 for none), 1 to keep the root itself
-# alive (a session's shell), then optionally the command's stdout and stderr as paths.
-REAP_FUNCTION = r"""
-rock_reap() {
-  local mark=$1 root=$2 keep=${3:-0} out=${4:-} err=${5:-} round f p s e hit busy settle=0
-  local me=$BASHPID
-  local -a fresh todo ev
-  local -A kids seen
-  [ "$keep" = 1 ] && [ "$root" -gt 0 ] && kill -INT "$root" 2>/dev/null
-  for ((round = 0; round < 200; round++)); do
-    kids=(); fresh=(); busy=0
-    for f in /proc/[0-9]*; do
-      p=${f#/proc/}
-      [ "$p" = "$me" ] && continue
-      if [ "$root" -gt 0 ] && read -r s 2>/dev/null <"$f/stat"; then
-        s=${s##*) }; s=${s#* }; kids[${s%% *}]+=" $p"
-      fi
-      [ -n "${seen[$p]}" ] && continue
-      hit=0
-      if [ -n "$out" ] && { [ "$f/fd/1" -ef "$out" ] || [ "$f/fd/2" -ef "$err" ]; }; then
-        hit=1
-        read -r s 2>/dev/null <"$f/stat" && s=${s##*) } && [ "${s%% *}" = R ] && busy=1
-      elif [ "$mark" != - ]; then
-        ev=(); mapfile -d '' -t ev 2>/dev/null <"$f/environ"
-        for e in "${ev[@]}"; do
-          [ "$e" = "ROCK_EXEC_ID=$mark" ] && { hit=1; break; }
-        done
-      fi
-      ((hit)) && fresh+=("$p")
-    done
-    if [ "$root" -gt 0 ] && [ -d "/proc/$root" ]; then
-      todo=("$root")
-      while ((${#todo[@]})); do
-        p=${todo[0]}; todo=("${todo[@]:1}")
-        { [ "$keep" = 1 ] && [ "$p" = "$root" ]; } || [ -n "${seen[$p]}" ] || fresh+=("$p")
-        todo+=(${kids[$p]})
-      done
-    fi
-    ((${#fresh[@]})) || break
-    if [ -n "$out" ] && ((${#seen[@]} == 0 && settle < 30 && (settle == 0 || busy))); then
-      ((settle++))  # a job put in the background just now may still be leaving the output
-      read -r -t 0.1 _ 0<>/dev/ptmx 2>/dev/null  # (a pause that needs no new process)
-      continue  # so wait while one of them is still running, up to 3 s
-    fi
-    kill -STOP "${fresh[@]}" 2>/dev/null
-    for p in "${fresh[@]}"; do seen[$p]=1; done
-  done
-  ((${#seen[@]})) && kill -KILL "${!seen[@]}" 2>/dev/null
-  [ "$keep" = 1 ] || [ "$root" -le 0 ] || kill -KILL -- "-$root" 2>/dev/null
-  return 0
-}
-"""
-KILL_TREE = REAP_FUNCTION + 'rock_reap "${3:--}" "$1" "${2:-0}"\n'
-"""A bash script: ``kill-tree ROOT_PID KEEP_ROOT [MARK]`` (see :data:`REAP_FUNCTION`)."""
 
 
 class Channel(Protocol):

@@ -21,7 +21,8 @@ from docker.errors import APIError, DockerException, ImageNotFound, NotFound
 
 from rock.backends import _copy
 from rock.backends._owner import EngineClaim
-from rock.backends._shell import KILL_TREE, REAP_FUNCTION, Channel, ShellSession
+from rock.backends._reap import KEEPALIVE, KILL_TREE, WRAP_BASH, WRAP_SH
+from rock.backends._shell import Channel, ShellSession
 from rock.backends.base import (
     LABEL_DAEMON,
     LABEL_MANAGED,
@@ -48,55 +49,6 @@ _GVISOR_LOST = re.compile(
     re.MULTILINE,
 )
 """The line runsc writes to a command's stderr when its sandbox died under it."""
-_RESIDENT = (
-    REAP_FUNCTION
-    + r"""
-trap 'exit 0' TERM
-while :; do
-  if read -r verb mark root keep; then
-    [ "$verb" = reap ] && rock_reap "$mark" "${root:-0}" "${keep:-0}"
-  else
-    while :; do sleep 3600 & wait $!; done
-  fi
-done
-"""
-)
-"""The container's keeper (its first process under the init): it keeps the container up and
-reaps a command's processes when told on the container's stdin (``reap MARK ROOT KEEP``).
-It was started before any command, so it needs no new pid to act, even when a fork bomb
-holds all of them; images without bash keep the container up with a plain sleep loop."""
-_KEEPALIVE = [
-    "sh",
-    "-c",
-    'command -v bash >/dev/null 2>&1 && exec bash -c "$1" rock-keeper; '
-    "trap 'exit 0' TERM; while :; do sleep 3600 & wait $!; done",
-    "sh",
-    _RESIDENT,
-]
-_WRAP_BASH = (
-    REAP_FUNCTION
-    + r"""
-unset ROCK_WRAP
-printf '__ROCK_PID %s bash\n' $$ >&2
-exec 3>&1 4>&2 2>/dev/null
-"$@" 1>&3 2>&4 3>&- 4>&-
-rc=$?
-rock_reap - 0 0 /proc/$$/fd/3 /proc/$$/fd/4
-exit $rc
-"""
-)
-"""Every command runs under this bash (its pid is the command's root): when the command
-exits, the processes it left still writing to its output (``cmd &``, a fork bomb's) are
-stopped and killed, with builtins only. A process that detached from it (``cmd > log 2>&1
-&``, a daemon that closed its stdio) stays, as a deliberately backgrounded job; a timeout or
-an interrupt ends those too (by their ROCK_EXEC_ID, see :data:`REAP_FUNCTION`)."""
-_WRAP_SH = (
-    'command -v bash >/dev/null 2>&1 && exec bash -c \'eval "$ROCK_WRAP"\' rock-exec "$@"; '
-    'unset ROCK_WRAP; printf "__ROCK_PID %s\\n" $$ >&2; exec "$@"'
-)
-"""How a command starts: the wrapper comes in the environment variable ROCK_WRAP (which it
-removes), so the sandbox's process list shows the command, not the wrapper's text. Images
-without bash run the command itself, which ends on its own."""
 MASKED_PATHS = [
     *("/proc/" + name for name in ("acpi", "asound", "interrupts", "kcore", "keys")),
     *("/proc/" + name for name in ("latency_stats", "sched_debug", "scsi", "timer_list")),
@@ -242,10 +194,10 @@ class DockerSandbox(Sandbox):
         wrapped = (  # straight into bash once the sandbox is known to have it
             ["bash", "-c", 'eval "$ROCK_WRAP"', "rock-exec", *argv]
             if self._bash
-            else ["sh", "-c", _WRAP_SH, "sh", *argv]
+            else ["sh", "-c", WRAP_SH, "sh", *argv]
         )
         mark = secrets.token_hex(8)
-        env = {**self.spec.env, **request.env, "ROCK_EXEC_ID": mark, "ROCK_WRAP": _WRAP_BASH}
+        env = {**self.spec.env, **request.env, "ROCK_EXEC_ID": mark, "ROCK_WRAP": WRAP_BASH}
         running = _Running(request.tag, request.user or "")
         with self._running_lock:
             self._running[mark] = running
@@ -718,7 +670,7 @@ class DockerBackend(Backend):
         try:
             made = self.client.api.create_container(
                 spec.image,
-                _KEEPALIVE,
+                KEEPALIVE,
                 name=f"rock-{sandbox_id}",
                 hostname=sandbox_id,
                 detach=True,

@@ -1,0 +1,123 @@
+"""The bash that ends a command's processes inside a docker sandbox, wherever they went.
+
+Three scripts share one function, :data:`REAP_FUNCTION`, all of it bash builtins over
+/proc (so it runs in any image with bash, and needs no new process when a fork bomb holds
+every pid): the container's keeper (its first process), the wrapper every command runs
+under, and the reaper a timeout or an interrupt starts.
+"""
+
+from __future__ import annotations
+
+# Stop and kill the processes of one command, with builtins only (so it still runs when a
+# fork bomb holds every pid the sandbox may use): every process whose environment carries
+# the command's mark ROCK_EXEC_ID=<id> (which it keeps when it leaves the command's process
+# group or session, double-forks or closes its stdio), every descendant of a root pid, and
+# every process still writing to the output files named (the command's pipes). Each round
+# stops what it finds that is not stopped yet; stopped processes cannot fork, so the rounds
+# end (with a fork bomb too: it cannot outrun them), and then all of them are killed.
+# Processes found on the output get a moment to leave it first (`cmd > log &` run last, on
+# a busy machine): while one of them is still running, up to 3 s.
+# Arguments: the mark ("-" for none), the root pid (0 for none), 1 to keep the root itself
+# alive (a session's shell), then optionally the command's stdout and stderr as paths.
+REAP_FUNCTION = r"""
+rock_reap() {
+  local mark=$1 root=$2 keep=${3:-0} out=${4:-} err=${5:-} round f p s e hit busy settle=0
+  local me=$BASHPID
+  local -a fresh todo ev
+  local -A kids seen
+  [ "$keep" = 1 ] && [ "$root" -gt 0 ] && kill -INT "$root" 2>/dev/null
+  for ((round = 0; round < 200; round++)); do
+    kids=(); fresh=(); busy=0
+    for f in /proc/[0-9]*; do
+      p=${f#/proc/}
+      [ "$p" = "$me" ] && continue
+      if [ "$root" -gt 0 ] && read -r s 2>/dev/null <"$f/stat"; then
+        s=${s##*) }; s=${s#* }; kids[${s%% *}]+=" $p"
+      fi
+      [ -n "${seen[$p]}" ] && continue
+      hit=0
+      if [ -n "$out" ] && { [ "$f/fd/1" -ef "$out" ] || [ "$f/fd/2" -ef "$err" ]; }; then
+        hit=1
+        read -r s 2>/dev/null <"$f/stat" && s=${s##*) } && [ "${s%% *}" = R ] && busy=1
+      elif [ "$mark" != - ]; then
+        ev=(); mapfile -d '' -t ev 2>/dev/null <"$f/environ"
+        for e in "${ev[@]}"; do
+          [ "$e" = "ROCK_EXEC_ID=$mark" ] && { hit=1; break; }
+        done
+      fi
+      ((hit)) && fresh+=("$p")
+    done
+    if [ "$root" -gt 0 ] && [ -d "/proc/$root" ]; then
+      todo=("$root")
+      while ((${#todo[@]})); do
+        p=${todo[0]}; todo=("${todo[@]:1}")
+        { [ "$keep" = 1 ] && [ "$p" = "$root" ]; } || [ -n "${seen[$p]}" ] || fresh+=("$p")
+        todo+=(${kids[$p]})
+      done
+    fi
+    ((${#fresh[@]})) || break
+    if [ -n "$out" ] && ((${#seen[@]} == 0 && settle < 30 && (settle == 0 || busy))); then
+      ((settle++))  # a job put in the background just now may still be leaving the output
+      read -r -t 0.1 _ 0<>/dev/ptmx 2>/dev/null  # (a pause that needs no new process)
+      continue  # so wait while one of them is still running, up to 3 s
+    fi
+    kill -STOP "${fresh[@]}" 2>/dev/null
+    for p in "${fresh[@]}"; do seen[$p]=1; done
+  done
+  ((${#seen[@]})) && kill -KILL "${!seen[@]}" 2>/dev/null
+  [ "$keep" = 1 ] || [ "$root" -le 0 ] || kill -KILL -- "-$root" 2>/dev/null
+  return 0
+}
+"""
+KILL_TREE = REAP_FUNCTION + 'rock_reap "${3:--}" "$1" "${2:-0}"\n'
+"""A bash script: ``kill-tree ROOT_PID KEEP_ROOT [MARK]`` (see :data:`REAP_FUNCTION`)."""
+
+_KEEPER = (
+    REAP_FUNCTION
+    + r"""
+trap 'exit 0' TERM
+while :; do
+  if read -r verb mark root keep; then
+    [ "$verb" = reap ] && rock_reap "$mark" "${root:-0}" "${keep:-0}"
+  else
+    while :; do sleep 3600 & wait $!; done
+  fi
+done
+"""
+)
+"""The container's keeper (its first process under the init): it keeps the container up and
+reaps a command's processes when told on the container's stdin (``reap MARK ROOT KEEP``).
+It was started before any command, so it needs no new pid to act, even when a fork bomb
+holds all of them; images without bash keep the container up with a plain sleep loop."""
+KEEPALIVE = [
+    "sh",
+    "-c",
+    'command -v bash >/dev/null 2>&1 && exec bash -c "$1" rock-keeper; '
+    "trap 'exit 0' TERM; while :; do sleep 3600 & wait $!; done",
+    "sh",
+    _KEEPER,
+]
+WRAP_BASH = (
+    REAP_FUNCTION
+    + r"""
+unset ROCK_WRAP
+printf '__ROCK_PID %s bash\n' $$ >&2
+exec 3>&1 4>&2 2>/dev/null
+"$@" 1>&3 2>&4 3>&- 4>&-
+rc=$?
+rock_reap - 0 0 /proc/$$/fd/3 /proc/$$/fd/4
+exit $rc
+"""
+)
+"""Every command runs under this bash (its pid is the command's root): when the command
+exits, the processes it left still writing to its output (``cmd &``, a fork bomb's) are
+stopped and killed, with builtins only. A process that detached from it (``cmd > log 2>&1
+&``, a daemon that closed its stdio) stays, as a deliberately backgrounded job; a timeout or
+an interrupt ends those too (by their ROCK_EXEC_ID, see :data:`REAP_FUNCTION`)."""
+WRAP_SH = (
+    'command -v bash >/dev/null 2>&1 && exec bash -c \'eval "$ROCK_WRAP"\' rock-exec "$@"; '
+    'unset ROCK_WRAP; printf "__ROCK_PID %s\\n" $$ >&2; exec "$@"'
+)
+"""How a command starts: the wrapper comes in the environment variable ROCK_WRAP (which it
+removes), so the sandbox's process list shows the command, not the wrapper's text. Images
+without bash run the command itself, which ends on its own."""
