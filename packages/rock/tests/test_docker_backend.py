@@ -19,6 +19,7 @@ from rock.backends.base import (
     SandboxNotFound,
 )
 from rock.backends.docker import DockerBackend, DockerSandbox
+from rock.engine import connect
 from rock.models import DEFAULT_CAPABILITIES, SandboxSpec
 
 pytestmark = pytest.mark.docker
@@ -75,6 +76,19 @@ def test_timeout_kills_the_whole_tree_and_sandbox_stays_usable(sandbox: DockerSa
     left = sandbox.exec("ps -eo args").stdout_text
     assert "sleep 30" not in left, left
     assert sandbox.exec("echo still here").stdout_text == "still here\n"
+
+
+def test_a_command_silent_longer_than_the_engine_client_s_timeout_runs_to_its_end() -> None:
+    """The engine client's timeout (30 s by default) bounds its API calls, not a command's
+    silence: a command quiet for longer ran on, while rock reported it ended (exit -1, no
+    output) after 40 s. Here the client's timeout is 1 s, for a quick test."""
+    backend = DockerBackend(connect(timeout=1), daemon_id="pytest")
+    with backend.create(SandboxSpec(memory_mb=256, pids_limit=128)) as sb:
+        result = sb.exec("sleep 3; echo done")
+        assert (result.exit_code, result.stdout, result.timed_out) == (0, b"done\n", False)
+        with sb.session() as session:
+            assert session.run("sleep 3; echo again", timeout=30).output == b"again\n"
+            assert session.run("echo alive", timeout=30).output == b"alive\n"
 
 
 def test_session_keeps_state_and_survives_timeouts(sandbox: DockerSandbox) -> None:

@@ -67,6 +67,15 @@ def _sock(obj: object) -> socket.socket:
     return cast(socket.socket, getattr(obj, "_sock", obj))
 
 
+def _stream(obj: object) -> socket.socket:
+    """The socket of an exec's or an attach's stream, made to wait as long as the command
+    runs: it comes with the engine client's timeout (for API calls, 30 s), under which a
+    command silent that long looked ended (exit -1, its output lost) while it ran on."""
+    sock = _sock(obj)
+    sock.settimeout(None)
+    return sock
+
+
 def _reader(raw: object) -> Callable[[int], bytes]:
     """Read n bytes (fewer only at EOF) of an exec's stream.
 
@@ -127,7 +136,7 @@ class _ExecChannel:
 
     def __init__(self, raw: object, on_data: Callable[[bytes | None], None]) -> None:
         self._raw = raw
-        self._sock = _sock(raw)
+        self._sock = _stream(raw)
         self._read = _reader(raw)
         self._thread = threading.Thread(target=self._pump, args=(on_data,), daemon=True)
         self._thread.start()
@@ -222,7 +231,7 @@ class DockerSandbox(Sandbox):
             raise SandboxError(
                 f"sandbox {self.id} cannot run commands: {exc.explanation or exc}"
             ) from None
-        sock = _sock(raw)
+        sock = _stream(raw)
         out, err = _Capped(request.max_output_bytes), _Capped(request.max_output_bytes)
         pid_box: list[int] = []
         err_head = bytearray()
