@@ -384,6 +384,20 @@ def _cli(*args: str) -> subprocess.Popen[bytes]:
 _SLEEPERS = "cat /proc/[0-9]*/cmdline 2>/dev/null | tr '\\0' ' ' | grep -c 'sleep 3[78]'"
 
 
+def _running_there(home: Path, box: str, command: str, proc: subprocess.Popen[bytes]) -> None:
+    """Wait until ``command`` runs in sandbox ``box``: Ctrl-C sent before then would find
+    the CLI still starting (a busy machine takes seconds to import it)."""
+    probe = (  # (the pattern's quotes keep it from matching the probe's own command line)
+        "for p in /proc/[0-9]*; do a=(); mapfile -d '' -t a <$p/cmdline 2>/dev/null; "
+        f'[ "${{a[*]}}" = "{command[0]}""{command[1:]}" ] && echo "${{p#/proc/}}"; done | wc -l'
+    )
+    deadline = time.monotonic() + 120
+    while rock("sandbox", "exec", "--home", str(home), box, probe).stdout.strip() in ("", "0"):
+        assert proc.poll() is None, proc.communicate()[1]
+        assert time.monotonic() < deadline, f"{command!r} did not start in the sandbox"
+        time.sleep(0.2)
+
+
 _STRAYS = (
     "for p in /proc/[0-9]*; do a=(); mapfile -d '' -t a <$p/cmdline 2>/dev/null; "
     'case "${a[*]}" in "sleep 99"[9]|*":()"[{]*) echo "${p#/proc/}";; esac; done | wc -l'
@@ -436,12 +450,10 @@ def test_ctrl_c_in_exec_stops_the_command_in_the_sandbox(daemon: Path, box: str)
     proc = _cli(  # with a process that left the command's session: it goes too
         "sandbox", "exec", "--home", str(daemon), box, "(setsid sleep 38 &); sleep 37; echo never"
     )
-    time.sleep(2.0)  # the command has started in the sandbox
-    began = time.monotonic()
+    _running_there(daemon, box, "sleep 37", proc)
     proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=30)
+    out, err = proc.communicate(timeout=30)  # well before the command would end
     assert proc.returncode == 130, err
-    assert time.monotonic() - began < 15
     assert b"interrupted; the command was stopped in the sandbox" in err and b"never" not in out
     left = rock("sandbox", "exec", "--home", str(daemon), box, _SLEEPERS)
     assert left.stdout.strip() == "0"  # nothing left running there
@@ -453,7 +465,7 @@ def test_ctrl_c_in_shell_stops_the_command_and_keeps_the_shell(daemon: Path, box
     assert proc.stdin is not None
     proc.stdin.write(b"cd /tmp\nsleep 38\n")
     proc.stdin.flush()
-    time.sleep(2.0)
+    _running_there(daemon, box, "sleep 38", proc)
     proc.send_signal(signal.SIGINT)
     time.sleep(1.0)
     out, err = proc.communicate(b"pwd\necho after\n", timeout=30)
