@@ -42,6 +42,8 @@ from roll.errors import EngineError, EngineFailure
 
 PYTHON_ENV = "ROLL_VLLM_PYTHON"
 """Environment variable naming the vLLM environment's python (overrides the default)."""
+LOG_ENV = "ROLL_VLLM_LOG"
+"""Set in a launched server's environment to its log's path."""
 
 
 def default_python() -> Path:
@@ -164,6 +166,7 @@ class VLLMServer:
             "DO_NOT_TRACK": "1",
             "HF_HUB_OFFLINE": "1",
             "TRANSFORMERS_OFFLINE": "1",
+            LOG_ENV: str(log),  # marks the group's processes: whose server a stray one was
         }
         handle: IO[bytes] = log.open("wb")
         try:
@@ -349,4 +352,11 @@ def _signal_group(group: int, sig: signal.Signals) -> None:
         os.killpg(group, sig)
 
 
-__all__ = ["PYTHON_ENV", "VLLMServer", "default_python", "last_line", "require_dev_routes"]
+__all__ = [
+    "LOG_ENV",
+    "PYTHON_ENV",
+    "VLLMServer",
+    "default_python",
+    "last_line",
+    "require_dev_routes",
+]
