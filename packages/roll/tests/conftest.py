@@ -9,8 +9,12 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))  # helper modules such as policy_fakes
 
-VLLM_CONTEXT = 256
-"""The session server's context window (tokens)."""
+from vllm_helpers import VLLM_CONTEXT
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # registered by pytest-xdist when it is installed; here too, for runs without it
+    config.addinivalue_line("markers", "xdist_group(name): run the group on one xdist worker")
 
 
 @pytest.fixture(scope="session")
@@ -33,7 +37,6 @@ def vllm_server(vllm_model: Path, tmp_path_factory: pytest.TempPathFactory) -> I
     with VLLMServer.launch(
         vllm_model,
         dtype="float32",
-        threads=2,
         max_model_len=VLLM_CONTEXT,
         max_num_seqs=8,
         kv_cache_gib=0.25,

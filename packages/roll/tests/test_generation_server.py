@@ -18,6 +18,7 @@ import torch
 import uvicorn
 from fastapi import FastAPI
 from transformers import AutoModelForCausalLM, AutoTokenizer
+from vllm_helpers import VLLM
 
 from iflow.models.tiny import build_tiny_model
 from roll.errors import GenerationError
@@ -201,6 +202,7 @@ def test_a_backend_server_without_its_url_is_a_config_error(tiny: Path) -> None:
         load_config(TrainConfig, None, [f"model.path={tiny}", "rollout.backend=server"])
 
 
+@VLLM
 def test_a_real_inference_server_gives_token_ids_and_log_probs(
     request: pytest.FixtureRequest,
 ) -> None:

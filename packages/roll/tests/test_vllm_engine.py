@@ -23,12 +23,14 @@ from typing import Any
 import httpx
 import pytest
 import torch
-from conftest import VLLM_CONTEXT
 from transformers import AutoModelForCausalLM, AutoTokenizer
+from vllm_helpers import VLLM, VLLM_CONTEXT
 
 from roll.errors import EngineError, EngineFailure, PromptTooLong
 from roll.generation import SamplingParams, ServerBackend
 from roll.generation.vllm_server import LOG_ENV, VLLMServer
+
+pytestmark = VLLM
 
 TOL = 2e-3
 """Largest difference allowed between a server log-prob and the torch forward pass's."""
@@ -72,7 +74,9 @@ def backend(vllm_server: VLLMServer, tmp_path: Path) -> Iterator[ServerBackend]:
 def restore(vllm_server: VLLMServer, vllm_model: Path, tmp_path: Path) -> Iterator[None]:
     """Put the tiny model's own weights back into the shared server after the test."""
     yield
-    original = ServerBackend(vllm_server.url, reload="vllm", weights_dir=tmp_path / "orig")
+    original = ServerBackend(
+        vllm_server.url, reload="vllm", weights_dir=tmp_path / "orig", server=vllm_server
+    )
     original.sync_weights(reference(vllm_model), 0)
     original.close()
 
@@ -119,16 +123,28 @@ def test_after_a_weight_update_the_next_sample_comes_from_the_new_weights(
     assert weights is not None and sorted(p.name for p in weights.iterdir()) == ["v1"]
 
 
-def running_requests(server: VLLMServer) -> float:
+def metric(server: VLLMServer, name: str) -> float:
+    """A counter or gauge of the server's Prometheus metrics, summed over its labels."""
     text = httpx.get(server.base + "/metrics", timeout=5).text
-    lines = [ln for ln in text.splitlines() if ln.startswith("vllm:num_requests_running")]
-    return sum(float(ln.rsplit(" ", 1)[1]) for ln in lines)
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith(name + "{") or line.startswith(name + " ")
+    )
+
+
+def wait_for_tokens(server: VLLMServer, thread: threading.Thread, before: float, n: int) -> None:
+    """Until the server has generated ``n`` tokens more than ``before`` (the request runs)."""
+    deadline = time.monotonic() + 60
+    while metric(server, "vllm:generation_tokens_total") < before + n:
+        assert time.monotonic() < deadline and thread.is_alive(), "the request did not start"
+        time.sleep(0.005)
 
 
 def test_a_request_in_flight_across_an_update_is_not_counted_on_policy(
     backend: ServerBackend, vllm_server: VLLMServer, vllm_model: Path, restore: None
 ) -> None:
-    from ale.trajectory import Role, Step, Trajectory
+    from ale.trajectory import AgentInfo, Role, Step, Trajectory
     from roll.train import stale
 
     model = reference(vllm_model)
@@ -138,11 +154,9 @@ def test_a_request_in_flight_across_an_update_is_not_counted_on_policy(
     assert old.finish_reason == "length"  # the old weights alone never stop early
     result: list[Any] = []
     thread = threading.Thread(target=lambda: result.append(backend.generate([prompt], long)[0]))
+    before = metric(vllm_server, "vllm:generation_tokens_total")
     thread.start()
-    deadline = time.monotonic() + 30
-    while running_requests(vllm_server) < 1:  # the request is decoding
-        assert time.monotonic() < deadline and thread.is_alive()
-        time.sleep(0.01)
+    wait_for_tokens(vllm_server, thread, before, 8)  # it has sampled 8 tokens or more
     with torch.no_grad():
         for param in model.parameters():
             param.mul_(-1.0)
@@ -150,11 +164,11 @@ def test_a_request_in_flight_across_an_update_is_not_counted_on_policy(
     thread.join(timeout=60)
     (spanned,) = result
     # it began with the old weights and ended with the new ones...
-    assert spanned.token_ids[:4] == old.token_ids[:4] and spanned.token_ids != old.token_ids
+    assert spanned.token_ids[:8] == old.token_ids[:8] and spanned.token_ids != old.token_ids
     # ...so it keeps the version it was sent under, older than the policy it would train
     assert spanned.policy_version == 0 and backend.policy_version == 1
     step = Step(role=Role.ASSISTANT, content="", policy_version=spanned.policy_version)
-    assert stale(Trajectory(steps=[step]), backend.policy_version)
+    assert stale(Trajectory(agent=AgentInfo(name="t"), steps=[step]), backend.policy_version)
     after = backend.generate([prompt], SamplingParams(max_new_tokens=8, temperature=0.0))[0]
     assert after.policy_version == 1
     assert_sampled_by(model, prompt, after.token_ids, after.logprobs, 0.0)
@@ -204,9 +218,9 @@ def test_a_server_killed_mid_generation_is_one_sentence(vllm_model: Path, tmp_pa
                 failure.append(exc)
 
         thread = threading.Thread(target=sample)
+        before = metric(server, "vllm:generation_tokens_total")
         thread.start()
-        while running_requests(server) < 1:
-            time.sleep(0.01)
+        wait_for_tokens(server, thread, before, 4)
         assert server.process is not None
         os.killpg(server.process.pid, signal.SIGKILL)
         thread.join(timeout=30)

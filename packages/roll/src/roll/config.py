@@ -279,7 +279,7 @@ class LaunchConfig(_Section):
     """The served weights' dtype (default: ``rollout.dtype`` when set, else ``model.dtype``);
     the new weights are written in it after each update."""
     threads: int | None = Field(default=None, ge=1)
-    """OpenMP threads of the engine (default: every core of the machine)."""
+    """OpenMP threads of the engine (default: every core but one; README)."""
     max_model_len: int | None = Field(default=None, ge=16)
     """The served context window (default: ``rollout.max_seq_len``)."""
     max_num_seqs: int = Field(default=16, ge=1)

@@ -16,7 +16,9 @@ processed_logprobs``).
 After each update the new weights are written to ``rollout.server.weights_dir`` (into a
 temporary directory renamed into place, so a reader never sees half of them) and the server
 loads them: ``reload: vllm`` pauses the engine keeping its requests (``/pause?mode=keep``),
-has each worker reload from that directory (``/collective_rpc`` ``reload_weights``), drops
+has each worker reload from that directory (``/collective_rpc``: ``roll_reload_weights`` in a
+server roll launched, which reloads a tied LM head too, vLLM's ``reload_weights`` in one it
+did not), drops
 the prefix cache and the running requests' keys and values computed with the old weights
 (``/reset_prefix_cache?reset_running_requests=true``) and resumes; ``reload: sglang`` calls
 ``/update_weights_from_disk``; ``reload: none`` leaves the server as it is.
@@ -199,14 +201,20 @@ class ServerBackend:
             model = copy.deepcopy(model).merge_and_unload()
         if self.reload == "vllm":
             write_weights(model, target, self.weights_dtype)
+            method = self.server.reload_method if self.server is not None else "reload_weights"
             with self._lock:
                 self._post("/pause", mode="keep")
                 try:
                     self._post(
                         "/collective_rpc",
-                        {"method": "reload_weights", "kwargs": {"weights_path": str(target)}},
+                        {"method": method, "kwargs": {"weights_path": str(target)}},
                     )
-                    self._post("/reset_prefix_cache", reset_running_requests="true")
+                    reset = self._post("/reset_prefix_cache", reset_running_requests="true")
+                    if reset.get("success") is False:
+                        raise GenerationError(
+                            f"the inference server at {self.base} could not drop its prefix "
+                            "cache after loading new weights; check its log"
+                        )
                 finally:
                     self._post("/resume")
                 self.policy_version = version

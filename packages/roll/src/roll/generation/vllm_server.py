@@ -42,6 +42,9 @@ from roll.errors import EngineError, EngineFailure
 
 PYTHON_ENV = "ROLL_VLLM_PYTHON"
 """Environment variable naming the vLLM environment's python (overrides the default)."""
+WORKER_EXTENSION_DIR = Path(__file__).parent / "vllm_worker"
+"""Holds ``roll_vllm_worker.py``, the worker extension a launched server loads (its method
+``roll_reload_weights`` reloads a tied LM head too; see that file)."""
 LOG_ENV = "ROLL_VLLM_LOG"
 """Set in a launched server's environment to its log's path."""
 
@@ -55,6 +58,13 @@ def default_python() -> Path:
         if (parent / ".venv-vllm").is_dir():
             return parent / ".venv-vllm" / "bin" / "python"
     return Path.cwd() / ".venv-vllm" / "bin" / "python"
+
+
+def default_threads() -> int:
+    """Every core but one (at least one): the engine's OpenMP threads spin while they wait for
+    each other, so one descheduled by the API server, the trainer or the agents stalls them
+    all (on 2 busy cores, 2 threads ran 4 requests 4-16x slower than 1 did)."""
+    return max(1, (os.cpu_count() or 1) - 1)
 
 
 def last_line(path: Path | None) -> str:
@@ -83,6 +93,9 @@ class VLLMServer:
         self.base = self.url.removesuffix("/v1")
         self.process = process
         self.log_path = log_path
+        self.reload_method = "roll_reload_weights" if process is not None else "reload_weights"
+        """The worker method that reloads weights from a path: roll's extension in a server it
+        launched, vLLM's own in one it attached to."""
 
     # -- starting ----------------------------------------------------------------------------
 
@@ -117,8 +130,8 @@ class VLLMServer:
         extra_args: Sequence[str] = (),
     ) -> VLLMServer:
         """Start vLLM's server for the HF model directory ``model_dir`` and wait until it
-        answers (see the module docstring); ``threads``: OpenMP threads (default: every
-        core); ``port``: default a free one; ``log_path``: default a file in a new temporary
+        answers (see the module docstring); ``threads``: OpenMP threads (default:
+        :func:`default_threads`); ``port``: default a free one; ``log_path``: default a file in a new temporary
         directory."""
         exe = Path(python) if python is not None else default_python()
         _check_python(exe)
@@ -151,6 +164,8 @@ class VLLMServer:
             "--generation-config",
             "vllm",
             "--disable-uvicorn-access-log",
+            "--worker-extension-cls",
+            "roll_vllm_worker.RollWorkerExtension",
         ]
         if max_model_len is not None:
             command += ["--max-model-len", str(max_model_len)]
@@ -159,9 +174,10 @@ class VLLMServer:
         command += list(extra_args)
         env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
         env |= {
+            "PYTHONPATH": str(WORKER_EXTENSION_DIR),
             "VLLM_SERVER_DEV_MODE": "1",
             "VLLM_CPU_OMP_THREADS_BIND": "nobind",
-            "OMP_NUM_THREADS": str(threads or os.cpu_count() or 1),
+            "OMP_NUM_THREADS": str(threads or default_threads()),
             "VLLM_NO_USAGE_STATS": "1",
             "DO_NOT_TRACK": "1",
             "HF_HUB_OFFLINE": "1",
@@ -169,6 +185,8 @@ class VLLMServer:
             LOG_ENV: str(log),  # marks the group's processes: whose server a stray one was
         }
         handle: IO[bytes] = log.open("wb")
+        handle.write(f"roll: starting vLLM's server: {' '.join(command)}\n".encode())
+        handle.flush()
         try:
             process = subprocess.Popen(
                 command,
