@@ -101,7 +101,7 @@ class ServerBackend:
         try:
             response = self.client.post(self.base + path, json=body, params=params or None)
         except httpx.HTTPError as exc:
-            died = self.server.died() if self.server is not None else None
+            died = self.server.died(grace=2.0) if self.server is not None else None
             if died is not None:
                 raise died from exc
             raise GenerationError(

@@ -246,10 +246,15 @@ class VLLMServer:
             return self._answers(2.0)
         return self.process.poll() is None
 
-    def died(self) -> EngineError | None:
-        """The error to raise when a launched server has ended under a request, else None."""
-        code = self.exit_code()
-        if code is None:
+    def died(self, grace: float = 0.0) -> EngineError | None:
+        """The error to raise when a launched server has ended under a request, else None;
+        ``grace``: seconds to wait for it to end (a dying process drops its connections a
+        moment before it can be reaped)."""
+        if self.process is None:
+            return None
+        try:
+            code = self.process.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
             return None
         return EngineError(
             EngineFailure.DIED,
