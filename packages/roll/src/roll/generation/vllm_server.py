@@ -275,6 +275,9 @@ class VLLMServer:
             _signal_group(group, signal.SIGKILL)
             process.wait()
         _signal_group(group, signal.SIGKILL)  # children that outlived the leader
+        deadline = time.monotonic() + 10
+        while _group_members(group) and time.monotonic() < deadline:
+            time.sleep(0.05)  # SIGKILLed, not yet gone
 
     def __enter__(self) -> Self:
         return self
@@ -368,6 +371,19 @@ def _check_port(port: int) -> int:
 
 def _temp_log() -> Path:
     return Path(tempfile.mkdtemp(prefix="roll-vllm-")) / "server.log"
+
+
+def _group_members(group: int) -> list[int]:
+    """The live (not zombie) processes of a process group, from /proc."""
+    members = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rpartition(")")[2].split()
+        except OSError:
+            continue
+        if len(fields) > 2 and fields[2] == str(group) and fields[0] != "Z":
+            members.append(int(stat.parent.name))
+    return members
 
 
 def _signal_group(group: int, sig: signal.Signals) -> None:
