@@ -7,19 +7,25 @@ BIN   := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYPROJECTS := pyproject.toml constraints.txt $(wildcard packages/*/pyproject.toml)
 
-.PHONY: demo test setup engine base-image postgres lint format bench clean
+.PHONY: demo test setup vllm engine base-image postgres lint format bench clean
 
 # make demo DEMO_ARGS=--tiny: the tiny model built from nothing instead of the real one.
 demo: setup engine base-image
 	$(BIN)/python scripts/demo.py $(DEMO_ARGS)
 
-test: setup engine base-image postgres lint
+test: setup vllm engine base-image postgres lint
 	$(BIN)/pytest
 
 setup: $(STAMP)
 
 $(STAMP): $(PYPROJECTS) scripts/setup-venv.sh
 	scripts/setup-venv.sh
+
+# vLLM's CPU build in .venv-vllm, for roll's managed inference server and its tests.
+vllm: .venv-vllm/.installed
+
+.venv-vllm/.installed: constraints-vllm.txt scripts/ensure-vllm.sh
+	scripts/ensure-vllm.sh
 
 engine:
 	scripts/ensure-docker.sh
@@ -45,4 +51,4 @@ bench: setup engine base-image
 	@for b in benchmarks/[!_]*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache .hypothesis
+	rm -rf $(VENV) .venv-vllm .pytest_cache .ruff_cache .mypy_cache .hypothesis

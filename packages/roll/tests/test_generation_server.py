@@ -1,6 +1,7 @@
 """The inference-server backend against a server on loopback that speaks vLLM's token-id
 completions and SGLang's weight reload, sampling with a real (tiny) model through the HF
-backend; and, where ``ROLL_INFERENCE_SERVER`` names a real vLLM or SGLang server, against it."""
+backend; and against a real server: the session's managed vLLM CPU server, or the vLLM or
+SGLang server ``ROLL_INFERENCE_SERVER`` names."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ import torch
 import uvicorn
 from fastapi import FastAPI
 from transformers import AutoModelForCausalLM, AutoTokenizer
+from vllm_helpers import VLLM
 
 from iflow.models.tiny import build_tiny_model
 from roll.errors import GenerationError
@@ -200,13 +202,17 @@ def test_a_backend_server_without_its_url_is_a_config_error(tiny: Path) -> None:
         load_config(TrainConfig, None, [f"model.path={tiny}", "rollout.backend=server"])
 
 
-@pytest.mark.skipif(
-    not os.environ.get("ROLL_INFERENCE_SERVER"),
-    reason="set ROLL_INFERENCE_SERVER to a vLLM (--logprobs-mode processed_logprobs) or SGLang "
-    "server's /v1 URL to run it against a real one (a GPU machine)",
-)
-def test_a_real_inference_server_gives_token_ids_and_log_probs() -> None:
-    backend = ServerBackend(os.environ["ROLL_INFERENCE_SERVER"])
+@VLLM
+def test_a_real_inference_server_gives_token_ids_and_log_probs(
+    request: pytest.FixtureRequest,
+) -> None:
+    """The managed vLLM CPU server of the session (conftest.py), or the server that
+    ``ROLL_INFERENCE_SERVER`` names (a vLLM started with ``--logprobs-mode processed_logprobs``
+    or an SGLang server's ``/v1`` URL, e.g. on a GPU machine)."""
+    url = os.environ.get("ROLL_INFERENCE_SERVER") or request.getfixturevalue("vllm_server").url
+    backend = ServerBackend(url)
     out = backend.generate([[1, 2, 3, 4]], SamplingParams(max_new_tokens=8, seed=0))[0]
     assert out.token_ids and len(out.logprobs) == len(out.token_ids)
     assert all(lp <= 0 for lp in out.logprobs)
+    assert out.policy_version == 0
+    backend.close()

@@ -268,20 +268,63 @@ class TasksConfig(_Section):
     run during the update and older groups are dropped (and counted)."""
 
 
-class ServerConfig(_Section):
-    """An inference server that samples for the policy (``rollout.backend: server``)."""
+class LaunchConfig(_Section):
+    """A vLLM server roll starts for the run and stops with it (``rollout.server.launch``),
+    from the environment ``make vllm`` builds; see :mod:`roll.generation.vllm_server`."""
 
-    url: str
+    python: str | None = None
+    """The vLLM environment's python (default: ``$ROLL_VLLM_PYTHON``, else the checkout's
+    ``.venv-vllm/bin/python``)."""
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] | None = None
+    """The served weights' dtype (default: ``rollout.dtype`` when set, else ``model.dtype``);
+    the new weights are written in it after each update."""
+    threads: int | None = Field(default=None, ge=1)
+    """OpenMP threads of the engine (default: every core but one; README)."""
+    max_model_len: int | None = Field(default=None, ge=16)
+    """The served context window (default: ``rollout.max_seq_len``)."""
+    max_num_seqs: int = Field(default=16, ge=1)
+    """Most sequences the engine decodes at once."""
+    kv_cache_gib: float = Field(default=1.0, gt=0)
+    """Memory for the KV cache, in GiB."""
+    enforce_eager: bool = True
+    """Skip torch.compile and the warm-up pass: a much shorter start-up (README)."""
+    port: int | None = Field(default=None, ge=1, le=65535)
+    """The port on 127.0.0.1 (default: a free one)."""
+    start_timeout: float = Field(default=600.0, gt=0)
+    """Seconds to wait for the server to answer."""
+    extra_args: list[str] = Field(default_factory=list)
+    """More arguments for vLLM's server (``--max-num-batched-tokens 2048``...)."""
+
+
+class ServerConfig(_Section):
+    """An inference server that samples for the policy (``rollout.backend: server``): one
+    running at ``url``, or one roll launches (``launch``)."""
+
+    url: str | None = None
     """Its OpenAI-compatible base URL, e.g. ``http://127.0.0.1:8000/v1`` (vLLM 0.10.2 or newer
     started with ``--logprobs-mode processed_logprobs``, or SGLang)."""
+    launch: LaunchConfig | None = None
+    """Start a vLLM server for the policy instead (``{}`` for the defaults)."""
     model: str | None = None
     """The served model's name (default: the first ``/v1/models`` lists)."""
     api_key: str | None = None
-    reload: Literal["none", "sglang"] = "none"
-    """How the server gets each update's weights: ``sglang`` writes them to ``weights_dir``
-    and calls ``/update_weights_from_disk``; ``none`` leaves the server's weights alone."""
+    reload: Literal["none", "sglang", "vllm"] | None = None
+    """How the server gets each update's weights: ``vllm`` writes them to ``weights_dir`` and
+    has the server reload them in place (its dev-mode routes); ``sglang`` calls
+    ``/update_weights_from_disk``; ``none`` leaves the server's weights alone. Default:
+    ``vllm`` with ``launch``, ``none`` with ``url``."""
     weights_dir: str | None = None
-    """A directory the server can read (``reload: sglang``)."""
+    """A directory the server can read, for the new weights (default with ``launch``:
+    ``RUN_DIR/server-weights``)."""
+
+    @model_validator(mode="after")
+    def _check(self) -> ServerConfig:
+        if (self.url is None) == (self.launch is None):
+            raise ValueError(
+                "rollout.server needs exactly one of url (a running server) and launch (a vLLM "
+                "server roll starts)"
+            )
+        return self
 
 
 class TailBatchingConfig(_Section):
@@ -393,7 +436,8 @@ class TrainConfig(_Section):
         if self.rollout.backend == "server" and self.rollout.server is None:
             raise ValueError(
                 "rollout.backend: server needs rollout.server.url (the inference server's "
-                "OpenAI-compatible base URL)"
+                "OpenAI-compatible base URL) or rollout.server.launch: {} (a vLLM server roll "
+                "starts)"
             )
         return self
 

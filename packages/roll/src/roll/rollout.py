@@ -296,7 +296,11 @@ class RolloutEngine:
                 token_ids,
                 result,
                 logprobs=list(generation.logprobs),
-                policy_version=self.backend.policy_version,
+                policy_version=(
+                    self.backend.policy_version
+                    if generation.policy_version is None
+                    else generation.policy_version
+                ),
             )
         )
         episode.finish_reasons.append(generation.finish_reason)

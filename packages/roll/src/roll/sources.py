@@ -29,6 +29,7 @@ from roll.generation.base import GenerationBackend, SamplingParams
 from roll.generation.hf import HFBackend
 from roll.generation.server import ServerBackend
 from roll.generation.vllm import VLLMBackend
+from roll.generation.vllm_server import VLLMServer
 from roll.ray_engine import EnvWorkers, RemoteEnvEngine
 from roll.resample import ParallelAnchors, SequentialRollback
 from roll.rollout import EpisodeRequest, RolloutEngine
@@ -120,16 +121,51 @@ def make_backend(config: TrainConfig, session: Session) -> GenerationBackend:
     if config.rollout.backend == "vllm":
         return VLLMBackend(config.model.path, seed=config.seed)
     if config.rollout.backend == "server":
-        server = config.rollout.server
-        assert server is not None  # the config requires it with backend: server
+        return _server_backend(config, session)
+    return HFBackend(session.rollout_lm, session.tokenizer)
+
+
+def _server_backend(config: TrainConfig, session: Session) -> ServerBackend:
+    """The server backend; with ``rollout.server.launch`` it first starts the vLLM server,
+    which the session stops when the run ends (however it ends)."""
+    server = config.rollout.server
+    assert server is not None  # the config requires it with backend: server
+    if server.launch is None:
+        assert server.url is not None
         return ServerBackend(
             server.url,
             model=server.model,
             api_key=server.api_key,
-            reload=server.reload,
+            reload=server.reload or "none",
             weights_dir=server.weights_dir,
         )
-    return HFBackend(session.rollout_lm, session.tokenizer)
+    launch = server.launch
+    dtype = launch.dtype or config.rollout.dtype or config.model.dtype
+    managed = session.enter(
+        VLLMServer.launch(
+            config.model.path,
+            python=launch.python,
+            dtype=dtype,
+            threads=launch.threads,
+            max_model_len=launch.max_model_len or config.rollout.max_seq_len,
+            max_num_seqs=launch.max_num_seqs,
+            kv_cache_gib=launch.kv_cache_gib,
+            enforce_eager=launch.enforce_eager,
+            seed=config.seed,
+            port=launch.port,
+            log_path=session.run_dir / "vllm-server.log",
+            start_timeout=launch.start_timeout,
+            extra_args=launch.extra_args,
+        )
+    )
+    return ServerBackend(
+        managed.url,
+        model=server.model,
+        reload=server.reload or "vllm",
+        weights_dir=server.weights_dir or session.run_dir / "server-weights",
+        weights_dtype=None if dtype == "auto" else dtype,
+        server=managed,
+    )
 
 
 def episode_requests(

@@ -60,8 +60,10 @@ class _Request:
     """The backend's policy version when the request started decoding."""
 
     def resolve(self, result: Generation) -> None:
-        if not self.future.done():
-            self.future.set_result(result.model_copy(update={"policy_version": self.version}))
+        if not self.future.done():  # the older version when the backend knows an earlier one
+            known = [v for v in (self.version, result.policy_version) if v is not None]
+            version = min(known) if known else None
+            self.future.set_result(result.model_copy(update={"policy_version": version}))
 
 
 @dataclass

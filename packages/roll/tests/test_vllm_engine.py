@@ -1,0 +1,335 @@
+"""The managed vLLM engine against a real vLLM CPU server (``.venv-vllm``, ``make vllm``).
+
+One server, started once for the session (``vllm_server`` in conftest.py), serves the tiny
+model in float32; what it samples is checked against a torch forward pass of the same weights:
+log-probs within ``TOL`` (float32 on both sides; vLLM's CPU kernels and torch's differ by
+about 1e-5), greedy ids the argmax up to ``TOL``. Every way a start can fail is checked for its
+reason and that nothing is left running; those starts never get as far as serving, except
+the one test that kills a server mid-generation, which starts its own.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+from vllm_helpers import VLLM, VLLM_CONTEXT
+
+from roll.errors import EngineError, EngineFailure, PromptTooLong
+from roll.generation import SamplingParams, ServerBackend
+from roll.generation.vllm_server import LOG_ENV, VLLMServer
+
+pytestmark = VLLM
+
+TOL = 2e-3
+"""Largest difference allowed between a server log-prob and the torch forward pass's."""
+
+TEXTS = ("hello world", "ls -la && cd src", "The tests pass now.")
+
+
+def reference(model_dir: Path) -> torch.nn.Module:
+    return AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+
+
+def forward(model: torch.nn.Module, prompt: list[int], ids: list[int]) -> torch.Tensor:
+    """Logits (float64) at each sampled position of ``prompt + ids``."""
+    with torch.no_grad():
+        logits = model(torch.tensor([prompt + ids])).logits[0, len(prompt) - 1 : -1]
+    return logits.double()
+
+
+def assert_sampled_by(
+    model: torch.nn.Module, prompt: list[int], ids: list[int], logprobs: list[float], temp: float
+) -> None:
+    """``ids`` and their ``logprobs`` are what ``model`` gives at temperature ``temp``."""
+    logits = forward(model, prompt, ids)
+    expected = torch.log_softmax(logits / (temp or 1.0), -1)
+    picked = expected.gather(-1, torch.tensor(ids)[:, None]).squeeze(-1)
+    assert logprobs == pytest.approx(picked.tolist(), abs=TOL)
+    if temp == 0:  # greedy: each id is the argmax (ties within TOL allowed)
+        assert (picked >= expected.max(-1).values - TOL).all()
+
+
+@pytest.fixture
+def backend(vllm_server: VLLMServer, tmp_path: Path) -> Iterator[ServerBackend]:
+    backend = ServerBackend(
+        vllm_server.url, reload="vllm", weights_dir=tmp_path / "weights", server=vllm_server
+    )
+    yield backend
+    backend.close()
+
+
+@pytest.fixture
+def restore(vllm_server: VLLMServer, vllm_model: Path, tmp_path: Path) -> Iterator[None]:
+    """Put the tiny model's own weights back into the shared server after the test."""
+    yield
+    original = ServerBackend(
+        vllm_server.url, reload="vllm", weights_dir=tmp_path / "orig", server=vllm_server
+    )
+    original.sync_weights(reference(vllm_model), 0)
+    original.close()
+
+
+def test_greedy_and_sampled_requests_match_a_torch_forward_pass(
+    backend: ServerBackend, vllm_model: Path
+) -> None:
+    model = reference(vllm_model)
+    tokenizer = AutoTokenizer.from_pretrained(vllm_model)
+    prompts = [tokenizer.encode(text) for text in TEXTS]
+    assert backend.max_model_len == VLLM_CONTEXT  # read from /v1/models
+    for temp in (0.0, 0.7):
+        params = SamplingParams(max_new_tokens=12, temperature=temp, seed=5)
+        out = backend.generate(prompts, params)
+        for prompt, gen in zip(prompts, out, strict=True):
+            assert gen.token_ids and gen.policy_version == 0
+            assert_sampled_by(model, prompt, gen.token_ids, gen.logprobs, temp)
+    seeded = SamplingParams(max_new_tokens=12, temperature=1.0, seed=7)
+    group = backend.generate([prompts[0]] * 2, seeded)
+    assert group[0].token_ids != group[1].token_ids  # a GRPO group's samples differ
+    assert backend.generate([prompts[0]] * 2, seeded) == group  # and the seed repeats them
+
+
+def test_after_a_weight_update_the_next_sample_comes_from_the_new_weights(
+    backend: ServerBackend, vllm_model: Path, restore: None
+) -> None:
+    model = reference(vllm_model)
+    prompt = AutoTokenizer.from_pretrained(vllm_model).encode(TEXTS[0])
+    greedy = SamplingParams(max_new_tokens=12, temperature=0.0)
+    before = backend.generate([prompt], greedy)[0]
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for param in model.parameters():
+            param.add_(torch.randn(param.shape, generator=generator) * 0.5)
+    began = time.perf_counter()
+    backend.sync_weights(model, 1)
+    print(f"weight update (write + reload) of the tiny model: {time.perf_counter() - began:.2f} s")
+    after = backend.generate([prompt], greedy)[0]
+    assert after.policy_version == 1 and after.token_ids != before.token_ids
+    assert_sampled_by(model, prompt, after.token_ids, after.logprobs, 0.0)
+    sampled = backend.generate([prompt], SamplingParams(max_new_tokens=12, seed=1))[0]
+    assert_sampled_by(model, prompt, sampled.token_ids, sampled.logprobs, 1.0)
+    weights = backend.weights_dir
+    assert weights is not None and sorted(p.name for p in weights.iterdir()) == ["v1"]
+
+
+def test_a_request_in_flight_across_an_update_is_not_counted_on_policy(
+    backend: ServerBackend, vllm_model: Path, restore: None
+) -> None:
+    from ale.trajectory import AgentInfo, Role, Step, Trajectory
+    from roll.train import stale
+
+    model = reference(vllm_model)
+    prompt = AutoTokenizer.from_pretrained(vllm_model).encode(TEXTS[1])
+    long = SamplingParams(max_new_tokens=VLLM_CONTEXT - len(prompt), temperature=0.0)
+    batch = [prompt] * 8  # eight rows decoding together: each step takes longer
+    backend.generate(batch, long)  # warm
+    began = time.perf_counter()
+    old = backend.generate(batch, long)[0]
+    duration = time.perf_counter() - began
+    assert old.finish_reason == "length"  # the old weights alone never stop early
+    result: list[Any] = []
+    for _ in range(3):  # the update must start while the requests decode
+        thread = threading.Thread(target=lambda: result.append(backend.generate(batch, long)))
+        thread.start()
+        time.sleep(duration / 4)
+        if thread.is_alive():
+            break
+        thread.join()
+        result.clear()
+    else:
+        pytest.fail(f"the requests never lasted {duration / 4:.2f} s; the timing is off")
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for param in model.parameters():
+            param.add_(torch.randn(param.shape, generator=generator) * 0.5)
+    backend.sync_weights(model, 1)
+    thread.join(timeout=60)
+    spanned = result[0][0]
+    # it began with the old weights (its first log-probs are the old ones) and ended with the
+    # new ones (its last is what the new weights give at that place)...
+    assert spanned.logprobs[:8] == pytest.approx(old.logprobs[:8], abs=TOL)
+    logits = forward(model, prompt, spanned.token_ids)[-1]
+    new_last = torch.log_softmax(logits, -1)[spanned.token_ids[-1]].item()
+    assert spanned.logprobs[-1] == pytest.approx(new_last, abs=TOL)
+    assert spanned.logprobs[-1] != pytest.approx(old.logprobs[-1], abs=TOL)
+    # ...so every row keeps the version it was sent under, older than the policy it would train
+    assert {g.policy_version for g in result[0]} == {0} and backend.policy_version == 1
+    step = Step(role=Role.ASSISTANT, content="", policy_version=spanned.policy_version)
+    assert stale(Trajectory(agent=AgentInfo(name="t"), steps=[step]), backend.policy_version)
+    after = backend.generate([prompt], SamplingParams(max_new_tokens=8, temperature=0.0))[0]
+    assert after.policy_version == 1
+    assert_sampled_by(model, prompt, after.token_ids, after.logprobs, 0.0)
+
+
+def test_a_prompt_past_the_context_window(backend: ServerBackend) -> None:
+    with pytest.raises(PromptTooLong) as caught:
+        backend.generate([[5] * (VLLM_CONTEXT + 10)], SamplingParams(max_new_tokens=4))
+    assert (caught.value.tokens, caught.value.limit) == (VLLM_CONTEXT + 10, VLLM_CONTEXT)
+    assert "context window (256 tokens)" in str(caught.value)
+    near = VLLM_CONTEXT - 3  # room for 3 of the 16 new tokens asked for: the server stops there
+    (gen,) = backend.generate([[5] * near], SamplingParams(max_new_tokens=16, temperature=0.0))
+    assert len(gen.token_ids) <= 3 and (gen.finish_reason == "length") == (len(gen.token_ids) == 3)
+
+
+def group_processes(log: Path) -> list[int]:
+    """Processes whose environment marks them as the launched server of ``log``."""
+    marker = f"{LOG_ENV}={log}".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if marker in (entry / "environ").read_bytes().split(b"\0"):
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    return found
+
+
+def test_a_server_killed_mid_generation_is_one_sentence(vllm_model: Path, tmp_path: Path) -> None:
+    log = tmp_path / "server.log"
+    began = time.perf_counter()
+    server = VLLMServer.launch(
+        vllm_model, dtype="float32", max_model_len=VLLM_CONTEXT, kv_cache_gib=0.25, log_path=log
+    )
+    print(f"vLLM server start-up (tiny model, eager): {time.perf_counter() - began:.1f} s")
+    try:
+        assert group_processes(log)  # the marker finds them
+        backend = ServerBackend(server.url, server=server)
+        long = SamplingParams(max_new_tokens=VLLM_CONTEXT - 4, temperature=0.0)
+        failure: list[BaseException] = []
+
+        def sample() -> None:
+            try:
+                backend.generate([[5, 6, 7, 8]], long)
+            except BaseException as exc:
+                failure.append(exc)
+
+        thread = threading.Thread(target=sample)
+        thread.start()
+        time.sleep(0.3)  # decoding (the first request of a server takes seconds)
+        assert thread.is_alive()
+        assert server.process is not None
+        os.killpg(server.process.pid, signal.SIGKILL)
+        thread.join(timeout=30)
+        (error,) = failure
+        assert isinstance(error, EngineError) and error.reason is EngineFailure.DIED
+        assert str(error).startswith("the vLLM server exited with code -9 while serving")
+        assert "\n" not in str(error) and str(log) in str(error)
+        with pytest.raises(EngineError, match="exited with code -9") as again:
+            backend.generate([[5]], SamplingParams(max_new_tokens=2))
+        assert again.value.reason is EngineFailure.DIED
+    finally:
+        server.close()
+    assert group_processes(log) == []
+
+
+def test_a_server_that_never_becomes_ready_quotes_its_log(vllm_model: Path, tmp_path: Path) -> None:
+    log = tmp_path / "server.log"
+    with pytest.raises(EngineError) as caught:
+        VLLMServer.launch(vllm_model, log_path=log, start_timeout=3)
+    assert caught.value.reason is EngineFailure.NEVER_READY
+    message = str(caught.value)
+    assert message.startswith("the vLLM server did not answer within 3 s; the last line of its")
+    quoted = message.split(f"its log {log}: ", 1)[1].rsplit(" (raise", 1)[0]
+    assert quoted and quoted in log.read_text()  # a line of its log, quoted
+    assert group_processes(log) == []  # the whole group ended
+
+
+def test_bad_input_is_one_sentence_and_starts_nothing(vllm_model: Path, tmp_path: Path) -> None:
+    import sys
+
+    def reason(**kwargs: Any) -> EngineFailure:
+        log = tmp_path / "server.log"
+        with pytest.raises(EngineError) as caught:
+            VLLMServer.launch(kwargs.pop("model", vllm_model), log_path=log, **kwargs)
+        assert "\n" not in str(caught.value)
+        assert group_processes(log) == []
+        return caught.value.reason
+
+    assert reason(python=tmp_path / "no-env" / "bin" / "python") is EngineFailure.MISSING_ENV
+    assert reason(python=sys.executable) is EngineFailure.BROKEN_ENV  # roll's venv: no vllm
+    (tmp_path / "empty").mkdir()
+    assert reason(model=tmp_path / "empty") is EngineFailure.MODEL_UNLOADABLE
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        assert reason(port=taken.getsockname()[1]) is EngineFailure.PORT_IN_USE
+    assert not (tmp_path / "server.log").exists()  # none of them got as far as a log
+
+
+class _NoDevRoutes(BaseHTTPRequestHandler):
+    """A server that lists a model and has none of vLLM's dev-mode routes."""
+
+    def do_GET(self) -> None:
+        body = b'{"data": [{"id": "m"}]}' if self.path == "/v1/models" else b"{}"
+        self.send_response(200 if self.path == "/v1/models" else 404)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def test_a_server_without_the_dev_mode_routes_cannot_reload(tmp_path: Path) -> None:
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _NoDevRoutes)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{httpd.server_address[1]}/v1"
+        attached = VLLMServer.attach(url)
+        with pytest.raises(EngineError) as caught:
+            ServerBackend(attached.url, reload="vllm", weights_dir=tmp_path / "w")
+        assert caught.value.reason is EngineFailure.NO_DEV_ROUTES
+        assert "VLLM_SERVER_DEV_MODE=1" in str(caught.value)
+        ServerBackend(url, reload="none").close()  # sampling alone does not need them
+    finally:
+        httpd.shutdown()
+    with pytest.raises(EngineError) as gone:
+        VLLMServer.attach(url, timeout=1)
+    assert gone.value.reason is EngineFailure.NEVER_READY
+
+
+def test_roll_train_launches_the_server_reloads_it_and_stops_it(
+    vllm_model: Path, tmp_path: Path
+) -> None:
+    from roll.config import TrainConfig, load_config
+    from roll.metrics import read_metrics
+    from roll.train import run_train
+
+    run = tmp_path / "run"
+    config = load_config(
+        TrainConfig,
+        None,
+        [
+            f"run_dir={run}",
+            f"model.path={vllm_model}",
+            "env.name=guess",
+            "rollout.backend=server",
+            "rollout.server={launch: {dtype: float32, kv_cache_gib: 0.25}}",
+            "rollout.groups_per_step=2",
+            "rollout.group_size=2",
+            "rollout.max_new_tokens=8",
+            f"rollout.max_seq_len={VLLM_CONTEXT}",
+            "run.steps=2",
+            "run.progress=false",
+            "run.tensorboard=false",
+        ],
+    )
+    run_train(config, log=lambda _m: None)
+    records = read_metrics(run)
+    assert len(records) == 2 and records[-1]["policy_version"] == 2
+    assert records[-1]["rollout/stale_episodes"] == 0
+    log = run / "vllm-server.log"
+    assert "Reloading weights inplace" in log.read_text()  # reloaded, not restarted
+    assert sorted(p.name for p in (run / "server-weights").iterdir()) == ["v2"]
+    assert group_processes(log) == []  # stopped with the run
