@@ -41,6 +41,10 @@ ENV = {**os.environ, "RAY_AUTH_MODE": "disabled"}
 ONLY_FIRST = "rock-test/only-first-node:1"
 
 
+# one worker runs every Ray test in turn: each starts Ray clusters of its own
+pytestmark = pytest.mark.xdist_group("ray")
+
+
 @pytest.fixture(scope="module")
 def engines() -> tuple[str, str]:
     return FIRST_ENGINE, second_engine()

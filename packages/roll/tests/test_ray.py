@@ -4,14 +4,8 @@ should be."""
 
 from __future__ import annotations
 
-import contextlib
-import os
 import shutil
-import signal
-import socket
-import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -21,6 +15,7 @@ import pytest
 
 pytest.importorskip("ray", reason="ray is not installed (pip install 'roll[ray]')")
 
+from ray_cluster import free_port, local_ray_cluster
 from safetensors.torch import load_file
 
 from ale.trajectory import Trajectory
@@ -38,49 +33,16 @@ from roll.train import run_train
 
 REPO = Path(__file__).resolve().parents[3]
 TASKS = REPO / "datasets" / "synth-mini" / "tasks"
-RAY = Path(sys.executable).parent / "ray"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+# one worker runs every Ray test in turn: each starts Ray clusters of its own
+pytestmark = pytest.mark.xdist_group("ray")
 
 
 @pytest.fixture(scope="module")
 def ray_address() -> Iterator[str]:
-    """A local Ray cluster of 2 CPUs on free ports, in its own process group, stopped (and
-    its processes gone) at the end."""
-    temp = Path(tempfile.mkdtemp(prefix="roll-ray-", dir="/tmp"))  # short: unix sockets
-    port = _free_port()
-    command = [
-        str(RAY), "start", "--head", "--block", f"--port={port}", "--num-cpus=2",
-        "--num-gpus=0", "--include-dashboard=false", "--disable-usage-stats",
-        f"--temp-dir={temp}", f"--ray-client-server-port={_free_port()}",
-        f"--dashboard-port={_free_port()}", f"--dashboard-agent-listen-port={_free_port()}",
-        f"--metrics-export-port={_free_port()}", f"--runtime-env-agent-port={_free_port()}",
-    ]  # fmt: skip
-    log = (temp / "ray-start.log").open("wb")
-    # no token authentication, whatever ~/.ray holds: the test's driver connects by address
-    env = {**os.environ, "RAY_AUTH_MODE": "disabled"}
-    proc = subprocess.Popen(command, stdout=log, stderr=log, env=env, start_new_session=True)
-    try:
-        deadline = time.monotonic() + 90
-        while True:
-            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 1):
-                break
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"ray start failed: {(temp / 'ray-start.log').read_text()}")
-            time.sleep(0.2)
-        yield f"127.0.0.1:{port}"
-    finally:
-        proc.send_signal(signal.SIGTERM)  # --block: ray stops what it started
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(60)
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        log.close()
-        shutil.rmtree(temp, ignore_errors=True)
+    with local_ray_cluster() as address:
+        yield address
 
 
 @pytest.fixture(scope="module")
@@ -322,7 +284,7 @@ def test_roll_train_on_tasks_with_ray_runs_episodes_in_rollout_workers(
 def test_a_bad_ray_setting_is_one_clear_sentence(
     tiny: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    nobody = f"127.0.0.1:{_free_port()}"
+    nobody = f"127.0.0.1:{free_port()}"
     began = time.monotonic()
     with pytest.raises(ConfigError, match=r"no Ray cluster answers at .*ray start --head"):
         run_train(_train_config(tmp_path, tiny, "bad", f"ray.address={nobody}"))

@@ -67,18 +67,43 @@ def daemons() -> Iterator[list[tuple[int, str]]]:
     client.close()
 
 
+@pytest.fixture
+def ray_address(request: pytest.FixtureRequest) -> Iterator[str | None]:
+    """A Ray cluster of its own for the case that runs on Ray, else None."""
+    if not request.node.callspec.params.get("on_ray"):
+        yield None
+        return
+    pytest.importorskip("ray", reason="ray is not installed (pip install 'roll[ray]')")
+    from ray_cluster import local_ray_cluster
+
+    with local_ray_cluster() as address:
+        yield address
+
+
 @pytest.mark.parametrize(
-    ("sig", "sigint"),
-    # one case (each costs a training run): the harder path, SIGINT ignored as in the
-    # background; rock's test_interrupt.py takes the other signals and SIGINT states
-    [pytest.param(signal.SIGHUP, signal.SIG_IGN, id="sighup-in-the-background")],
+    ("sig", "sigint", "on_ray"),
+    # two cases (each costs a training run): the harder path, SIGINT ignored as in the
+    # background; and SIGTERM on Ray, whose ray.init puts a handler of its own on SIGTERM
+    # (it exited at once); rock's test_interrupt.py takes the other signals and SIGINT states
+    [
+        pytest.param(signal.SIGHUP, signal.SIG_IGN, False, id="sighup-in-the-background"),
+        pytest.param(
+            signal.SIGTERM,
+            signal.SIG_DFL,
+            True,
+            id="sigterm-on-ray",
+            marks=pytest.mark.xdist_group("ray"),
+        ),
+    ],
 )
 def test_roll_train_stopped_by_a_signal_removes_its_sandboxes_and_keeps_finished_steps(
     tmp_path: Path,
     tiny: Path,
     daemons: list[tuple[int, str]],
+    ray_address: str | None,
     sig: signal.Signals,
     sigint: signal.Handlers,
+    on_ray: bool,
 ) -> None:
     client = docker.from_env()
     ensure_pool_image(client)
@@ -101,6 +126,18 @@ def test_roll_train_stopped_by_a_signal_removes_its_sandboxes_and_keeps_finished
                     "progress": False,
                     "tensorboard": False,
                 },
+                **(
+                    {
+                        "ray": {
+                            "address": ray_address,
+                            "rollout_workers": 1,
+                            "worker_cpus": 0.5,
+                            "generation_cpus": 0.5,
+                        }
+                    }
+                    if ray_address
+                    else {}
+                ),
             }
         )
     )
@@ -111,6 +148,7 @@ def test_roll_train_stopped_by_a_signal_removes_its_sandboxes_and_keeps_finished
             signal.signal(each, signal.SIG_DFL)
 
     env = {k: v for k, v in os.environ.items() if k not in ("ROCK_URL", "ROCK_TOKEN", "ROCK_HOME")}
+    env["RAY_AUTH_MODE"] = "disabled"  # (the test's cluster has no token)
     proc = subprocess.Popen(
         [sys.executable, "-m", "roll.cli", "train", str(config)],
         stdout=subprocess.PIPE,

@@ -21,7 +21,9 @@ from __future__ import annotations
 import contextlib
 import itertools
 import logging
+import signal
 import socket
+import threading
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -117,6 +119,7 @@ def ray_session(config: RayConfig | None) -> Iterator[None]:
         yield
         return
     check_address(config.address, timeout=min(config.start_timeout, 5.0))
+    kept = _handlers()
     try:
         ray.init(address=config.address, logging_level=logging.WARNING, log_to_driver=True)
     except (ConnectionError, RuntimeError, ValueError) as exc:
@@ -126,10 +129,29 @@ def ray_session(config: RayConfig | None) -> Iterator[None]:
             "ray.address, that the cluster runs the same Ray version, and for a cluster with "
             "token authentication set RAY_AUTH_MODE=token and its token (ray get-auth-token)."
         ) from None
+    finally:
+        _restore(kept)
     try:
         yield
     finally:
         ray.shutdown()
+
+
+_STOPPING = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
+
+
+def _handlers() -> dict[int, Any]:
+    """The handlers of the signals that stop a run (the main thread's only: elsewhere Python
+    sets none). ``ray.init`` puts its own on SIGTERM, which exits at once (status 15): the
+    run's own clean-up (its sandboxes, its checkpoint) must stay the one that answers."""
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    return {sig: signal.getsignal(sig) for sig in _STOPPING}
+
+
+def _restore(handlers: dict[int, Any]) -> None:
+    for sig, handler in handlers.items():
+        signal.signal(sig, signal.SIG_DFL if handler is None else handler)
 
 
 def remote_error(exc: BaseException) -> BaseException:
