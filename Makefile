@@ -13,8 +13,12 @@ PYPROJECTS := pyproject.toml constraints.txt $(wildcard packages/*/pyproject.tom
 demo: setup engine base-image
 	$(BIN)/python scripts/demo.py $(DEMO_ARGS)
 
+# Most tests wait on Docker, servers and subprocesses, so 4 workers fit 2 cores; the tests
+# that share a Ray cluster or a vLLM server each keep to one worker (xdist_group marks).
+TEST_WORKERS ?= 4
+
 test: setup vllm engine base-image postgres lint
-	$(BIN)/pytest
+	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadgroup
 
 setup: $(STAMP)
 

@@ -19,6 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.docker
+@pytest.mark.timeout(1500)  # (its own limit, 1200 s, comes first; 600 s was short under load)
 def test_demo_runs_end_to_end_quick(tmp_path: Path) -> None:
     out = tmp_path / "demo"
     done = subprocess.run(

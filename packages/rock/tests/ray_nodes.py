@@ -41,16 +41,21 @@ def free_port() -> int:
 
 
 def _ports() -> list[str]:
+    """A node's ports: a range of 41 for its workers and six single ports outside it (the
+    system hands out free ports in sequence, so one could fall in the range: Ray refuses)."""
     low = free_port()
-    return [
-        f"--node-manager-port={free_port()}",
-        f"--object-manager-port={free_port()}",
-        f"--metrics-export-port={free_port()}",
-        f"--runtime-env-agent-port={free_port()}",
-        f"--dashboard-agent-listen-port={free_port()}",
-        f"--dashboard-agent-grpc-port={free_port()}",
-        f"--min-worker-port={low}",
-        f"--max-worker-port={low + 40}",
+    workers = range(low, low + 41)
+
+    def outside() -> int:
+        while (port := free_port()) in workers:
+            pass
+        return port
+
+    singles = ("node-manager", "object-manager", "metrics-export", "runtime-env-agent",
+               "dashboard-agent-listen", "dashboard-agent-grpc")  # fmt: skip
+    return [f"--{name}-port={outside()}" for name in singles] + [
+        f"--min-worker-port={workers[0]}",
+        f"--max-worker-port={workers[-1]}",
     ]
 
 
