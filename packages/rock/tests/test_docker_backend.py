@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import stat
@@ -89,6 +90,34 @@ def test_a_command_silent_longer_than_the_engine_client_s_timeout_runs_to_its_en
         with sb.session() as session:
             assert session.run("sleep 3; echo again", timeout=30).output == b"again\n"
             assert session.run("echo alive", timeout=30).output == b"alive\n"
+
+
+def test_a_sandbox_removed_while_the_list_is_made_is_left_out(
+    backend: DockerBackend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The engine lists containers, then each is inspected: one removed in between (by
+    another daemon's clean-up, a test beside this one) failed the whole list with a 404."""
+    kept = backend.create(SandboxSpec(memory_mb=256))
+    gone = backend.create(SandboxSpec(memory_mb=256))
+    api = backend.client.api
+    inspect = api.inspect_container
+
+    def removed_first(container: str) -> dict[str, object]:
+        if gone.container.id.startswith(container) or container.startswith(gone.id):
+            api.remove_container(gone.container.id, force=True)
+        return inspect(container)
+
+    try:
+        monkeypatch.setattr(api, "inspect_container", removed_first)
+        listed = {s.id for s in backend.list()}
+        assert kept.id in listed and gone.id not in listed
+        with pytest.raises(SandboxNotFound):
+            backend.get(gone.id)
+    finally:
+        monkeypatch.undo()
+        kept.delete()
+        with contextlib.suppress(SandboxError):
+            gone.delete()
 
 
 def test_session_keeps_state_and_survives_timeouts(sandbox: DockerSandbox) -> None:

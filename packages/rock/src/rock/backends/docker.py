@@ -758,6 +758,7 @@ class DockerBackend(Backend):
     def _find(self, sandbox_id: str) -> docker.models.containers.Container:
         found = self.client.containers.list(  # this daemon's only: ids are not names
             all=True,
+            ignore_removed=True,  # removed between the list and its inspection: not found
             filters={
                 "label": [f"{LABEL_SANDBOX}={sandbox_id}", f"{LABEL_DAEMON}={self.daemon_id}"]
             },
@@ -771,8 +772,10 @@ class DockerBackend(Backend):
         return DockerSandbox(self.client, container, _spec_of(container))
 
     def list(self) -> list[Sandbox]:
-        containers = self.client.containers.list(
-            all=True, filters={"label": [f"{LABEL_MANAGED}=1", f"{LABEL_DAEMON}={self.daemon_id}"]}
+        containers = self.client.containers.list(  # (one removed meanwhile is left out)
+            all=True,
+            ignore_removed=True,
+            filters={"label": [f"{LABEL_MANAGED}=1", f"{LABEL_DAEMON}={self.daemon_id}"]},
         )
         return [DockerSandbox(self.client, c, _spec_of(c)) for c in containers]
 

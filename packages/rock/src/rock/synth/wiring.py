@@ -145,6 +145,6 @@ def _sweep(daemon_id: str) -> None:
 
         engine = connect()
         for c in engine.containers.list(
-            all=True, filters={"label": f"dev.ale.rock.daemon={daemon_id}"}
+            all=True, ignore_removed=True, filters={"label": f"dev.ale.rock.daemon={daemon_id}"}
         ):
             c.remove(force=True)
