@@ -193,7 +193,7 @@ class GenerationQueue:
         try:
             await self._generate(batch, self._senders)
         finally:
-            self._sending.discard(asyncio.current_task())  # type: ignore[arg-type]
+            self._sending.discard(asyncio.current_task())
             if not self._sending:
                 self.stats.busy_seconds += time.monotonic() - self._busy_since
                 self._drained.set()
