@@ -172,6 +172,66 @@ async def test_a_request_queued_before_a_pause_records_the_version_it_ran_with(
         assert (await waiting).policy_version == 4
 
 
+class _Server:
+    """A backend that batches overlapping calls itself, as an inference server does: a prompt
+    starting with 0 is answered only once ``release`` is set."""
+
+    name = "server"
+    batches_itself = True
+
+    def __init__(self) -> None:
+        import threading
+
+        self.policy_version = 0
+        self.release = threading.Event()
+        self.calls = 0
+        self.running = 0
+
+    def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Generation]:
+        self.calls += 1
+        self.running += 1
+        try:
+            if prompts[0][0] == 0:
+                assert self.release.wait(10), "never released"
+            return [Generation(token_ids=[7], logprobs=[-0.5], finish_reason="stop")] * len(prompts)
+        finally:
+            self.running -= 1
+
+    def sync_weights(self, model: Any, version: int) -> None:
+        assert self.running == 0, "weights changed during a generation"
+        self.policy_version = version
+
+    def close(self) -> None:
+        pass
+
+
+async def test_a_backend_that_batches_itself_gets_requests_while_others_run() -> None:
+    """An inference server batches continuously: a request made while another is running
+    goes out at once and returns first; a pause waits for the running calls and holds new
+    ones, which then carry the new version."""
+    backend = _Server()
+    async with GenerationQueue(backend, SamplingParams(max_new_tokens=4)) as queue:
+        slow = asyncio.create_task(queue.generate([0, 1], 4))
+        await _until(lambda: backend.running == 1, "the first call to start")
+        fast = await asyncio.wait_for(queue.generate([1, 2], 4), 5)
+        assert fast.token_ids == [7] and not slow.done()
+        pausing = asyncio.create_task(backend_update(queue, backend, 1))
+        await asyncio.sleep(0.1)
+        assert not pausing.done(), "the pause began while a call was running"
+        later = asyncio.create_task(queue.generate([2, 3], 4))
+        await asyncio.sleep(0.1)
+        assert not later.done() and backend.calls == 2, "a request went out during the pause"
+        backend.release.set()
+        await asyncio.wait_for(pausing, 5)
+        assert (await slow).policy_version == 0 and (await later).policy_version == 1
+    assert queue.stats.requests == 3 and queue.stats.busy_seconds > 0
+
+
+async def backend_update(queue: GenerationQueue, backend: _Server, version: int) -> None:
+    async with queue.paused():
+        backend.sync_weights(None, version)
+
+
 class _ScriptedSession:
     """A decode session at its seam: every row finishes in one step, or the step fails."""
 

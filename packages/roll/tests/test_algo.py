@@ -9,7 +9,14 @@ import torch
 
 from roll.algo import advantages as adv
 from roll.algo.batch import Sample, assign_advantages, micro_batches, set_weights
-from roll.algo.losses import LossSpec, ScoredTokens, policy_loss, segment_mean
+from roll.algo.losses import (
+    LossSpec,
+    ScoredTokens,
+    mismatch_log_ratio,
+    mismatch_summary,
+    policy_loss,
+    segment_mean,
+)
 
 
 def _tokens(**kw: object) -> ScoredTokens:
@@ -190,6 +197,28 @@ def test_mismatch_mask_zeroes_whole_chunks() -> None:
         assert logp_t.grad[:2].tolist() == [0.0, 0.0]
         assert all(g != 0.0 for g in logp_t.grad[2:].tolist())
         assert stats["masked_tokens"].item() == 2
+        assert stats["rl_tokens"].item() == 4
+
+
+def test_mismatch_figures_cover_the_rl_tokens_whose_sampling_logprob_is_known() -> None:
+    # old - mu: 1.0, 0.0, 0.2 at the known RL tokens; token 3's mu unknown, token 4 not RL
+    tokens = _tokens(
+        advantage=[1.0] * 5,
+        mu=torch.tensor([-2.0, -1.0, -1.2, float("nan"), -9.0]),
+        chunk=torch.tensor([0, 0, 1, 2, 2]),
+        rl=torch.tensor([True, True, True, True, False]),
+    )
+    log_ratio = mismatch_log_ratio(tokens, torch.full((5,), -1.0))
+    assert log_ratio.tolist() == pytest.approx([1.0, 0.0, 0.2])
+    figures = mismatch_summary(log_ratio, masked_tokens=2.0, rl_tokens=4.0)
+    assert figures == pytest.approx({
+        "masked_share": 0.5, "tokens": 3.0, "log_ratio_mean": 0.4, "log_ratio_abs_mean": 0.4,
+        "log_ratio_abs_p99": 0.984, "log_ratio_abs_max": 1.0,
+    })  # fmt: skip
+    unknown = mismatch_summary(torch.zeros(0), masked_tokens=0.0, rl_tokens=3.0)
+    assert unknown == {"masked_share": 0.0, "tokens": 0.0}  # no spread without any mu
+    no_mu = _tokens(advantage=[1.0])
+    assert mismatch_log_ratio(no_mu, torch.zeros(1)).numel() == 0
 
 
 def test_kl_k3_and_entropy_terms() -> None:

@@ -354,3 +354,35 @@ def test_a_bfloat16_rollout_copy_samples_while_the_policy_trains_in_float32(
     assert _weights(out)["model.embed_tokens.weight"].dtype == torch.float32  # type: ignore[attr-defined]
     steps = [json.loads(x) for x in (tmp_path / "run" / "rollouts" / "step-000003.jsonl").open()]
     assert steps and all(t["steps"] for t in steps)
+
+
+def test_each_step_logs_the_train_inference_mismatch_of_the_engine_that_sampled(
+    tmp_path: Path, tiny: Path
+) -> None:
+    """``train/mismatch/...``: the share of tokens IPA's mask drops and the spread of log
+    pi_train - log mu. Sampled in float32 by the trainer's own weights the two agree (to
+    float rounding); sampled from a bf16 copy they differ, and a mask at H = 1.0001 drops the
+    chunks the bf16 engine under-rated."""
+    keys = ("masked_share", "tokens", "log_ratio_mean", "log_ratio_abs_mean",
+            "log_ratio_abs_p99", "log_ratio_abs_max")  # fmt: skip
+    figures = {}
+    for dtype in ("float32", "bfloat16"):
+        run = tmp_path / dtype
+        path = _config(tmp_path, tiny, rollout={"dtype": dtype})
+        overrides = [f"run_dir={run}", "algorithm.name=ipa", "algorithm.baseline=group_mean",
+                     "algorithm.mismatch_threshold=1.0001", "run.steps=2"]  # fmt: skip
+        run_train(load_config(TrainConfig, path, overrides), log=lambda _m: None)
+        records = read_metrics(run)
+        assert len(records) == 2
+        for record in records:
+            assert {f"train/mismatch/{k}" for k in keys} <= record.keys()
+            assert 0.0 <= record["train/mismatch/masked_share"] <= 1.0
+            spread = [record[f"train/mismatch/log_ratio_abs_{k}"] for k in ("mean", "p99", "max")]
+            assert spread == sorted(spread) and spread[0] >= 0.0
+        figures[dtype] = records
+    for record in figures["float32"]:  # about 1e-8 on average
+        assert record["train/mismatch/log_ratio_abs_max"] < 1e-5
+        assert record["train/mismatch/masked_share"] == 0.0
+    # bf16: about 4e-4 on average for the tiny model (its distributions are near uniform)
+    assert all(r["train/mismatch/log_ratio_abs_mean"] > 1e-4 for r in figures["bfloat16"])
+    assert any(r["train/mismatch/masked_share"] > 0.0 for r in figures["bfloat16"])

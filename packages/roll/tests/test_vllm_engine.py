@@ -326,12 +326,17 @@ def test_roll_train_launches_the_server_reloads_it_and_stops_it(
             "run.steps=2",
             "run.progress=false",
             "run.tensorboard=false",
+            "algorithm.entropy_coef=1e-4",  # every sample runs: the mismatch covers them all
         ],
     )
     run_train(config, log=lambda _m: None)
     records = read_metrics(run)
     assert len(records) == 2 and records[-1]["policy_version"] == 2
     assert records[-1]["rollout/stale_episodes"] == 0
+    for record in records:  # the trainer's log-probs are the server's, to float32 kernels
+        assert record["train/mismatch/tokens"] > 0
+        assert record["train/mismatch/log_ratio_abs_max"] < TOL
+        assert record["train/mismatch/masked_share"] == 0.0
     log = run / "vllm-server.log"
     assert "Reloading weights inplace" in log.read_text()  # reloaded, not restarted
     assert sorted(p.name for p in (run / "server-weights").iterdir()) == ["v2"]

@@ -233,6 +233,9 @@ def _update(
         )
         result = updater.step(world.shard(part))
         for key, value in result.metrics.items():
-            metrics[key] = metrics.get(key, 0.0) + value / count
+            if key.endswith("_max"):  # the largest over the mini-batches, the rest their mean
+                metrics[key] = max(metrics.get(key, value), value)
+            else:
+                metrics[key] = metrics.get(key, 0.0) + value / count
     metrics["train/tokenless_samples"] = float(tokenless)
     return metrics

@@ -20,7 +20,7 @@ from typing import Any
 import torch
 
 from roll.algo.batch import Collated, Sample, collate, micro_batches
-from roll.algo.losses import LossSpec, policy_loss
+from roll.algo.losses import LossSpec, mismatch_log_ratio, mismatch_summary, policy_loss
 from roll.config import OptimConfig
 from roll.distributed import Parallel, World, wrap_model
 from roll.errors import TrainingAborted
@@ -147,7 +147,8 @@ class Updater:
         no imitation weight, no KL or entropy term: an IPA episode that failed, a GRPO group
         that all failed or all passed) is not run: the loss is a sum with fixed weights, so
         the gradient is the same without it (and the ``ratio``, ``weight`` and ``clip_frac``
-        sums cover the samples that ran)."""
+        sums cover the samples that ran, as do the train-inference mismatch figures,
+        ``train/mismatch/...``: see :func:`roll.algo.losses.mismatch_summary`)."""
         self.lm.train()
         self.optimizer.zero_grad(set_to_none=True)
         running = [s for s in samples if carries_gradient(s, self.spec)]
@@ -155,6 +156,7 @@ class Updater:
         batches = self._micro_batches(samples)
         entropy = bool(self.spec.entropy_coef)
         totals: dict[str, torch.Tensor] = {}
+        log_ratios: list[torch.Tensor] = []
         tokens = 0
         for index, batch in enumerate(batches):
             with self._gradient_sync(last=index == len(batches) - 1):
@@ -163,6 +165,9 @@ class Updater:
                 loss, stats = policy_loss(logp, col.tokens, self.spec, entropy=ent)
                 (loss * self.world.size).backward()
             tokens += col.model_tokens if batch else 0
+            if batch:
+                old = col.tokens.old if col.tokens.old is not None else logp.detach()
+                log_ratios.append(mismatch_log_ratio(col.tokens, old).float().cpu())
             stats["loss"] = loss.detach()
             for key, value in stats.items():
                 totals[key] = totals.get(key, torch.zeros((), device=value.device)) + value.float()
@@ -187,6 +192,13 @@ class Updater:
         metrics["train/micro_batches"] = float(sum(1 for b in batches if b))
         metrics["train/tokens"] = float(tokens)
         metrics["train/zero_gradient_samples"] = float(idle)
+        every = self.world.gather(torch.cat(log_ratios).tolist() if log_ratios else [])
+        mismatch = mismatch_summary(
+            torch.tensor(every, dtype=torch.float64),
+            metrics.get("train/masked_tokens", 0.0),
+            metrics.get("train/rl_tokens", 0.0),
+        )
+        metrics |= {f"train/mismatch/{k}": v for k, v in mismatch.items()}
         if not bool(finite):
             self.optimizer.zero_grad(set_to_none=True)
             self.bad_steps += 1

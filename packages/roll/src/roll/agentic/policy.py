@@ -6,8 +6,10 @@ an asyncio task) and serves them in batches through one
 others to join, then the batch runs in a worker thread. With a backend whose rows can join a
 running batch (:class:`~roll.generation.base.ContinuousBackend`: the HF backend) a request
 that arrives while others decode joins them at the next decode step, and each finishes as
-soon as its own row does; with any other backend new requests queue up for the next batch.
-So episodes advance independently (one may be running a shell command while another waits
+soon as its own row does; a backend that batches overlapping calls itself (``batches_itself``:
+an inference server, whose engine batches continuously) gets each gathered batch at once,
+beside the calls still running; with any other backend new requests queue up for the next
+batch. So episodes advance independently (one may be running a shell command while another waits
 for tokens), and the backend still sees batches.
 
 :class:`PolicyModel` is one episode's :class:`iflow.models.base.Model`. It keeps the
@@ -118,6 +120,13 @@ class GenerationQueue:
         self._thread: ThreadPoolExecutor | None = None
         """The backend's own thread: decode steps never wait behind sandbox calls in the
         event loop's default executor."""
+        self._senders: ThreadPoolExecutor | None = None
+        """Threads for overlapping calls to a backend that batches them itself."""
+        self._sending: set[asyncio.Task[None]] = set()
+        self._drained = asyncio.Event()
+        """Set while no overlapping call runs."""
+        self._drained.set()
+        self._busy_since = 0.0
 
     def _start(self) -> asyncio.Queue[_Request]:
         if self._pending is None:
@@ -137,6 +146,8 @@ class GenerationQueue:
         assert self._pending is not None
         if isinstance(self.backend, ContinuousBackend):
             await self._serve_continuous(self.backend)
+        elif getattr(self.backend, "batches_itself", False):
+            await self._serve_overlapping()
         else:
             while True:
                 batch = await self._gather([await self._pending.get()])
@@ -160,6 +171,59 @@ class GenerationQueue:
             except TimeoutError:
                 break
         return batch
+
+    async def _serve_overlapping(self) -> None:
+        """Send each gathered batch at once, while earlier ones still run (never returns): the
+        backend batches them itself. A pause waits until every call has returned."""
+        assert self._pending is not None
+        if self._senders is None:
+            self._senders = ThreadPoolExecutor(self.max_batch, thread_name_prefix="roll-send")
+        while True:
+            batch = await self._gather([await self._pending.get()])
+            async with self._lock:  # not during a pause; the version is the one it is sent with
+                for request in batch:
+                    request.version = self.backend.policy_version
+                if self._drained.is_set():
+                    self._busy_since = time.monotonic()
+                self._drained.clear()
+                task = asyncio.create_task(self._send(batch))
+                self._sending.add(task)
+
+    async def _send(self, batch: list[_Request]) -> None:
+        try:
+            await self._generate(batch, self._senders)
+        finally:
+            self._sending.discard(asyncio.current_task())
+            if not self._sending:
+                self.stats.busy_seconds += time.monotonic() - self._busy_since
+                self._drained.set()
+
+    async def _generate(self, batch: list[_Request], executor: ThreadPoolExecutor | None) -> None:
+        """One backend call per token budget of ``batch``; each request gets its result or
+        the call's error."""
+        by_budget: dict[int, list[_Request]] = {}
+        for request in batch:
+            by_budget.setdefault(request.max_new_tokens, []).append(request)
+        for budget, requests in by_budget.items():
+            params = self.params.model_copy(
+                update={"max_new_tokens": budget, "seed": next(self._seeds)}
+            )
+            try:
+                results = await asyncio.get_running_loop().run_in_executor(
+                    executor, self.backend.generate, [r.prompt for r in requests], params
+                )
+            except Exception as exc:  # every waiting episode learns of the failure
+                for request in requests:
+                    if not request.future.done():
+                        request.future.set_exception(exc)
+                continue
+            self.stats.batches += 1
+            self.stats.rows += len(requests)
+            self.stats.requests += len(requests)
+            self.stats.batch_sizes.append(len(requests))
+            for request, result in zip(requests, results, strict=True):
+                self.stats.tokens += len(result.token_ids)
+                request.resolve(result)
 
     async def _serve_continuous(self, backend: ContinuousBackend) -> None:
         """Serve through decode sessions: requests join between steps (never returns)."""
@@ -233,34 +297,14 @@ class GenerationQueue:
         return True
 
     async def _run(self, batch: list[_Request]) -> None:
-        by_budget: dict[int, list[_Request]] = {}
-        for request in batch:
-            by_budget.setdefault(request.max_new_tokens, []).append(request)
         async with self._lock:
-            for budget, requests in by_budget.items():
-                params = self.params.model_copy(
-                    update={"max_new_tokens": budget, "seed": next(self._seeds)}
-                )
-                for request in requests:  # weights change only under this lock
-                    request.version = self.backend.policy_version
-                began = time.monotonic()
-                try:
-                    results = await self._in_thread(
-                        self.backend.generate, [r.prompt for r in requests], params
-                    )
-                except Exception as exc:  # every waiting episode learns of the failure
-                    for request in requests:
-                        if not request.future.done():
-                            request.future.set_exception(exc)
-                    continue
-                self.stats.busy_seconds += time.monotonic() - began
-                self.stats.batches += 1
-                self.stats.rows += len(requests)
-                self.stats.requests += len(requests)
-                self.stats.batch_sizes.append(len(requests))
-                for request, result in zip(requests, results, strict=True):
-                    self.stats.tokens += len(result.token_ids)
-                    request.resolve(result)
+            for request in batch:  # weights change only under this lock
+                request.version = self.backend.policy_version
+            if self._thread is None:
+                self._thread = ThreadPoolExecutor(1, thread_name_prefix="roll-generation")
+            began = time.monotonic()
+            await self._generate(batch, self._thread)
+            self.stats.busy_seconds += time.monotonic() - began
 
     @contextlib.asynccontextmanager
     async def paused(self) -> Any:
@@ -268,6 +312,7 @@ class GenerationQueue:
         self._holds += 1
         try:
             async with self._lock:
+                await self._drained.wait()  # overlapping calls sent before the pause
                 yield
         finally:
             self._holds -= 1
@@ -279,9 +324,14 @@ class GenerationQueue:
                 await self._worker
             self._worker = None
             self._pending = None
-        if self._thread is not None:
-            self._thread.shutdown(wait=False)
-            self._thread = None
+        for task in list(self._sending):
+            task.cancel()
+        self._sending.clear()
+        self._drained.set()
+        for pool in (self._thread, self._senders):
+            if pool is not None:
+                pool.shutdown(wait=False)
+        self._thread = self._senders = None
 
     async def __aenter__(self) -> GenerationQueue:
         return self

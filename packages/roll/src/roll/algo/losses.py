@@ -21,7 +21,9 @@ The one abstraction (:class:`LossSpec`) that every algorithm fills:
   ``rho_c`` the chunk's geometric-mean ratio;
 - ``mismatch_threshold`` H: a chunk with ``exp(mean over the chunk of old - mu) > H`` is masked
   whole (its tokens contribute nothing; the aggregation weights are not renormalised, so a
-  masked chunk does not raise the weight of the others);
+  masked chunk does not raise the weight of the others); :func:`mismatch_log_ratio` and
+  :func:`mismatch_summary` give the per-token ``old - mu`` behind it and the step's figures
+  (``train/mismatch/...``), whatever engine sampled and whether or not a mask is set;
 - ``kl_coef``: ``+ beta * k3`` with ``k3 = exp(ref - logp) - (ref - logp) - 1`` per token;
 - ``entropy_coef``: ``- coef * H(pi(.|context))`` per token;
 - ``imitation``: ``- logp`` on tokens given an imitation weight (SFT, and IPA's imitation term
@@ -146,6 +148,47 @@ def mismatch_mask(tokens: ScoredTokens, old: torch.Tensor, threshold: float) -> 
     return (both[:, 1] >= 1.0) & (both[:, 0] > math.log(threshold))
 
 
+def mismatch_log_ratio(tokens: ScoredTokens, old: torch.Tensor) -> torch.Tensor:
+    """``old - mu`` (log pi_train - log mu_sampler) at the RL tokens whose sampling log-prob
+    is known, before any mask: 1-D and detached, the values the mismatch mask averages per
+    chunk. Empty when no sampling log-probs are known."""
+    if tokens.mu is None:
+        return old.new_zeros(0)
+    known = tokens.rl & ~torch.isnan(tokens.mu)
+    return (old.detach() - tokens.mu)[known]
+
+
+def mismatch_summary(
+    log_ratio: torch.Tensor, masked_tokens: float, rl_tokens: float
+) -> dict[str, float]:
+    """The step's train-inference mismatch figures, from every scored token's ``old - mu``
+    (:func:`mismatch_log_ratio`, concatenated) and the counts of RL tokens the mask dropped
+    and of all RL tokens:
+
+    - ``masked_share``: the share of RL tokens the mismatch mask dropped (0 without a mask);
+    - ``tokens``: the tokens whose sampling log-prob is known (the rest of the figures' base);
+    - ``log_ratio_mean``: the mean of ``log pi_train - log mu`` (its sign says which engine
+      puts more mass on the sampled tokens);
+    - ``log_ratio_abs_mean``, ``log_ratio_abs_p99``, ``log_ratio_abs_max``: the spread of
+      ``|log pi_train - log mu|``.
+
+    The spread figures are left out when no token's sampling log-prob is known."""
+    out = {
+        "masked_share": masked_tokens / rl_tokens if rl_tokens else 0.0,
+        "tokens": float(log_ratio.numel()),
+    }
+    if log_ratio.numel():
+        values = log_ratio.double()
+        size = values.abs()
+        out |= {
+            "log_ratio_mean": float(values.mean()),
+            "log_ratio_abs_mean": float(size.mean()),
+            "log_ratio_abs_p99": float(torch.quantile(size, 0.99)),
+            "log_ratio_abs_max": float(size.max()),
+        }
+    return out
+
+
 def policy_loss(
     logp: torch.Tensor,
     tokens: ScoredTokens,
@@ -197,6 +240,7 @@ def policy_loss(
         "ratio": (weight * ratio.detach()).sum(),
         "weight": weight.sum().detach(),
         "masked_tokens": masked.sum().to(logp.dtype),
+        "rl_tokens": tokens.rl.sum().to(logp.dtype),
     }
     if spec.kl_coef and tokens.ref is not None:
         delta = tokens.ref - logp

@@ -5,6 +5,8 @@ every sampled token the log-probability under the distribution it was sampled fr
 temperature and top-p): these are the sampling policy's log-probs μ that IPA's mismatch mask
 compares with the trainer's π_old. After each optimiser update the trainer hands the backend
 the new weights with :meth:`GenerationBackend.sync_weights` and bumps the policy version.
+A backend whose ``batches_itself`` attribute is true (an inference server) takes overlapping
+``generate`` calls from several threads and batches their requests itself.
 """
 
 from __future__ import annotations

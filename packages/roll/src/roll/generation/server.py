@@ -61,6 +61,10 @@ class ServerBackend:
     """
 
     name = "server"
+    batches_itself = True
+    """Overlapping :meth:`generate` calls are fine (from any thread): the server batches
+    their requests itself, so a generation queue sends requests as they come
+    (:class:`roll.agentic.policy.GenerationQueue`)."""
 
     def __init__(
         self,
@@ -142,10 +146,11 @@ class ServerBackend:
         budgets = [self._budget(prompt, params.max_new_tokens) for prompt in prompts]
         with self._lock:
             version = self.policy_version  # what the weights are when the requests go out
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(max_workers=64, thread_name_prefix="roll-server")
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(max_workers=64, thread_name_prefix="roll-server")
+            pool = self._pool
         futures = [
-            self._pool.submit(self._complete, prompt, budget, params, index)
+            pool.submit(self._complete, prompt, budget, params, index)
             for index, (prompt, budget) in enumerate(zip(prompts, budgets, strict=True))
         ]
         return [f.result().model_copy(update={"policy_version": version}) for f in futures]
