@@ -9,10 +9,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import requests
 
-from rock.backends.docker import DockerBackend
+from rock.backends.docker import DockerBackend, DockerSandbox
 from rock.bench.harness import LABEL_RUN, BenchOptions, Harness
 from rock.bench.images import ImageBuilder, ImageMap
+from rock.models import SandboxSpec
 
 pytestmark = pytest.mark.docker
 
@@ -90,6 +92,21 @@ def _task(root: Path, name: str, compose: str) -> Path:
     return task
 
 
+class _DeleteTimesOut(DockerBackend):
+    """An engine too busy to answer a delete in time: the container stays behind."""
+
+    def create(
+        self, spec: SandboxSpec | None = None, *, sandbox_id: str | None = None
+    ) -> DockerSandbox:
+        sandbox = super().create(spec, sandbox_id=sandbox_id)
+
+        def delete() -> None:
+            raise requests.exceptions.ReadTimeout("the engine did not answer in 30 s")
+
+        sandbox.delete = delete  # type: ignore[method-assign]
+        return sandbox
+
+
 @pytest.fixture(scope="module")
 def run(docker_client: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("services")
@@ -100,7 +117,7 @@ def run(docker_client: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
     _task(tasks, "unpullable", COMPOSE.replace("image: rock/base:bookworm", "image: nosuch/db:9"))
     out = root / "run"
     harness = Harness(
-        DockerBackend(docker_client),
+        _DeleteTimesOut(docker_client),
         ImageBuilder(docker_client, ImageMap.load(user_file=None)),
         BenchOptions(n_concurrent=3),
     )

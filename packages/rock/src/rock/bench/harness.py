@@ -63,7 +63,13 @@ from rock.bench.results import (
     collect_trials,
     trial_path,
 )
-from rock.bench.services import Compose, ComposeError, ServiceGroup, read_compose
+from rock.bench.services import (
+    Compose,
+    ComposeError,
+    ServiceGroup,
+    read_compose,
+    remove_labelled,
+)
 from rock.bench.verifier import toolchain
 from rock.bench.verify import VerifierOutcome, stage
 from rock.episode import Episode, episode_threads, run_episode, verifier_result
@@ -72,6 +78,8 @@ from rock.task_phases import Services
 
 DEFAULT_MEMORY_MB = 2048
 LABEL_RUN = "dev.ale.rock.bench.run"
+LABEL_TRIAL = "dev.ale.rock.bench.trial"
+"""Every container, network and volume of one trial carries its id under this label."""
 
 
 class BenchError(ValueError):
@@ -362,23 +370,39 @@ class Harness:
         logs = trial_dir / "agent"
         logs.mkdir()
         result.recording_path = str(trial_dir / "commands.jsonl")
-        episode = await run_episode(
-            task,
-            agent,
-            _TrialEnv(self, build.tag, run_id),
-            agent_timeout_sec=task.agent_timeout_sec * self.options.timeout_multiplier,
-            test_timeout_sec=task.test_timeout_sec * self.options.timeout_multiplier,
-            verifier_dir=trial_dir / "verifier",
-            logs_dir=logs,
-            traceback_dir=logs,
-            agent_sandbox=lambda sandbox: RecordingSandbox(sandbox, trial_dir / "commands.jsonl"),
-            keep_artifacts=True,  # as Harbor keeps them: <trial>/artifacts/ and its manifest
-        )
+        labels = {LABEL_RUN: run_id, "dev.ale.rock.bench.task": task.id, LABEL_TRIAL: result.id}
+        try:
+            episode = await run_episode(
+                task,
+                agent,
+                _TrialEnv(self, build.tag, labels),
+                agent_timeout_sec=task.agent_timeout_sec * self.options.timeout_multiplier,
+                test_timeout_sec=task.test_timeout_sec * self.options.timeout_multiplier,
+                verifier_dir=trial_dir / "verifier",
+                logs_dir=logs,
+                traceback_dir=logs,
+                agent_sandbox=lambda box: RecordingSandbox(box, trial_dir / "commands.jsonl"),
+                keep_artifacts=True,  # as Harbor keeps them: <trial>/artifacts/ and its manifest
+            )
+        finally:
+            if not self.options.keep_sandboxes:  # what a delete that timed out left behind
+                await asyncio.shield(self._sweep(result))
         _record(episode, task, result, logs)
         return episode.infrastructure_failure is not None
 
+    async def _sweep(self, result: TrialResults) -> None:
+        """Remove whatever the engine still holds under the trial's label."""
+        client = self.builder.client
+        left = await asyncio.to_thread(remove_labelled, client, f"{LABEL_TRIAL}={result.id}")
+        if left:
+            self.progress("left_behind", {"trial": result.trial_name, "left": left})
+
     def _spec(
-        self, task: Task, image: str, run_id: str, phases: tuple[bool | None, ...] = ()
+        self,
+        task: Task,
+        image: str,
+        labels: dict[str, str],
+        phases: tuple[bool | None, ...] = (),
     ) -> SandboxSpec:
         """The sandbox of ``task``: with a network when the environment or one of
         ``phases`` (the agent's, the tests') asks for it; --internet/--no-internet rule."""
@@ -394,7 +418,7 @@ class Harness:
             capabilities=self.options.capabilities,
             workdir=env.workdir,
             env=dict(env.env),
-            labels={LABEL_RUN: run_id, "dev.ale.rock.bench.task": task.id},
+            labels=dict(labels),
         )
 
 
@@ -402,8 +426,9 @@ class _TrialEnv:
     """A trial's :class:`rock.episode.TaskEnv`: a fresh sandbox of the task's built image
     (its cpus, memory and network policy), deleted after the trial unless asked to keep it."""
 
-    def __init__(self, harness: Harness, image: str, run_id: str) -> None:
-        self.harness, self.image, self.run_id = harness, image, run_id
+    def __init__(self, harness: Harness, image: str, labels: dict[str, str]) -> None:
+        """``labels``: what each of the trial's containers, networks and volumes carries."""
+        self.harness, self.image, self.labels = harness, image, labels
         self.services_of: dict[str, ServiceGroup] = {}
         """The side services of each open sandbox (compose tasks), by sandbox id."""
 
@@ -442,7 +467,7 @@ class _TrialEnv:
             compose,
             images,
             internet=task.environment.allow_internet if wanted is None else wanted,
-            labels={LABEL_RUN: self.run_id, "dev.ale.rock.bench.task": task.id},
+            labels=dict(self.labels),
         )
         await asyncio.to_thread(group.start)
         return group
@@ -460,7 +485,7 @@ class _TrialEnv:
         environment under the task's), with ``dirs`` made in it; made with a network for a
         later phase or for ``services`` (joined, answering to its service name), it starts
         with the environment's (closed)."""
-        spec = self.harness._spec(task, image, self.run_id, phases)
+        spec = self.harness._spec(task, image, self.labels, phases)
         if compose is not None:
             spec.env = {**compose.main.environment, **spec.env}
         if services is not None:

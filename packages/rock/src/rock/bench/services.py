@@ -20,7 +20,6 @@ What is read of a side service: ``image``, ``build`` (context, dockerfile), ``en
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import secrets
@@ -40,6 +39,8 @@ from rock.models import ExecRequest, ExecResult
 MAIN_SERVICES = ("main", "client")
 """Names of the service a task's compose file runs the agent in (Harbor, Terminal-Bench 1.0)."""
 LABEL_TRIAL_SERVICE = "dev.ale.rock.bench.service"
+LABEL_GROUP = "dev.ale.rock.bench.group"
+"""Each side service's container, network and volume carries its group's key under this label."""
 WAIT_SEC = 180.0
 """Longest wait for one service's condition (healthy, started, completed)."""
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::?-([^}]*))?\}|\$([A-Za-z_][A-Za-z0-9_]*)")
@@ -299,6 +300,7 @@ class ServiceGroup:
     def start(self) -> None:
         """The network, then each side service in order, each after what it waits for."""
         try:
+            self.labels = {**self.labels, LABEL_GROUP: self.key}
             self.network = self.client.networks.create(
                 self.key, driver="bridge", internal=not self.internet, labels=self.labels
             )
@@ -412,23 +414,52 @@ class ServiceGroup:
                 time.sleep(0.2)
 
     def stop(self) -> None:
-        """Remove the containers, the network and the named volumes (best effort)."""
-        for container in self.containers.values():
-            with contextlib.suppress(NotFound, APIError, DockerException):
-                container.remove(force=True, v=True)
+        """Remove the containers, the network and the named volumes: what the group knows it
+        made, and what the engine holds under its label (made by a call that timed out here)."""
         self.containers.clear()
-        if self.network is not None:
-            with contextlib.suppress(NotFound, APIError, DockerException):
-                self.network.reload()
-                for container in self.network.containers:  # the agent's, if still there
-                    self.network.disconnect(container, force=True)
-            with contextlib.suppress(NotFound, APIError, DockerException):
-                self.network.remove()
-            self.network = None
-        for name in self.volumes:
-            with contextlib.suppress(NotFound, APIError, DockerException):
-                self.client.volumes.get(name).remove(force=True)
         self.volumes.clear()
+        self.network = None
+        remove_labelled(self.client, f"{LABEL_GROUP}={self.key}")
+
+
+def remove_labelled(client: docker.DockerClient, label: str, tries: int = 3) -> list[str]:
+    """Remove every container, network and volume under ``label`` (``key=value``), trying
+    again when the engine is slow to answer; what could not be removed, as names."""
+    left: list[str] = []
+    for attempt in range(tries):
+        if attempt:
+            time.sleep(1.0 * attempt)
+        left = []
+        try:
+            for container in client.containers.list(all=True, filters={"label": label}):
+                try:
+                    container.remove(force=True, v=True)
+                except NotFound:
+                    pass
+                except Exception:  # a timeout, a removal in progress: again
+                    left.append(f"container {container.name}")
+            for network in client.networks.list(filters={"label": label}):
+                try:
+                    network.reload()
+                    for attached in network.containers:  # the agent's, if still there
+                        network.disconnect(attached, force=True)
+                    network.remove()
+                except NotFound:
+                    pass
+                except Exception:
+                    left.append(f"network {network.name}")
+            for volume in client.volumes.list(filters={"label": label}):
+                try:
+                    volume.remove(force=True)
+                except NotFound:
+                    pass
+                except Exception:
+                    left.append(f"volume {volume.name}")
+        except Exception as exc:  # the engine did not answer the listing
+            left = [f"(the engine did not list them: {_short(exc)})"]
+        if not left:
+            return []
+    return left
 
 
 class ServiceShell(ExecVerb):

@@ -80,6 +80,9 @@ class _Live:
             self._line(f"invalid task {data['path']}: {data['reason']}")
         elif kind == "built":
             self._line(f"built {data['tag']} in {data['sec']:.1f}s")
+        elif kind == "left_behind":
+            left = ", ".join(data["left"])
+            self._line(f"{data['trial']}: the engine kept {left}; remove it by hand")
         elif kind == "trial_start":
             self.running += 1
             self._bar()
