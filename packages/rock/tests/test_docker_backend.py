@@ -7,9 +7,11 @@ import stat
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import docker
 import pytest
+import requests
 
 from rock.backends import _copy
 from rock.backends.base import (
@@ -91,6 +93,27 @@ def test_a_command_silent_longer_than_the_engine_client_s_timeout_runs_to_its_en
         with sb.session() as session:
             assert session.run("sleep 8; echo again", timeout=30).output == b"again\n"
             assert session.run("echo alive", timeout=30).output == b"alive\n"
+
+
+@pytest.mark.parametrize("step", ["create_container", "start"])
+def test_a_create_the_engine_does_not_answer_in_time_leaves_nothing(
+    backend: DockerBackend, monkeypatch: pytest.MonkeyPatch, step: str
+) -> None:
+    """The engine made the container, but its answer came too late (a timeout of the
+    client, an engine under load): the container stayed behind, made by no one's sandbox."""
+    real = getattr(backend.client.api, step)
+
+    def late(*args: Any, **kwargs: Any) -> Any:
+        real(*args, **kwargs)
+        raise requests.exceptions.ReadTimeout("Read timed out. (read timeout=1)")
+
+    monkeypatch.setattr(backend.client.api, step, late)
+    with pytest.raises(SandboxError, match="did not answer while starting") as caught:
+        backend.create(SandboxSpec(memory_mb=256), sandbox_id="sb-late")
+    assert "\n" not in str(caught.value)
+    monkeypatch.undo()
+    left = backend.client.containers.list(all=True, filters={"name": "rock-sb-late"})
+    assert left == []
 
 
 def test_a_sandbox_removed_while_the_list_is_made_is_left_out(

@@ -21,6 +21,7 @@ import pytest
 
 from rock.backends.base import LABEL_DAEMON
 from rock.bench.harness import LABEL_RUN
+from rock.testing import PrivateDaemons, private_daemon_of
 
 _CLEAN_ENV = ("ROCK_URL", "ROCK_TOKEN", "ROCK_HOME")
 ROOT = Path(__file__).resolve().parents[3]
@@ -278,35 +279,11 @@ def test_bench_run_stopped_by_a_signal_removes_its_sandboxes_and_keeps_finished_
 # --- rock synth run ---------------------------------------------------------------------------
 
 
-def _private_daemon(parent: int) -> tuple[int, str] | None:
-    """The pid and daemon id of the private ``rock serve`` that process ``parent`` started
-    (:func:`rock.synth.wiring.private_daemon`: ``python -c ... HOME DAEMON_ID``)."""
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-            argv = (entry / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        if ppid == parent and any(b"rock.daemon.server" in a for a in argv) and len(argv) > 2:
-            return int(entry.name), argv[-2].decode()
-    return None
-
-
 @pytest.fixture
-def daemons() -> Iterator[list[tuple[int, str]]]:
-    """Private daemons a test's run started; stopped and their containers removed after it,
-    should the run have left them."""
-    found: list[tuple[int, str]] = []
-    yield found
-    client = docker.from_env()
-    for pid, daemon_id in found:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-        _remove(client, f"{LABEL_DAEMON}={daemon_id}")
-    client.close()
+def daemons() -> Iterator[PrivateDaemons]:
+    """Private daemons a test's run started: killed and their containers removed after it."""
+    with PrivateDaemons() as found:
+        yield found
 
 
 @pytest.mark.docker
@@ -314,7 +291,7 @@ def daemons() -> Iterator[list[tuple[int, str]]]:
 def test_synth_run_stopped_by_a_signal_removes_its_sandboxes_and_keeps_its_journal(
     docker_client: docker.DockerClient,
     tmp_path: Path,
-    daemons: list[tuple[int, str]],
+    daemons: PrivateDaemons,
     sig: signal.Signals,
     sigint: signal.Handlers,
 ) -> None:
@@ -332,10 +309,10 @@ def test_synth_run_stopped_by_a_signal_removes_its_sandboxes_and_keeps_its_journ
     argv += ["--output", str(tmp_path / "out"), "--work", str(work)]
     proc = _start(argv, sigint=sigint, cwd=ROOT)  # the default held-out sets are relative to it
     try:
-        _wait_for("the run's private daemon", lambda: _private_daemon(proc.pid) is not None, proc)
-        daemon = _private_daemon(proc.pid)
+        _wait_for("the run's private daemon", lambda: private_daemon_of(proc.pid) is not None, proc)
+        daemon = private_daemon_of(proc.pid)
         assert daemon is not None
-        daemons.append(daemon)
+        daemons.add(daemon)
         label = f"{LABEL_DAEMON}={daemon[1]}"
 
         def verified() -> list[str]:
@@ -359,3 +336,49 @@ def test_synth_run_stopped_by_a_signal_removes_its_sandboxes_and_keeps_its_journ
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+@pytest.mark.docker
+def test_a_run_killed_outright_leaves_no_private_daemon_and_no_sandbox(
+    docker_client: docker.DockerClient, tmp_path: Path, daemons: PrivateDaemons
+) -> None:
+    """SIGKILL (or a test's timeout) gives a run no chance to stop its private daemon: the
+    daemon watches the process that started it, and stops, removing its sandboxes."""
+    from rock.synth.image import ensure_pool_image
+
+    ensure_pool_image(docker_client)
+    config = tmp_path / "killed.yaml"
+    config.write_text(
+        "name: killed\nseed: 12\ntarget: 12\noversample: 1.0\nconcurrency: 2\n"
+        "families: [csv-aggregate]\n"
+    )
+    argv = [sys.executable, "-m", "rock.cli", "synth", "run", str(config)]
+    argv += ["--output", str(tmp_path / "out"), "--work", str(tmp_path / "work")]
+    proc = _start(argv, sigint=signal.SIG_DFL, cwd=ROOT)
+    try:
+        _wait_for("the run's private daemon", lambda: private_daemon_of(proc.pid) is not None, proc)
+        daemon = private_daemon_of(proc.pid)
+        assert daemon is not None
+        daemons.add(daemon)
+        label = f"{LABEL_DAEMON}={daemon[1]}"
+        _wait_for("its sandboxes", lambda: bool(_containers(docker_client, label)), proc)
+        proc.kill()
+        proc.wait()
+        for _ in range(240):  # its shutdown deletes each sandbox
+            if not _alive(daemon[0]) and not _containers(docker_client, label):
+                break
+            time.sleep(0.25)
+        assert not _alive(daemon[0]), "the private daemon outlived its run"
+        assert _containers(docker_client, label) == []
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie no longer does)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False

@@ -4,7 +4,6 @@ kept (metrics and checkpoints, for --resume)."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
 import signal
@@ -21,6 +20,7 @@ import yaml
 from iflow.models.tiny import build_tiny_model
 from rock.backends.base import LABEL_DAEMON
 from rock.synth.image import ensure_pool_image
+from rock.testing import PrivateDaemons, private_daemon_of
 from roll.metrics import read_metrics
 
 pytestmark = pytest.mark.docker
@@ -33,38 +33,11 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_tiny_model(tmp_path_factory.mktemp("tiny"), hidden_size=32, layers=1, heads=2)
 
 
-def _private_daemon(parent: int) -> tuple[int, str] | None:
-    """The pid and daemon id of the private ``rock serve`` that process ``parent`` started
-    (:func:`rock.synth.wiring.private_daemon`: ``python -c ... HOME DAEMON_ID``)."""
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-            argv = (entry / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        if ppid == parent and any(b"rock.daemon.server" in a for a in argv) and len(argv) > 2:
-            return int(entry.name), argv[-2].decode()
-    return None
-
-
 @pytest.fixture
-def daemons() -> Iterator[list[tuple[int, str]]]:
-    """Private daemons a test's run started; killed and their containers removed after it,
-    should the run have left them."""
-    found: list[tuple[int, str]] = []
-    yield found
-    client = docker.from_env()
-    for pid, daemon_id in found:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-        for container in client.containers.list(
-            all=True, filters={"label": f"{LABEL_DAEMON}={daemon_id}"}
-        ):
-            container.remove(force=True)
-    client.close()
+def daemons() -> Iterator[PrivateDaemons]:
+    """Private daemons a test's run started: killed and their containers removed after it."""
+    with PrivateDaemons() as found:
+        yield found
 
 
 @pytest.fixture
@@ -99,7 +72,7 @@ def ray_address(request: pytest.FixtureRequest) -> Iterator[str | None]:
 def test_roll_train_stopped_by_a_signal_removes_its_sandboxes_and_keeps_finished_steps(
     tmp_path: Path,
     tiny: Path,
-    daemons: list[tuple[int, str]],
+    daemons: PrivateDaemons,
     ray_address: str | None,
     sig: signal.Signals,
     sigint: signal.Handlers,
@@ -159,12 +132,12 @@ def test_roll_train_stopped_by_a_signal_removes_its_sandboxes_and_keeps_finished
     try:
         deadline = time.monotonic() + 600
         latest = run / "checkpoints" / "latest"  # a step finished: logged, then saved
-        while (daemon := _private_daemon(proc.pid)) is None or not latest.is_file():
+        while (daemon := private_daemon_of(proc.pid)) is None or not latest.is_file():
             if proc.poll() is not None:
                 pytest.fail(f"the run ended early: {proc.communicate()[1].decode()[-3000:]}")
             assert time.monotonic() < deadline, "no finished step within 600 s"
             time.sleep(0.2)
-        daemons.append(daemon)
+        daemons.add(daemon)
         label = f"{LABEL_DAEMON}={daemon[1]}"
         assert client.containers.list(filters={"label": label})  # the run's warm pool
         proc.send_signal(sig)

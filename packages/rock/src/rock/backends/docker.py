@@ -18,6 +18,7 @@ from typing import Any, cast
 
 import docker
 from docker.errors import APIError, DockerException, ImageNotFound, NotFound
+from requests.exceptions import RequestException
 
 from rock.backends import _copy
 from rock.backends._owner import EngineClaim
@@ -677,6 +678,7 @@ class DockerBackend(Backend):
             ulimits=self._nproc(spec),
         )
         host_config["MaskedPaths"] = MASKED_PATHS  # the engine's own list, and the host's disks
+        made: dict[str, Any] | None = None
         try:
             made = self.client.api.create_container(
                 spec.image,
@@ -690,20 +692,39 @@ class DockerBackend(Backend):
                 environment=spec.env or None,
                 host_config=host_config,
             )
-        except APIError as exc:
-            raise SandboxError(
-                f"the engine refused to start {spec.image}: {exc.explanation or exc}"
-            ) from None
-        try:
             self.client.api.start(made["Id"])
             container = self.client.containers.get(made["Id"])
-        except APIError as exc:
-            with contextlib.suppress(DockerException):
-                self.client.api.remove_container(made["Id"], force=True)
-            raise SandboxError(
-                f"the engine refused to start {spec.image}: {exc.explanation or exc}"
-            ) from None
+        except BaseException as exc:
+            # the engine may have made it though the answer never came (a timeout)
+            refused = made is None and isinstance(exc, APIError)
+            if not refused:
+                self._remove_made(made["Id"] if made else None, sandbox_id)
+            if isinstance(exc, APIError):
+                raise SandboxError(
+                    f"the engine refused to start {spec.image}: {exc.explanation or exc}"
+                ) from None
+            if isinstance(exc, (DockerException, RequestException)):
+                raise SandboxError(
+                    f"the engine did not answer while starting {spec.image} "
+                    f"({type(exc).__name__}); nothing was left behind; try again"
+                ) from None
+            raise
         return DockerSandbox(self.client, container, spec)
+
+    def _remove_made(self, container_id: str | None, sandbox_id: str) -> None:
+        """Remove what a create that failed half-way made: by its id, or, when the engine's
+        answer never came, the container of that name if it is this create's (its labels)."""
+        with contextlib.suppress(Exception):
+            if container_id is None:
+                found = self.client.api.inspect_container(f"rock-{sandbox_id}")
+                mine = found.get("Config", {}).get("Labels") or {}
+                if (mine.get(LABEL_SANDBOX), mine.get(LABEL_DAEMON)) != (
+                    sandbox_id,
+                    self.daemon_id,
+                ):
+                    return
+                container_id = found["Id"]
+            self.client.api.remove_container(container_id, force=True)
 
     def _cpuset(self, cpus: float) -> str | None:
         """The cores a sandbox of ``cpus`` CPUs runs on: as many as its budget rounded up, so

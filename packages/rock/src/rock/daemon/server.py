@@ -12,6 +12,7 @@ import re
 import secrets
 import socket
 import threading
+import time
 from pathlib import Path
 from types import FrameType
 from typing import IO, Literal
@@ -60,6 +61,9 @@ class ServeConfig(BaseModel):
     cleanup: bool = False
     """Delete every sandbox at shutdown, even those with TTL left."""
     max_output_chars: int = 8192
+    parent_pid: int | None = Field(default=None, gt=0)
+    """Stop, as on SIGTERM, once this process is gone: a run's private daemon, so that a run
+    killed outright (SIGKILL, a test's timeout) leaves no daemon and no sandbox running."""
     log_level: Literal["critical", "error", "warning", "info", "debug", "trace"] = "info"
 
 
@@ -321,12 +325,21 @@ class Daemon:
         self.store.close()
 
     def run(self) -> None:
+        if self.config.parent_pid is not None:
+            threading.Thread(target=self._watch_parent, name="parent-watch", daemon=True).start()
         try:
             self.server.run(sockets=[self._socket])
         finally:
             self._let_go()
             self._socket.close()
             self._lock.close()
+
+    def _watch_parent(self) -> None:
+        """Stop once the parent process is gone (this process is then another's child)."""
+        while os.getppid() == self.config.parent_pid:
+            time.sleep(0.5)
+        log.warning("the process that started this daemon is gone; stopping")
+        self.stop()
 
     def stop(self) -> None:
         """Shut down as SIGTERM would (from any thread)."""

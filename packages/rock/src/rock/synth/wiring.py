@@ -86,7 +86,7 @@ class SynthAgents:
 _SERVE = (
     "import sys; from pathlib import Path; from rock.daemon.server import ServeConfig, serve; "
     "serve(ServeConfig(home=Path(sys.argv[1]), port=0, daemon_id=sys.argv[2], "
-    "log_level='warning', cleanup=True))"
+    "parent_pid=int(sys.argv[3]), log_level='warning', cleanup=True))"
 )
 
 
@@ -112,13 +112,13 @@ def private_daemon(
     *, start_timeout: float = 60.0, daemon_id: str | None = None
 ) -> Iterator[Client]:
     """A ``rock serve`` of this run's own, in its own process (loopback, token, cleanup on
-    exit) and a client. Its containers are labelled with ``daemon_id`` (default: a fresh
+    exit, and stopping by itself should this process be killed outright) and a client. Its containers are labelled with ``daemon_id`` (default: a fresh
     one); any left after it stops are removed."""
     home = Path(tempfile.mkdtemp(prefix="rock-synth-"))
     daemon_id = daemon_id or f"synth-{uuid.uuid4().hex[:6]}"
     log = (home / "daemon.log").open("wb")
     proc = subprocess.Popen(
-        [sys.executable, "-c", _SERVE, str(home), daemon_id],
+        [sys.executable, "-c", _SERVE, str(home), daemon_id, str(os.getpid())],
         stdout=log,
         stderr=log,
         start_new_session=True,
