@@ -39,6 +39,7 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
         ({"max_output_tokens": "many"}, "sampling arguments are invalid"),
         ({"max_batch": 0}, "max_batch must be at least 1"),
         ({"max_turns": "lots"}, "iflow settings"),
+        ({"server_url": "localhost:8000"}, "server_url must be an http(s) URL"),
     ],
 )
 def test_bad_arguments_are_one_sentence(tiny: Path, kwargs: dict, said: str) -> None:

@@ -178,7 +178,7 @@ def test_a_prompt_past_the_context_window(backend: ServerBackend) -> None:
     with pytest.raises(PromptTooLong) as caught:
         backend.generate([[5] * (VLLM_CONTEXT + 10)], SamplingParams(max_new_tokens=4))
     assert (caught.value.tokens, caught.value.limit) == (VLLM_CONTEXT + 10, VLLM_CONTEXT)
-    assert "context window (256 tokens)" in str(caught.value)
+    assert f"context window ({VLLM_CONTEXT} tokens)" in str(caught.value)
     near = VLLM_CONTEXT - 3  # room for 3 of the 16 new tokens asked for: the server stops there
     (gen,) = backend.generate([[5] * near], SamplingParams(max_new_tokens=16, temperature=0.0))
     assert len(gen.token_ids) <= 3 and (gen.finish_reason == "length") == (len(gen.token_ids) == 3)
@@ -341,3 +341,84 @@ def test_roll_train_launches_the_server_reloads_it_and_stops_it(
     assert "Reloading weights inplace" in log.read_text()  # reloaded, not restarted
     assert sorted(p.name for p in (run / "server-weights").iterdir()) == ["v2"]
     assert group_processes(log) == []  # stopped with the run
+
+
+@pytest.mark.docker
+async def test_rock_bench_s_roll_policy_samples_from_the_server(
+    vllm_server: VLLMServer, vllm_model: Path, tmp_path: Path
+) -> None:
+    """``rock bench --agent roll-policy --agent-kwarg server_url=...``: every trial's model
+    calls go to the vLLM server, through one queue, each with its tokens recorded."""
+    import asyncio
+    import json
+
+    import docker
+
+    from rock.backends.docker import DockerBackend
+    from rock.bench.harness import BenchOptions, Harness
+    from rock.bench.images import ImageBuilder, ImageMap
+    from roll import bench_agent
+
+    tasks = Path(__file__).resolve().parents[3] / "datasets" / "synth-mini" / "tasks"
+    client = docker.from_env()
+    harness = Harness(
+        DockerBackend(client),
+        ImageBuilder(client, ImageMap.load(user_file=None)),
+        BenchOptions(n_concurrent=2),
+    )
+    kwargs = {
+        "model_path": str(vllm_model),
+        "server_url": vllm_server.url,
+        "temperature": 1.0,
+        "max_output_tokens": 12,
+        "context_limit": VLLM_CONTEXT,
+        "max_turns": 2,
+        "prompt_profile": "compact",
+        "tool_format": "brief",
+    }
+    ids = sorted(p.name for p in tasks.iterdir())[:2]
+    results = await harness.run(
+        tasks, tmp_path / "run", agent="roll-policy", agent_kwargs=kwargs, task_ids=ids
+    )
+    assert len(results.results) == 2
+    assert all(r.error is None or "harness" not in r.error for r in results.results)
+    (shared,) = bench_agent._SERVED[asyncio.get_running_loop()].values()
+    assert isinstance(shared.queue.backend, ServerBackend)
+    calls = 0
+    for trajectory_file in (tmp_path / "run").rglob("trajectory.jsonl"):
+        trajectory = json.loads(trajectory_file.read_text().splitlines()[0])
+        steps = [s for s in trajectory["steps"] if s.get("token_ids")]
+        assert steps, f"{trajectory_file}: no model call recorded its tokens"
+        calls += len(steps)
+    assert calls == shared.queue.stats.requests > 0
+    await shared.queue.close()
+
+
+def test_iflow_pointed_at_the_server_works_as_with_any_server(
+    vllm_server: VLLMServer, tmp_path: Path
+) -> None:
+    """``iflow -p ... --provider openai --base-url <the server's /v1>``: iflow's chat requests
+    are served by vLLM (the tiny model's own chat template), as by any OpenAI server."""
+    import json
+    import subprocess
+    import sys
+
+    import httpx
+
+    name = httpx.get(vllm_server.url + "/models").json()["data"][0]["id"]
+    home, work = tmp_path / "home", tmp_path / "work"
+    home.mkdir()
+    (work / ".iflow").mkdir(parents=True)  # the compact prompt: the tiny model's window is small
+    settings = {"promptProfile": "compact", "toolFormat": "brief", "maxOutputTokens": 32}
+    (work / ".iflow" / "settings.json").write_text(json.dumps(settings))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("IFLOW_", "OPENAI_"))}
+    run = subprocess.run(
+        [sys.executable, "-m", "iflow.cli", "-p", "list the files", "--provider", "openai",
+         "--base-url", vllm_server.url, "--api-key", "none", "-m", name, "--max-turns", "1",
+         "--context-limit", str(VLLM_CONTEXT), "-o", "json", "-y"],
+        env={**env, "HOME": str(home)}, cwd=work, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert "Traceback" not in run.stderr, run.stderr[-3000:]
+    record = json.loads(run.stdout)
+    assert record["turns"] == 1  # one model call, answered by the server
+    assert record["usage"]["prompt_tokens"] > 0, record

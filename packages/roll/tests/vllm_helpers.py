@@ -6,5 +6,5 @@ VLLM = pytest.mark.xdist_group("vllm")
 """Marks the tests that use :func:`vllm_server`: under ``pytest -n N --dist loadgroup`` they
 share one worker, so the session still starts one server."""
 
-VLLM_CONTEXT = 256
+VLLM_CONTEXT = 1024
 """The session server's context window (tokens)."""

@@ -12,8 +12,10 @@ as a model per trial (``benchmarks/bench_policy_agent.py``, 32 trials in flight)
 
 Arguments (``--agent-kwarg key=value``): ``model_path`` (required; or ``--model``), sampling
 ``temperature`` (default 0: greedy), ``top_p``, ``max_output_tokens``, ``context_limit``,
-``tool_format``, ``device``/``dtype`` (``auto``), ``seed``, ``max_batch``; everything else
-(``prompt_profile``, ``max_turns``...) is an iflow setting, as for ``--agent iflow``.
+``tool_format``, ``device``/``dtype`` (``auto``), ``seed``, ``max_batch``; ``server_url``: a
+vLLM (or SGLang) server already serving ``model_path``, sampled instead of roll's HF backend
+in this process (its ``/v1`` URL; ``model_path`` then gives the tokenizer); everything else (``prompt_profile``,
+``max_turns``...) is an iflow setting, as for ``--agent iflow``.
 """
 
 from __future__ import annotations
@@ -32,8 +34,10 @@ from iflow.errors import ConfigError as IflowConfigError
 from iflow.models.directory import check_model_directory
 from roll.agentic.policy import GenerationQueue, PolicyModel
 from roll.errors import RollError, first_line
-from roll.generation.base import SamplingParams
+from roll.generation.base import GenerationBackend, SamplingParams
 from roll.generation.hf import HFBackend
+from roll.generation.server import ServerBackend
+from roll.generation.vllm_server import VLLMServer
 
 
 @dataclass(frozen=True)
@@ -48,6 +52,7 @@ class ServedModel:
     max_new_tokens: int
     seed: int
     max_batch: int
+    server_url: str | None = None
 
 
 @dataclass
@@ -73,19 +78,27 @@ async def served(key: ServedModel) -> _Served:
     async with lock:
         queues = _SERVED.setdefault(loop, {})
         if key not in queues:
-            backend = await asyncio.to_thread(
-                HFBackend.from_path,
-                key.path,
-                device=key.device,
-                dtype=key.dtype,
-                max_batch_size=key.max_batch,
-            )
+            backend, tokenizer = await asyncio.to_thread(_backend, key)
             params = SamplingParams(
                 max_new_tokens=key.max_new_tokens, temperature=key.temperature, top_p=key.top_p
             )
             queue = GenerationQueue(backend, params, max_batch=key.max_batch, seed=key.seed)
-            queues[key] = _Served(queue, backend.tokenizer)
+            queues[key] = _Served(queue, tokenizer)
         return queues[key]
+
+
+def _backend(key: ServedModel) -> tuple[GenerationBackend, Any]:
+    """The generation backend and the tokenizer for ``key``: roll's HF backend here, or the
+    inference server at ``server_url``."""
+    if key.server_url is None:
+        hf = HFBackend.from_path(
+            key.path, device=key.device, dtype=key.dtype, max_batch_size=key.max_batch
+        )
+        return hf, hf.tokenizer
+    from transformers import AutoTokenizer
+
+    server = VLLMServer.attach(key.server_url)
+    return ServerBackend(server.url), AutoTokenizer.from_pretrained(key.path)
 
 
 class PolicyAgent:
@@ -107,6 +120,7 @@ class PolicyAgent:
         dtype: str = "auto",
         seed: int = 0,
         max_batch: int = 64,
+        server_url: str | None = None,
         **settings: Any,
     ) -> None:
         path = model_path or model
@@ -129,6 +143,7 @@ class PolicyAgent:
                 max_new_tokens=int(max_output_tokens),
                 seed=int(seed),
                 max_batch=int(max_batch),
+                server_url=str(server_url) if server_url is not None else None,
             )
             SamplingParams(
                 max_new_tokens=self.key.max_new_tokens,
@@ -140,6 +155,11 @@ class PolicyAgent:
                 f"the roll-policy agent's sampling arguments are invalid ({first_line(exc)}); "
                 "give temperature >= 0, 0 < top_p <= 1 and max_output_tokens >= 1."
             ) from None
+        if server_url is not None and not str(server_url).startswith(("http://", "https://")):
+            raise AgentConfigError(
+                f"the roll-policy agent's server_url must be an http(s) URL ending in /v1, "
+                f"not {server_url!r}."
+            )
         if self.key.max_batch < 1:
             raise AgentConfigError(f"max_batch must be at least 1, not {self.key.max_batch}.")
         self.context_limit = int(context_limit)
