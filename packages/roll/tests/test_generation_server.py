@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 import torch
 import uvicorn
@@ -143,6 +144,32 @@ def test_after_an_update_the_server_loads_the_new_weights(
     assert after.token_ids == expected.token_ids  # the server holds the trainer's weights
     backend.sync_weights(trainer, 2)
     assert sorted(p.name for p in (tmp_path / "weights").iterdir()) == ["v2"]  # old ones go
+
+
+class _ClosedOnReuse(httpx.HTTPTransport):
+    """The first completion request meets a kept-alive connection the server has just
+    closed (past its keep-alive time): no response, ``RemoteProtocolError``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.dropped = 0
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        if request.url.path.endswith("/completions") and not self.dropped:
+            self.dropped += 1
+            raise httpx.RemoteProtocolError("Server disconnected without sending a response.")
+        return super().handle_request(request)
+
+
+def test_a_connection_the_server_closed_as_it_was_reused_is_sent_again(
+    server: tuple[str, FastAPI],
+) -> None:
+    url, _ = server
+    transport = _ClosedOnReuse()
+    backend = ServerBackend(url, client=httpx.Client(transport=transport, timeout=60))
+    (out,) = backend.generate([[1, 2, 3]], SamplingParams(max_new_tokens=3, temperature=0.0))
+    assert transport.dropped == 1 and len(out.token_ids) == 3
+    backend.close()
 
 
 def test_server_faults_are_one_sentence(tiny: Path, tmp_path: Path) -> None:

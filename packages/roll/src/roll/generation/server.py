@@ -103,7 +103,14 @@ class ServerBackend:
 
     def _post(self, path: str, body: dict[str, Any] | None = None, **params: str) -> dict[str, Any]:
         try:
-            response = self.client.post(self.base + path, json=body, params=params or None)
+            try:
+                response = self.client.post(self.base + path, json=body, params=params or None)
+            except httpx.RemoteProtocolError:
+                # the server closed a kept-alive connection (idle past its keep-alive time) just
+                # as it was reused, before reading the request: once more, on a fresh one
+                if self.server is not None and self.server.died(grace=0.5) is not None:
+                    raise
+                response = self.client.post(self.base + path, json=body, params=params or None)
         except httpx.HTTPError as exc:
             died = self.server.died(grace=2.0) if self.server is not None else None
             if died is not None:
