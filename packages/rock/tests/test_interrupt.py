@@ -27,6 +27,12 @@ _CLEAN_ENV = ("ROCK_URL", "ROCK_TOKEN", "ROCK_HOME")
 ROOT = Path(__file__).resolve().parents[3]
 
 
+pytestmark = pytest.mark.xdist_group("ray")
+"""Kept off the Ray tests' time: run beside test_ray_backend.py (pytest -n 2), a node agent
+of its cluster died ("The actor died unexpectedly") in 4 runs of 4, from before this
+session's changes too; the cause is not found yet. Serial with them, both pass."""
+
+
 def _start(argv: list[str], *, sigint: signal.Handlers, cwd: Path) -> subprocess.Popen[bytes]:
     """``argv`` as a process of its own with SIGINT as asked (SIG_DFL: started from a
     terminal; SIG_IGN: a job started in the background) and SIGTERM and SIGHUP as the
@@ -303,17 +309,10 @@ def test_synth_run_stopped_by_a_signal_removes_its_sandboxes_and_keeps_its_journ
         "name: signals\nseed: 11\ntarget: 12\noversample: 1.0\nconcurrency: 2\n"
         "families: [csv-aggregate]\n"
     )
-    work = tmp_path / "work"
-    journal = work / "journal.jsonl"
-    argv = [sys.executable, "-m", "rock.cli", "synth", "run", str(config)]
-    argv += ["--output", str(tmp_path / "out"), "--work", str(work)]
-    proc = _start(argv, sigint=sigint, cwd=ROOT)  # the default held-out sets are relative to it
+    journal = tmp_path / "work" / "journal.jsonl"
+    proc = _synth_run(config, tmp_path, sigint)
     try:
-        _wait_for("the run's private daemon", lambda: private_daemon_of(proc.pid) is not None, proc)
-        daemon = private_daemon_of(proc.pid)
-        assert daemon is not None
-        daemons.add(daemon)
-        label = f"{LABEL_DAEMON}={daemon[1]}"
+        daemon, label = _its_daemon(proc, daemons)
 
         def verified() -> list[str]:
             lines = journal.read_text().splitlines() if journal.is_file() else []
@@ -352,15 +351,9 @@ def test_a_run_killed_outright_leaves_no_private_daemon_and_no_sandbox(
         "name: killed\nseed: 12\ntarget: 12\noversample: 1.0\nconcurrency: 2\n"
         "families: [csv-aggregate]\n"
     )
-    argv = [sys.executable, "-m", "rock.cli", "synth", "run", str(config)]
-    argv += ["--output", str(tmp_path / "out"), "--work", str(tmp_path / "work")]
-    proc = _start(argv, sigint=signal.SIG_DFL, cwd=ROOT)
+    proc = _synth_run(config, tmp_path, signal.SIG_DFL)
     try:
-        _wait_for("the run's private daemon", lambda: private_daemon_of(proc.pid) is not None, proc)
-        daemon = private_daemon_of(proc.pid)
-        assert daemon is not None
-        daemons.add(daemon)
-        label = f"{LABEL_DAEMON}={daemon[1]}"
+        daemon, label = _its_daemon(proc, daemons)
         _wait_for("its sandboxes", lambda: bool(_containers(docker_client, label)), proc)
         proc.kill()
         proc.wait()
@@ -382,3 +375,22 @@ def _alive(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
         return False
+
+
+def _synth_run(config: Path, tmp_path: Path, sigint: signal.Handlers) -> subprocess.Popen[bytes]:
+    """``rock synth run CONFIG`` into ``tmp_path``'s out/ and work/, from the repository (the
+    default held-out sets are relative to it)."""
+    argv = [sys.executable, "-m", "rock.cli", "synth", "run", str(config)]
+    argv += ["--output", str(tmp_path / "out"), "--work", str(tmp_path / "work")]
+    return _start(argv, sigint=sigint, cwd=ROOT)
+
+
+def _its_daemon(
+    proc: subprocess.Popen[bytes], daemons: PrivateDaemons
+) -> tuple[tuple[int, str], str]:
+    """The private daemon ``proc`` started (once it runs), and its containers' label."""
+    _wait_for("the run's private daemon", lambda: private_daemon_of(proc.pid) is not None, proc)
+    daemon = private_daemon_of(proc.pid)
+    assert daemon is not None
+    daemons.add(daemon)
+    return daemon, f"{LABEL_DAEMON}={daemon[1]}"

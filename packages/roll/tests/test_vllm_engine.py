@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 import torch
+from policy_bench import recorded_calls, run_policy
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from vllm_helpers import VLLM, VLLM_CONTEXT
 
@@ -349,48 +350,11 @@ async def test_rock_bench_s_roll_policy_samples_from_the_server(
 ) -> None:
     """``rock bench --agent roll-policy --agent-kwarg server_url=...``: every trial's model
     calls go to the vLLM server, through one queue, each with its tokens recorded."""
-    import asyncio
-    import json
-
-    import docker
-
-    from rock.backends.docker import DockerBackend
-    from rock.bench.harness import BenchOptions, Harness
-    from rock.bench.images import ImageBuilder, ImageMap
-    from roll import bench_agent
-
-    tasks = Path(__file__).resolve().parents[3] / "datasets" / "synth-mini" / "tasks"
-    client = docker.from_env()
-    harness = Harness(
-        DockerBackend(client),
-        ImageBuilder(client, ImageMap.load(user_file=None)),
-        BenchOptions(n_concurrent=2),
-    )
-    kwargs = {
-        "model_path": str(vllm_model),
-        "server_url": vllm_server.url,
-        "temperature": 1.0,
-        "max_output_tokens": 12,
-        "context_limit": VLLM_CONTEXT,
-        "max_turns": 2,
-        "prompt_profile": "compact",
-        "tool_format": "brief",
-    }
-    ids = sorted(p.name for p in tasks.iterdir())[:2]
-    results = await harness.run(
-        tasks, tmp_path / "run", agent="roll-policy", agent_kwargs=kwargs, task_ids=ids
-    )
-    assert len(results.results) == 2
-    assert all(r.error is None or "harness" not in r.error for r in results.results)
-    (shared,) = bench_agent._SERVED[asyncio.get_running_loop()].values()
+    kwargs = {"model_path": str(vllm_model), "server_url": vllm_server.url}
+    kwargs["context_limit"] = VLLM_CONTEXT
+    _, shared = await run_policy(tmp_path / "run", kwargs, tasks=2, concurrent=2)
     assert isinstance(shared.queue.backend, ServerBackend)
-    calls = 0
-    for trajectory_file in (tmp_path / "run").rglob("trajectory.jsonl"):
-        trajectory = json.loads(trajectory_file.read_text().splitlines()[0])
-        steps = [s for s in trajectory["steps"] if s.get("token_ids")]
-        assert steps, f"{trajectory_file}: no model call recorded its tokens"
-        calls += len(steps)
-    assert calls == shared.queue.stats.requests > 0
+    assert recorded_calls(tmp_path / "run") == shared.queue.stats.requests > 0
     await shared.queue.close()
 
 

@@ -54,8 +54,9 @@ class PrivateDaemons:
         client = docker.from_env()
         try:
             for pid, daemon_id in self.found:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
+                if _runs_daemon(pid, daemon_id):  # not a later process given its pid again
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGKILL)
                 for container in client.containers.list(
                     all=True, ignore_removed=True, filters={"label": f"{LABEL_DAEMON}={daemon_id}"}
                 ):
@@ -63,3 +64,11 @@ class PrivateDaemons:
                         container.remove(force=True)
         finally:
             client.close()
+
+
+def _runs_daemon(pid: int, daemon_id: str) -> bool:
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return daemon_id.encode() in argv and any(b"rock.daemon.server" in a for a in argv)
