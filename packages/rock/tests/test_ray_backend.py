@@ -240,6 +240,9 @@ def test_a_node_that_joins_gets_work(engines: tuple[str, str], pg_url: str, tmp_
             assert client.create(SandboxSpec(memory_mb=256)).id in containers(engines[0], daemon_id)
             nodes.add(engines[1], wait_for=3)
             _wait(lambda: engines[1] in agent_pids(), 60, "an agent on the new node")
+            # the agent's process runs before the daemon has asked it what the node holds
+            joined = f"joined: engine {engines[1]},"
+            _wait(lambda: joined in log.read_text(), 60, "the daemon to take the new node")
             after = [client.create(SandboxSpec(memory_mb=256)) for _ in range(2)]
             assert {b.id for b in after} <= containers(engines[1], daemon_id)  # emptier
             assert after[0].exec("true").exit_code == 0
