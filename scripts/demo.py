@@ -9,10 +9,15 @@
    training tasks with expert trajectories (datasets/demo-train.yaml), decontaminated
    against the held-out ones.
 4. `roll sft` fine-tunes the model on the experts' trajectories.
-5. `roll train` improves it by RL with IPA on the training tasks: the iflow agent with
-   the policy as its model, in sandboxes, rewarded by the tasks' verifiers.
+5. The engine that samples the policy is chosen by measuring (``--engine auto``,
+   :mod:`roll.generation.compare`): roll's HF backend, or vLLM's server (``make vllm``'s
+   CPU build, or vLLM on a GPU) where it samples the SFT model at least 1.1x as fast. Then
+   `roll train` improves the model by RL with IPA on the training tasks: the iflow agent
+   with the policy as its model, in sandboxes, rewarded by the tasks' verifiers; on vLLM,
+   roll launches the server and has it reload the weights after every step.
 6. `rock bench run --agent roll-policy` evaluates the untrained, SFT and SFT+RL models with
-   the iflow agent (one batched copy of each model for all trials) on the held-out tasks, greedy and sampled (4 attempts at temperature 1); a table of
+   the iflow agent (one batched copy of each model for all trials, or one vLLM server per
+   model) on the held-out tasks, greedy and sampled (4 attempts at temperature 1); a table of
    held-out success and the training curves (PNG).
 
 `--tiny` runs the same stages with a tiny model built from nothing (its tokenizer trained on
@@ -21,13 +26,14 @@ the tasks' texts) instead of the real one: fast, but it memorises rather than le
 Everything lands in demo-out/ (``--out``). Each stage says what it does and how long it took; a stage
 whose output is already there (from an earlier run with the same inputs) is reused, so
 `make demo` after a finished one only re-reads the results. `--fresh` starts over; `--quick`
-runs every stage for real on a few tasks and steps (its test). With a GPU, roll trains on it
-(model.device: auto).
+runs every stage for real on a few tasks and steps (its test); ``--engine hf`` or ``vllm``
+skips the measurement. With a GPU, roll trains on it (model.device: auto).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -36,6 +42,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -47,7 +54,7 @@ OUT = ROOT / "demo-out"
 BIN = Path(sys.executable).parent
 EXAMPLES = ROOT / "packages" / "roll" / "examples"
 STAGES = 6
-QUICK = {
+QUICK: dict[str, Any] = {
     "targets": {"heldout": 4, "train": 8},
     "sft": ["run.steps=30"],
     "rl": ["run.steps=2", "rollout.groups_per_step=2", "rollout.group_size=2"],
@@ -64,9 +71,13 @@ twice as fast as float32, and greedy held-out success came out the same (README)
 model stays in float32."""
 SAMPLED_ATTEMPTS = 4
 """Sampled evaluation: attempts per held-out task at temperature 1 (mean success reported)."""
+CONTEXT = 1024
+"""The agent's context window (tokens), in RL and evaluation: also the vLLM server's."""
 _started = time.monotonic()
 TINY = False
 """``--tiny``: a tiny model built from nothing instead of the real one."""
+ENGINE = "hf"
+"""What samples the policy in RL and evaluation: ``hf`` (roll's HF backend) or ``vllm``."""
 
 
 def models() -> dict[str, Path]:
@@ -185,32 +196,100 @@ def sft(quick: bool) -> None:
         *(QUICK["sft"] if quick else []))  # fmt: skip
 
 
+def serve_dtype() -> str:
+    return "float32" if TINY else SERVE_DTYPE
+
+
+def choose_engine(asked: str) -> str:
+    """``hf`` or ``vllm`` for RL and evaluation: ``asked``, or with ``auto`` the faster on
+    this machine for the SFT model (measured once; the answer kept in OUT/engine.json)."""
+    record = OUT / "engine.json"
+    if asked != "auto":
+        say(f"engine: {asked} (--engine)")
+        record.write_text(json.dumps({"engine": asked, "measured": "asked for (--engine)"}) + "\n")
+        return asked
+    if record.is_file():  # the models of this run were sampled by it
+        kept = json.loads(record.read_text())
+        say(f"engine: {kept['engine']}, measured in an earlier run: {kept['measured']}")
+        return str(kept["engine"])
+    from roll.generation.compare import compare_engines
+
+    say("measuring which engine samples the SFT model faster here (HF backend, vLLM server)")
+    comparison = compare_engines(
+        models()["SFT"], dtype=serve_dtype(), max_model_len=CONTEXT,
+        log_path=OUT / "engine-vllm.log",
+    )  # fmt: skip
+    measured = comparison.describe()
+    say(f"engine: {comparison.engine}: {measured}")
+    record.write_text(json.dumps({"engine": comparison.engine, "measured": measured}) + "\n")
+    return comparison.engine
+
+
 def rl(home: Path, quick: bool) -> None:
     if (models()["SFT + RL (IPA)"] / "config.json").is_file():
         say(f"{models()['SFT + RL (IPA)']}: there from an earlier run")
         return
     shutil.rmtree(OUT / "rl", ignore_errors=True)
+    server = [
+        "rollout.backend=server",
+        f"rollout.server={{launch: {{dtype: {serve_dtype()}, max_model_len: {CONTEXT}}}}}",
+    ] if ENGINE == "vllm" else []  # fmt: skip
     run(BIN / "roll", "train", config("train-demo-ipa"), f"run_dir={OUT / 'rl'}",
         f"model.path={models()['SFT']}", f"tasks.dataset={OUT / 'datasets' / 'train'}",
-        f"tasks.home={home}", *(QUICK["rl"] if quick else []))  # fmt: skip
+        f"tasks.home={home}", *server, *(QUICK["rl"] if quick else []))  # fmt: skip
 
 
-def bench(model: Path, out: Path, *, temperature: float, attempts: int) -> dict[str, float]:
+class Served:
+    """The vLLM server of one evaluated model, started when a bench run first needs it (a
+    model whose results are all there from an earlier run starts none)."""
+
+    def __init__(self, model: Path, log: Path) -> None:
+        self.model, self.log = model, log
+        self.server: Any = None
+
+    def url(self) -> str:
+        if self.server is None:
+            from roll.errors import EngineError
+            from roll.generation.vllm_server import VLLMServer
+
+            try:
+                self.server = VLLMServer.launch(
+                    self.model, dtype=serve_dtype(), max_model_len=CONTEXT,
+                    max_num_seqs=BENCH_CONCURRENCY, kv_cache_gib=2.0, log_path=self.log,
+                )  # fmt: skip
+            except EngineError as exc:
+                raise SystemExit(f"demo: {exc}") from None
+        return str(self.server.url)
+
+    def __enter__(self) -> Served:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.server is not None:
+            self.server.close()
+
+
+def bench(
+    model: Path, out: Path, *, temperature: float, attempts: int, served: Served | None
+) -> dict[str, float]:
     """Held-out success of ``model`` with the iflow agent under rock bench (reused if there).
 
     The agent is ``roll-policy``: the iflow agent as ``roll train`` runs it, with one copy of
-    the model for all trials of the run, whose turns are decoded in batches."""
+    the model for all trials of the run, whose turns are decoded in batches (or, with
+    ``served``, sent to that model's vLLM server, which batches them)."""
     summary = out / "results.json"
     if not summary.is_file():
         shutil.rmtree(out, ignore_errors=True)
+        engine = ["--agent-kwarg", f"server_url={served.url()}"] if served else []
         run(
             BIN / "rock", "bench", "run", "--dataset", OUT / "datasets" / "heldout" / "tasks",
             "--agent", "roll-policy", "--n-concurrent", str(BENCH_CONCURRENCY),
             "--n-attempts", str(attempts), "--output", out,
             "--agent-kwarg", f"model_path={model}", "--agent-kwarg", "prompt_profile=compact",
             "--agent-kwarg", "tool_format=brief", "--agent-kwarg", f"temperature={temperature}",
-            "--agent-kwarg", "max_turns=3", "--agent-kwarg", "context_limit=1024",
-            "--agent-kwarg", "max_output_tokens=48", "--agent-kwarg", f"dtype={'float32' if TINY else SERVE_DTYPE}",
+            "--agent-kwarg", "max_turns=3", "--agent-kwarg", f"context_limit={CONTEXT}",
+            "--agent-kwarg", "max_output_tokens=48", "--agent-kwarg", f"dtype={serve_dtype()}",
+            *engine,
         )  # fmt: skip
     data = json.loads(summary.read_text())
     resolved = float(data.get("n_resolved") or 0)
@@ -225,20 +304,24 @@ def bench(model: Path, out: Path, *, temperature: float, attempts: int) -> dict[
 def evaluate(quick: bool) -> dict[str, dict[str, dict[str, float]]]:
     """Greedy held-out success of each model; sampled success of the trained ones (the
     untrained model does not call tools at all, greedy or not: sampling it would cost a
-    third of the evaluation to print another 0)."""
+    third of the evaluation to print another 0). On vLLM each model has one server for
+    both."""
     results: dict[str, dict[str, dict[str, float]]] = {}
     attempts = 1 if quick else SAMPLED_ATTEMPTS
-    for label, model in models().items():  # greedy first: the headline figures come early
-        name = model.relative_to(OUT).parts[0]
-        say(f"-- {label}, greedy: {model}")
-        results[label] = {"greedy": bench(model, OUT / "bench" / name, temperature=0, attempts=1)}
     for label, model in models().items():
-        if label == "untrained" and not TINY:
-            continue
         name = model.relative_to(OUT).parts[0]
-        say(f"-- {label}, sampled ({attempts} at temperature 1): {model}")
-        out = OUT / "bench" / f"{name}-sampled"
-        results[label]["sampled"] = bench(model, out, temperature=1.0, attempts=attempts)
+        log = OUT / "bench" / f"{name}-vllm.log"
+        with Served(model, log) if ENGINE == "vllm" else contextlib.nullcontext() as served:
+            say(f"-- {label}, greedy: {model}")
+            greedy = bench(model, OUT / "bench" / name, temperature=0, attempts=1, served=served)
+            results[label] = {"greedy": greedy}
+            if label == "untrained" and not TINY:
+                continue
+            say(f"-- {label}, sampled ({attempts} at temperature 1): {model}")
+            out = OUT / "bench" / f"{name}-sampled"
+            results[label]["sampled"] = bench(
+                model, out, temperature=1.0, attempts=attempts, served=served
+            )
     return results
 
 
@@ -259,7 +342,7 @@ def table(results: dict[str, dict[str, dict[str, float]]]) -> str:
 
 
 def main() -> int:
-    global OUT, TINY
+    global OUT, TINY, ENGINE
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--fresh", action="store_true", help="delete the output and start over")
     parser.add_argument("--out", type=Path, default=ROOT / "demo-out", help="where it all goes")
@@ -268,6 +351,10 @@ def main() -> int:
     parser.add_argument(
         "--tiny", action="store_true", help="a tiny model built from nothing, not the real one"
     )
+    parser.add_argument(
+        "--engine", choices=["auto", "hf", "vllm"], default="auto",
+        help="what samples the policy in RL and evaluation (auto: the faster here, measured)",
+    )  # fmt: skip
     args = parser.parse_args()
     OUT = args.out.resolve()
     TINY = args.tiny
@@ -304,6 +391,7 @@ def main() -> int:
         done(t, "SFT done")
 
         t = stage(5, "RL with IPA: the iflow agent on the training tasks, in sandboxes")
+        ENGINE = choose_engine(args.engine)
         rl(home, args.quick)
         done(t, "RL done")
 

@@ -24,7 +24,7 @@ def test_demo_runs_end_to_end_quick(tmp_path: Path) -> None:
     out = tmp_path / "demo"
     done = subprocess.run(
         [sys.executable, str(ROOT / "scripts" / "demo.py"), "--out", str(out), "--quick",
-         "--tiny", "--json"],
+         "--tiny", "--json", "--engine", "vllm"],
         capture_output=True, text=True, timeout=1200,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]

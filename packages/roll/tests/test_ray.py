@@ -281,6 +281,57 @@ def test_roll_train_on_tasks_with_ray_runs_episodes_in_rollout_workers(
     assert versions == {1} if staleness == 0 else versions <= {0, 1}
 
 
+@pytest.mark.docker
+def test_ray_rollout_workers_sample_from_a_vllm_server_roll_launched(
+    ray_address: str, tmp_path: Path
+) -> None:
+    """``rollout.backend: server`` on Ray: the workers' requests go through the generation
+    actor to the vLLM server roll started, which reloads each update in place."""
+    from vllm_helpers import group_processes
+
+    model = build_tiny_model(tmp_path / "m", hidden_size=128, layers=2, heads=2)  # vLLM's CPU
+    dataset = tmp_path / "data" / "tasks"  # attention takes its head dim of 64
+    for source in sorted(TASKS.iterdir())[:2]:
+        shutil.copytree(source, dataset / source.name)
+    config = load_config(
+        TrainConfig,
+        None,
+        [
+            f"run_dir={tmp_path / 'run'}",
+            f"model.path={model}",
+            f"tasks.dataset={tmp_path / 'data'}",
+            "tasks.pool_size=2",
+            "tasks.max_turns=2",
+            "rollout.backend=server",
+            "rollout.server={launch: {dtype: float32, kv_cache_gib: 0.25}}",
+            "rollout.groups_per_step=1",
+            "rollout.group_size=2",
+            "rollout.max_new_tokens=16",
+            "rollout.max_seq_len=1024",
+            "run.steps=2",
+            "run.progress=false",
+            "run.tensorboard=false",
+            f"ray.address={ray_address}",
+            "ray.rollout_workers=1",
+            "ray.worker_cpus=0.5",
+            "ray.generation_cpus=0.5",
+        ],
+    )
+    run_train(config, log=lambda _m: None)
+    records = read_metrics(tmp_path / "run")
+    assert [r["step"] for r in records] == [1, 2]
+    assert records[-1]["ray/rollout_workers"] == 1
+    assert records[-1]["generation/batches"] > 0
+    lines = (tmp_path / "run" / "rollouts" / "step-000002.jsonl").read_text().splitlines()
+    sampled = [
+        s for line in lines for s in Trajectory.model_validate_json(line).steps if s.token_ids
+    ]
+    assert sampled and {s.policy_version for s in sampled} == {1}
+    log = tmp_path / "run" / "vllm-server.log"
+    assert "Reloading weights inplace" in log.read_text()  # reloaded, not restarted
+    assert group_processes(log) == []  # stopped with the run
+
+
 def test_a_bad_ray_setting_is_one_clear_sentence(
     tiny: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

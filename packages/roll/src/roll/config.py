@@ -468,10 +468,11 @@ class TrainConfig(_Section):
                 "with ray: the episodes run in Ray actors, which do not serve the policy "
                 "gateway yet; remove the ray: section or use tasks.agent: iflow in-process"
             )
-        if self.ray is not None and self.tasks is not None and self.rollout.backend != "hf":
+        if self.ray is not None and self.tasks is not None and self.rollout.backend == "vllm":
             raise ValueError(
-                "with ray: and tasks: the policy samples in a Ray actor, which has only the hf "
-                "backend; set rollout.backend: hf or remove the ray: section"
+                "with ray: and tasks: the policy samples in a Ray actor (rollout.backend: hf) "
+                "or in an inference server (rollout.backend: server), not in vLLM inside the "
+                "trainer; set rollout.backend: hf or server, or remove the ray: section"
             )
         return self
 

@@ -117,7 +117,8 @@ class Experts:
 
 def make_backend(config: TrainConfig, session: Session) -> GenerationBackend:
     if config.ray is not None and config.tasks is not None:  # Ray: a generation actor
-        return RayPolicyBackend.start(session.rollout_lm, session.tokenizer, config.ray)
+        server = _server_backend(config, session) if config.rollout.backend == "server" else None
+        return RayPolicyBackend.start(session.rollout_lm, session.tokenizer, config.ray, server)
     if config.rollout.backend == "vllm":
         return VLLMBackend(config.model.path, seed=config.seed)
     if config.rollout.backend == "server":

@@ -14,6 +14,11 @@ The trainer holds it as :class:`RayPolicyBackend`, a
 :class:`~roll.generation.base.GenerationBackend`: ``Session.sync_rollout`` hands it the
 weights after each update (they load between two batches), and the workers learn the new
 policy version before their next turn, so trajectories record the version as in one process.
+With ``rollout.backend: server`` the actor holds no model: it sends the requests to the
+inference server (vLLM, SGLang), and the trainer's own
+:class:`~roll.generation.server.ServerBackend` writes each update where the server reloads
+it; the actor takes the new version only once the server has loaded it, so a request sent
+before then keeps the old one (off-policy, never counted as the new policy's sample).
 
 A tail-batching short round's groups are held before their verifiers in their workers
 (:mod:`roll.agentic.admission`): a worker tells when a group is done acting
@@ -43,7 +48,8 @@ from roll.agentic.episodes import AgenticEpisodes, AgentSettings, EpisodeCounts
 from roll.agentic.policy import GenerationQueue
 from roll.config import RayConfig, TasksConfig
 from roll.errors import ConfigError, GenerationError, RollError
-from roll.generation.base import Generation, SamplingParams
+from roll.generation.base import Generation, GenerationBackend, SamplingParams
+from roll.generation.server import ServerBackend
 from roll.ray_engine import import_ray, kill_actors, remote_error, wait_started
 
 WORKER_RESTARTS = 3
@@ -53,22 +59,45 @@ WORKER_RESTARTS = 3
 # -- the generation actor ----------------------------------------------------------------------
 
 
-class PolicyServer:
-    """The body of the generation actor: a copy of the policy behind one generation queue.
+@dataclass(frozen=True)
+class ServerTarget:
+    """The inference server a generation actor sends its requests to (no model of its own)."""
 
-    The model is built from the trainer's model config and gets its weights with the first
-    :meth:`set_weights` (the trainer syncs right after starting it).
+    url: str
+    model: str | None = None
+    api_key: str | None = None
+
+
+class PolicyServer:
+    """The body of the generation actor: the policy behind one generation queue.
+
+    Either a copy of the policy, built from the trainer's model config, which gets its
+    weights with the first :meth:`set_weights` (the trainer syncs right after starting it);
+    or, with ``server``, a client of the inference server that holds the policy, which only
+    learns the version (:meth:`set_version`) once the trainer has had the server reload.
     """
 
-    def __init__(self, model_config: Any, tokenizer: Any, *, device: str, dtype: str) -> None:
-        import torch
-        from transformers import AutoModelForCausalLM
+    def __init__(
+        self,
+        model_config: Any,
+        tokenizer: Any,
+        *,
+        device: str,
+        dtype: str,
+        server: ServerTarget | None = None,
+    ) -> None:
+        self.backend: GenerationBackend
+        if server is not None:
+            self.backend = ServerBackend(server.url, model=server.model, api_key=server.api_key)
+        else:
+            import torch
+            from transformers import AutoModelForCausalLM
 
-        from roll.generation.hf import HFBackend
+            from roll.generation.hf import HFBackend
 
-        model = AutoModelForCausalLM.from_config(model_config)
-        model = model.to(device=device, dtype=getattr(torch, dtype))
-        self.backend = HFBackend(model.eval().requires_grad_(False), tokenizer)
+            model = AutoModelForCausalLM.from_config(model_config)
+            model = model.to(device=device, dtype=getattr(torch, dtype))
+            self.backend = HFBackend(model.eval().requires_grad_(False), tokenizer)
         self.queue = GenerationQueue(self.backend, SamplingParams())
 
     async def ready(self) -> bool:
@@ -93,9 +122,20 @@ class PolicyServer:
             await asyncio.to_thread(self._load, state)
             self.backend.policy_version = version
 
+    async def set_version(self, version: int) -> None:
+        """The server now samples from the weights of ``version`` (the trainer reloaded it):
+        requests sent from now on carry it."""
+        self.backend.policy_version = version
+
     def _load(self, state: dict[str, Any]) -> None:
+        model = getattr(self.backend, "model", None)
+        if model is None:
+            raise GenerationError(
+                "the generation actor sends its requests to an inference server and holds no "
+                "weights; the trainer has the server reload them, so report this."
+            )
         try:
-            self.backend.model.load_state_dict(state, strict=True)
+            model.load_state_dict(state, strict=True)
         except (RuntimeError, KeyError) as exc:
             raise GenerationError(
                 f"the trainer's weights do not fit the generation actor's model ({exc}); "
@@ -111,32 +151,51 @@ class PolicyServer:
 
 
 class RayPolicyBackend:
-    """The trainer's handle on the generation actor (a ``GenerationBackend``)."""
+    """The trainer's handle on the generation actor (a ``GenerationBackend``); with
+    ``server``, the trainer's client of the inference server the actor sends to, which
+    reloads the server's weights after each update."""
 
-    name = "hf-ray"
-
-    def __init__(self, actor: Any) -> None:
+    def __init__(self, actor: Any, server: ServerBackend | None = None) -> None:
         self.actor = actor
+        self.server = server
+        self.name = "server-ray" if server is not None else "hf-ray"
         self.policy_version = 0
 
     @classmethod
-    def start(cls, model: Any, tokenizer: Any, config: RayConfig) -> RayPolicyBackend:
-        """Start the generation actor with a copy of ``model``'s architecture (on CUDA when
-        ``ray.generation_gpus`` is above 0)."""
+    def start(
+        cls, model: Any, tokenizer: Any, config: RayConfig, server: ServerBackend | None = None
+    ) -> RayPolicyBackend:
+        """Start the generation actor: with a copy of ``model``'s architecture (on CUDA when
+        ``ray.generation_gpus`` is above 0), or, with ``server``, as a client of that
+        inference server, on this node (a server roll launched answers on loopback)."""
         ray = import_ray()
         dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
         device = "cuda" if config.generation_gpus > 0 else "cpu"
+        options: dict[str, Any] = {
+            "num_cpus": config.generation_cpus,
+            "num_gpus": config.generation_gpus,
+        }
+        target = None
+        if server is not None:
+            from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+            here = ray.get_runtime_context().get_node_id()
+            options = {
+                "num_cpus": config.generation_cpus,
+                "scheduling_strategy": NodeAffinitySchedulingStrategy(here, soft=False),
+            }
+            target = ServerTarget(server.url, model=server.model, api_key=server.api_key)
         actor = (
             ray.remote(PolicyServer)
-            .options(num_cpus=config.generation_cpus, num_gpus=config.generation_gpus)
-            .remote(model.config, tokenizer, device=device, dtype=dtype)
+            .options(**options)
+            .remote(model.config, tokenizer, device=device, dtype=dtype, server=target)
         )
         try:
             wait_started([actor], timeout=config.start_timeout, what="generation actor")
         except BaseException:
             kill_actors([actor])
             raise
-        return cls(actor)
+        return cls(actor, server)
 
     def _get(self, ref: Any) -> Any:
         ray = import_ray()
@@ -152,8 +211,12 @@ class RayPolicyBackend:
         return list(self._get(self.actor.generate_batch.remote(prompts, params)))
 
     def sync_weights(self, model: Any, version: int) -> None:
-        state = {key: value.detach().to("cpu") for key, value in model.state_dict().items()}
-        self._get(self.actor.set_weights.remote(state, version))
+        if self.server is not None:  # the server reloads; then the actor's requests say so
+            self.server.sync_weights(model, version)
+            self._get(self.actor.set_version.remote(version))
+        else:
+            state = {key: value.detach().to("cpu") for key, value in model.state_dict().items()}
+            self._get(self.actor.set_weights.remote(state, version))
         self.policy_version = version
 
     def stats(self) -> dict[str, float]:
@@ -161,6 +224,8 @@ class RayPolicyBackend:
 
     def close(self) -> None:
         kill_actors([self.actor])
+        if self.server is not None:
+            self.server.close()
 
 
 # -- the episode workers -----------------------------------------------------------------------

@@ -90,6 +90,7 @@ class ServerBackend:
                 "rollout.server.reload needs rollout.server.weights_dir: a directory the server "
                 "can read, where the new weights are written after each update"
             )
+        self.api_key = api_key
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self.client = client or httpx.Client(timeout=timeout, headers=headers)
         self.policy_version = 0
