@@ -17,14 +17,31 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "xdist_group(name): run the group on one xdist worker")
 
 
+def _mini_swe_agent_prompts() -> list[str]:
+    """mini-swe-agent's own prompt templates (read, not imported: its import prints)."""
+    import importlib.util
+
+    import yaml
+
+    spec = importlib.util.find_spec("minisweagent")
+    assert spec is not None and spec.origin is not None
+    texts = []
+    for config in sorted((Path(spec.origin).parent / "config").glob("mini*.yaml")):
+        agent = yaml.safe_load(config.read_text()).get("agent", {})
+        texts += [agent.get("system_template", ""), agent.get("instance_template", "")]
+    return texts
+
+
 @pytest.fixture(scope="session")
 def vllm_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The tiny chat model (head dim 64, which vLLM's CPU attention takes) vLLM serves."""
+    """The tiny chat model vLLM serves (head dim 64); its tokenizer learned mini-swe-agent's
+    prompts too, so they fit the server's window (2,000 tokens with the plain one, 840)."""
     from iflow.models.tiny import build_tiny_model
 
     return build_tiny_model(
-        tmp_path_factory.mktemp("vllm-model") / "m", hidden_size=128, layers=2, heads=2
-    )
+        tmp_path_factory.mktemp("vllm-model") / "m", hidden_size=128, layers=2, heads=2,
+        vocab_size=1024, corpus=_mini_swe_agent_prompts(),
+    )  # fmt: skip
 
 
 @pytest.fixture(scope="session")

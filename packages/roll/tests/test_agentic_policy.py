@@ -11,7 +11,7 @@ from policy_fakes import SCRIPT, ScriptedBackend
 from transformers import AutoTokenizer
 
 from ale.chunking import token_view
-from ale.trajectory import Role
+from ale.trajectory import Role, Step
 from iflow.models.tiny import build_tiny_model
 from iflow.runner import build_agent
 from iflow.settings import load_settings
@@ -387,3 +387,27 @@ async def test_a_rewritten_history_starts_a_segment_the_trainer_samples_apart(ti
     samples = [sample_from_trajectory(p) for p in parts]
     assert all(s.reward == 1.0 and s.group == trajectory.trajectory_id for s in samples)
     assert split_segments(parts[0]) == [parts[0]]
+
+
+async def test_a_prompt_past_the_server_s_window_is_the_agent_s_context_limit(
+    tmp_path: Path, tiny: Path
+) -> None:
+    """An inference server whose window is smaller than ``context_limit`` refuses the prompt
+    (``PromptTooLong``): the agent sees its own ``ContextTooLong``, which it handles (it
+    compacts, or the episode ends as context overflow), not a failed model."""
+    from iflow.errors import ContextTooLong
+    from roll.errors import PromptTooLong
+
+    class SmallWindow(ScriptedBackend):
+        def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Generation]:
+            raise PromptTooLong(
+                "the prompt leaves no room in the inference server's context window",
+                tokens=len(prompts[0]),
+                limit=8,
+            )
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny)
+    async with GenerationQueue(SmallWindow(tokenizer, {}), SamplingParams()) as queue:
+        model = PolicyModel(queue, tokenizer, context_limit=100_000)
+        with pytest.raises(ContextTooLong, match="inference server's context window"):
+            await model.complete([Step(role=Role.USER, content="hello")], [])

@@ -131,7 +131,7 @@ def test_a_request_in_flight_across_an_update_is_not_counted_on_policy(
 
     model = reference(vllm_model)
     prompt = AutoTokenizer.from_pretrained(vllm_model).encode(TEXTS[1])
-    long = SamplingParams(max_new_tokens=VLLM_CONTEXT - len(prompt), temperature=0.0)
+    long = SamplingParams(max_new_tokens=1024 - len(prompt), temperature=0.0)
     batch = [prompt] * 8  # eight rows decoding together: each step takes longer
     generator = torch.Generator().manual_seed(0)
     backend.generate(batch, long)  # warm

@@ -41,6 +41,7 @@ from iflow.errors import ContextTooLong
 from iflow.models.base import DeltaCallback, ModelResponse
 from iflow.models.local import chat_messages, prompt_token_ids
 from iflow.models.parsing import parse_tool_calls
+from roll.errors import PromptTooLong
 from roll.generation.base import (
     ContinuousBackend,
     DecodeSession,
@@ -459,7 +460,10 @@ class PolicyModel:
                 f"({self.context_limit} tokens)"
             )
         queued = self.queue.backend.policy_version
-        generation = await self.queue.generate(prompt, min(self.max_new_tokens, room))
+        try:
+            generation = await self.queue.generate(prompt, min(self.max_new_tokens, room))
+        except PromptTooLong as exc:  # the server's window is smaller than context_limit:
+            raise ContextTooLong(str(exc)) from None  # the agent's to handle, as above
         version = queued if generation.policy_version is None else generation.policy_version
         token_ids = list(generation.token_ids)
         self.tokens = prompt + token_ids

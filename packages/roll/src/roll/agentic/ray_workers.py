@@ -47,7 +47,7 @@ from roll.agentic.collector import TaskRollouts, load_tasks
 from roll.agentic.episodes import AgenticEpisodes, AgentSettings, EpisodeCounts
 from roll.agentic.policy import GenerationQueue
 from roll.config import RayConfig, TasksConfig
-from roll.errors import ConfigError, GenerationError, RollError
+from roll.errors import ConfigError, GenerationError, PromptTooLong, RollError
 from roll.generation.base import Generation, GenerationBackend, SamplingParams
 from roll.generation.server import ServerBackend
 from roll.ray_engine import import_ray, kill_actors, remote_error, wait_started
@@ -261,7 +261,10 @@ class _RemoteQueue:
         try:
             return await self.policy.generate.remote(list(prompt), max_new_tokens)
         except ray.exceptions.RayError as exc:
-            raise GenerationError(f"the generation actor failed: {remote_error(exc)}") from None
+            error = remote_error(exc)
+            if isinstance(error, PromptTooLong):  # the agent's to handle, not a failure
+                raise error from None
+            raise GenerationError(f"the generation actor failed: {error}") from None
 
 
 class EpisodeWorker:
