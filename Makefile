@@ -9,10 +9,9 @@ PYPROJECTS := pyproject.toml constraints.txt $(wildcard packages/*/pyproject.tom
 
 .PHONY: demo test setup vllm engine base-image postgres lint format bench clean
 
-# make demo DEMO_ARGS=--tiny: the tiny model built from nothing instead of the real one.
-# vLLM's environment is wanted, not needed: without it the demo samples with roll's HF backend.
+# make demo DEMO_ARGS=--tiny: the tiny model built from nothing instead of the real one;
+# DEMO_ARGS="--engine auto" (or vllm) samples with vLLM where it measured faster (make vllm).
 demo: setup engine base-image
-	scripts/ensure-vllm.sh || echo "[demo] no vLLM environment: the HF backend samples" >&2
 	$(BIN)/python scripts/demo.py $(DEMO_ARGS)
 
 # Most tests wait on Docker, servers and subprocesses, so 4 workers fit 2 cores; the tests

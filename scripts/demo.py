@@ -9,9 +9,10 @@
    training tasks with expert trajectories (datasets/demo-train.yaml), decontaminated
    against the held-out ones.
 4. `roll sft` fine-tunes the model on the experts' trajectories.
-5. The engine that samples the policy is chosen by measuring (``--engine auto``,
-   :mod:`roll.generation.compare`): roll's HF backend, or vLLM's server (``make vllm``'s
-   CPU build, or vLLM on a GPU) where it samples the SFT model at least 1.1x as fast. Then
+5. The engine that samples the policy: roll's HF backend (the default), vLLM's server
+   (``--engine vllm``: ``make vllm``'s CPU build, or vLLM on a GPU), or the one measured
+   faster here (``--engine auto``, :mod:`roll.generation.compare`: vLLM where it samples
+   the SFT model at least 1.1x as fast). Then
    `roll train` improves the model by RL with IPA on the training tasks: the iflow agent
    with the policy as its model, in sandboxes, rewarded by the tasks' verifiers; on vLLM,
    roll launches the server and has it reload the weights after every step.
@@ -26,8 +27,8 @@ the tasks' texts) instead of the real one: fast, but it memorises rather than le
 Everything lands in demo-out/ (``--out``). Each stage says what it does and how long it took; a stage
 whose output is already there (from an earlier run with the same inputs) is reused, so
 `make demo` after a finished one only re-reads the results. `--fresh` starts over; `--quick`
-runs every stage for real on a few tasks and steps (its test); ``--engine hf`` or ``vllm``
-skips the measurement. With a GPU, roll trains on it (model.device: auto).
+runs every stage for real on a few tasks and steps (its test). With a GPU, roll trains on
+it (model.device: auto).
 """
 
 from __future__ import annotations
@@ -352,7 +353,7 @@ def main() -> int:
         "--tiny", action="store_true", help="a tiny model built from nothing, not the real one"
     )
     parser.add_argument(
-        "--engine", choices=["auto", "hf", "vllm"], default="auto",
+        "--engine", choices=["auto", "hf", "vllm"], default="hf",
         help="what samples the policy in RL and evaluation (auto: the faster here, measured)",
     )  # fmt: skip
     args = parser.parse_args()

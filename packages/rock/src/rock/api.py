@@ -61,8 +61,10 @@ M = TypeVar("M", bound=BaseModel)
 T = TypeVar("T")
 
 DEFAULT_URL = "http://127.0.0.1:7480"
-_SLACK = 30.0
-"""Seconds a command's HTTP request may outlive the command's own timeout."""
+_SLACK = 60.0
+"""Seconds a command's HTTP request may outlive the command's own timeout: a daemon
+reaping what a timed-out command left may take 30 s more (a fork bomb under gVisor), and
+its engine answers late when loaded."""
 
 _KINDS: dict[str, type[Exception]] = {
     "SandboxNotFound": SandboxNotFound,

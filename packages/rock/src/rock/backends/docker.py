@@ -62,6 +62,10 @@ _REAP_WAIT = 30.0
 """How long the reaping of one command may take, all tries together, before it is given up."""
 _REAP_TRIES = 12
 """Tries to start the in-sandbox reaper by exec (each a moment apart) while no pid is free."""
+_REAP_ALONE = 5.0
+"""Seconds the reaper has before the keeper is told to freeze and reap: one that has not
+finished by then could not start (no pid free; under gVisor a failed exec takes 7-10 s to
+say so) or is racing a fork bomb for the CPU."""
 
 
 def _sock(obj: object) -> socket.socket:
@@ -423,7 +427,7 @@ class DockerSandbox(Sandbox):
             if left <= 0:
                 return  # given up: the sandbox's own limits and its deletion remain
             try:
-                code = self._run_bounded(argv, user, left)
+                code = self._run_bounded(argv, user, left if told else min(left, _REAP_ALONE))
             except NotFound:
                 return  # the container is gone, and its processes with it
             except APIError:
