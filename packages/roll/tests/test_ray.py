@@ -289,8 +289,8 @@ def test_ray_rollout_workers_sample_from_a_vllm_server_roll_launched(
     actor to the vLLM server roll started, which reloads each update in place."""
     from vllm_helpers import group_processes
 
-    model = build_tiny_model(tmp_path / "m", hidden_size=128, layers=2, heads=2)  # vLLM's CPU
-    dataset = tmp_path / "data" / "tasks"  # attention takes its head dim of 64
+    model = build_tiny_model(tmp_path / "m", hidden_size=128, layers=2, heads=2)  # head dim 64
+    dataset = tmp_path / "data" / "tasks"
     for source in sorted(TASKS.iterdir())[:2]:
         shutil.copytree(source, dataset / source.name)
     config = load_config(

@@ -171,19 +171,15 @@ class RayPolicyBackend:
         ray = import_ray()
         dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
         device = "cuda" if config.generation_gpus > 0 else "cpu"
-        options: dict[str, Any] = {
-            "num_cpus": config.generation_cpus,
-            "num_gpus": config.generation_gpus,
-        }
+        options: dict[str, Any] = {"num_cpus": config.generation_cpus}
         target = None
-        if server is not None:
+        if server is None:
+            options["num_gpus"] = config.generation_gpus
+        else:  # no model here: no GPU; on this node, where a launched server answers
             from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
             here = ray.get_runtime_context().get_node_id()
-            options = {
-                "num_cpus": config.generation_cpus,
-                "scheduling_strategy": NodeAffinitySchedulingStrategy(here, soft=False),
-            }
+            options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(here, soft=False)
             target = ServerTarget(server.url, model=server.model, api_key=server.api_key)
         actor = (
             ray.remote(PolicyServer)

@@ -3,10 +3,12 @@
 Neither wins everywhere. On a GPU vLLM is the engine every RL framework samples from; on a
 small CPU roll's HF backend (continuous batching, its prefix cache) comes close to vLLM's
 CPU build, and below a few cores or without the CPU's vector extensions it can win. So
-`make demo` does not guess: before its RL stage it measures both on the policy it will
-sample from (:func:`compare_engines`) and samples from vLLM only where vLLM came out faster
-by :data:`MARGIN`, which pays for the server's start-ups and for the share of a rollout
-that is not generation.
+``make demo --engine auto`` does not guess: before its RL stage it measures both on the
+policy it will sample from (:func:`compare_engines`) and samples from vLLM only where vLLM
+came out faster by :data:`MARGIN`, which pays for the server's start-ups and for the share
+of a rollout that is not generation. Sampling alone is not the whole stage: on 2 cores the
+demo on vLLM was slower although vLLM sampled 1.31x as fast (docs/vllm.md), so the demo's
+default stays the HF backend.
 
 The measurement is the sampling workload of ``benchmarks/vllm_engine.py`` made small: a
 batch of ``batch`` completions of ``new_tokens`` tokens after one ``prompt_tokens``-token
