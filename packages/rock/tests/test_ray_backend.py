@@ -87,13 +87,16 @@ def _daemon(
 ) -> Iterator[Serve]:
     daemon_id = f"pytest-ray-{os.urandom(3).hex()}"
     args = ["--backend", "ray", "--ray-address", address, "--database-url", pg_url]
-    args += ["--daemon-id", daemon_id, "--cleanup", "--log-level", "info"]
+    args += ["--daemon-id", daemon_id, "--cleanup", "--log-level", "debug"]
     for pool in pools:
         args += ["--pool", pool]
     serve = Serve(tmp_path / "home", free_port(), args)
     serve.start(env=ENV)
     try:
         yield serve
+    except BaseException:  # what the daemon saw (its joins and placements), in the report
+        print((serve.home / "daemon.log").read_text(errors="replace")[-20000:])
+        raise
     finally:
         serve.stop()
         remove_containers(engines, daemon_id)

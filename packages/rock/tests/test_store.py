@@ -408,10 +408,12 @@ def test_expired_by_idle_timeout(store: StateStore) -> None:
     add(store, "sb-busy", idle_timeout_sec=10, state=S.BUSY)
     add(store, "sb-starting", idle_timeout_sec=10, state=S.STARTING)
     add(store, "sb-no-timeout", state=S.READY)
-    used = store.get("sb-idle").last_used_at
+    # the adds may span more than a second on a loaded machine: measure from the first and last
+    added = [store.get(i).last_used_at for i in ("sb-idle", "sb-stopped", "sb-busy")]
+    used = added[0]
 
-    assert store.expired(used + timedelta(seconds=9)) == []
-    due = [r.id for r in store.expired(used + timedelta(seconds=11))]
+    assert store.expired(min(added) + timedelta(seconds=9)) == []
+    due = [r.id for r in store.expired(max(added) + timedelta(seconds=11))]
     assert due == ["sb-idle", "sb-stopped", "sb-busy"]  # a leased sandbox idles too
 
     store.touch("sb-idle")

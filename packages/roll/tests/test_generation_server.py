@@ -54,8 +54,11 @@ def _serve(app: FastAPI) -> Iterator[str]:
 
 def token_server(model_dir: Path, *, token_ids: bool = True) -> FastAPI:
     """vLLM's ``/v1/completions`` with token-id prompts and ``return_token_ids``, SGLang's
-    ``/update_weights_from_disk``; samples with the HF backend over a real model."""
+    ``/update_weights_from_disk``; samples with the HF backend over a real model. FastAPI runs
+    these routes on a thread pool and the HF backend is not thread-safe (its prefix cache is one
+    dict), so one request at a time uses it, as an engine's scheduler would."""
     state: dict[str, Any] = {"backend": HFBackend.from_path(model_dir, device="cpu"), "loads": []}
+    one_at_a_time = threading.Lock()
     app = FastAPI()
 
     @app.get("/v1/models")
@@ -71,7 +74,8 @@ def token_server(model_dir: Path, *, token_ids: bool = True) -> FastAPI:
             top_p=body["top_p"],
             seed=body.get("seed"),
         )
-        out = state["backend"].generate(body["prompt"], params)
+        with one_at_a_time:
+            out = state["backend"].generate(body["prompt"], params)
         choices = []
         for index, g in reversed(list(enumerate(out))):  # any order: indices say which
             choice: dict[str, Any] = {
@@ -88,7 +92,8 @@ def token_server(model_dir: Path, *, token_ids: bool = True) -> FastAPI:
     @app.post("/update_weights_from_disk")
     def reload(body: dict[str, Any]) -> dict[str, Any]:
         fresh = AutoModelForCausalLM.from_pretrained(body["model_path"])
-        state["backend"].sync_weights(fresh, len(state["loads"]) + 1)
+        with one_at_a_time:
+            state["backend"].sync_weights(fresh, len(state["loads"]) + 1)
         state["loads"].append(body["model_path"])
         return {"success": True}
 

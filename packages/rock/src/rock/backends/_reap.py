@@ -16,7 +16,9 @@ from __future__ import annotations
 # stops what it finds that is not stopped yet; stopped processes cannot fork, so the rounds
 # end (with a fork bomb too: it cannot outrun them), and then all of them are killed.
 # Processes found on the output get a moment to leave it first (`cmd > log &` run last, on
-# a busy machine): while one of them is still running, up to 3 s.
+# a busy machine): while one of them is still running, or is still a fork of the command's
+# bash that has not become its program yet (under gVisor such a fork often reads as
+# sleeping while it redirects), up to 3 s.
 # Arguments: the mark ("-" for none), the root pid (0 for none), 1 to keep the root itself
 # alive (a session's shell), then optionally the command's stdout and stderr as paths.
 REAP_FUNCTION = r"""
@@ -37,8 +39,11 @@ rock_reap() {
       [ -n "${seen[$p]}" ] && continue
       hit=0
       if [ -n "$out" ] && { [ "$f/fd/1" -ef "$out" ] || [ "$f/fd/2" -ef "$err" ]; }; then
-        hit=1
-        read -r s 2>/dev/null <"$f/stat" && s=${s##*) } && [ "${s%% *}" = R ] && busy=1
+        hit=1  # still leaving: running, or a shell's fork not yet its program (redirecting)
+        if read -r s 2>/dev/null <"$f/stat"; then
+          [[ $s == "$p (bash) "* ]] && busy=1
+          s=${s##*) }; [ "${s%% *}" = R ] && busy=1
+        fi
       elif [ "$mark" != - ]; then
         ev=(); mapfile -d '' -t ev 2>/dev/null <"$f/environ"
         for e in "${ev[@]}"; do

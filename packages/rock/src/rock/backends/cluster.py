@@ -306,6 +306,9 @@ class RayBackend(Backend):
                 )
             node = max(fits, key=lambda n: n.free(spec))
             node.starting += 1
+            if log.isEnabledFor(logging.DEBUG):
+                room = ", ".join(f"{n.name} {n.free(spec)[0]:.2f}" for n in fits)
+                log.debug("placing a sandbox on node %s (room: %s)", node.name, room)
             return node
 
     def create(self, spec: SandboxSpec | None = None, *, sandbox_id: str | None = None) -> Sandbox:

@@ -20,6 +20,7 @@ What is read of a side service: ``image``, ``build`` (context, dockerfile), ``en
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 import secrets
@@ -422,13 +423,15 @@ class ServiceGroup:
         remove_labelled(self.client, f"{LABEL_GROUP}={self.key}")
 
 
-def remove_labelled(client: docker.DockerClient, label: str, tries: int = 3) -> list[str]:
+def remove_labelled(client: docker.DockerClient, label: str, patience: float = 60.0) -> list[str]:
     """Remove every container, network and volume under ``label`` (``key=value``), trying
-    again when the engine is slow to answer; what could not be removed, as names."""
+    again (for up to ``patience`` seconds) when a loaded engine is slow to answer or still
+    removing; what could not be removed, as names."""
     left: list[str] = []
-    for attempt in range(tries):
+    deadline = time.monotonic() + patience
+    for attempt in itertools.count():
         if attempt:
-            time.sleep(1.0 * attempt)
+            time.sleep(min(2.0**attempt / 2, 8.0, max(deadline - time.monotonic(), 0.0)))
         left = []
         try:
             for container in client.containers.list(all=True, filters={"label": label}):
@@ -457,8 +460,8 @@ def remove_labelled(client: docker.DockerClient, label: str, tries: int = 3) -> 
                     left.append(f"volume {volume.name}")
         except Exception as exc:  # the engine did not answer the listing
             left = [f"(the engine did not list them: {_short(exc)})"]
-        if not left:
-            return []
+        if not left or time.monotonic() >= deadline:
+            return left
     return left
 
 
