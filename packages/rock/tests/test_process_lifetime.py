@@ -15,6 +15,7 @@ import pytest
 from docker.errors import APIError
 
 from rock.backends import docker as docker_backend
+from rock.backends._reap import REAP_FUNCTION
 from rock.backends.docker import DockerBackend, DockerSandbox
 from rock.models import ExecRequest, ExecResult, SandboxSpec
 
@@ -118,7 +119,8 @@ def test_a_bomb_that_never_dies_out_goes_when_its_command_ends(
     with backend.create(spec) as sandbox:
         assert sandbox.exec(KEPT).exit_code == 0
         result = sandbox.exec(  # (read -t: a pause that needs no new process)
-            "bomb() { while :; do bomb & done; }; bomb & read -t 3 _ 0<>/dev/ptmx; echo ended",
+            "bomb() { while :; do bomb & done; }; bomb & read -t 3 _ 0<>/dev/shm/.rock-pause; "
+            "echo ended",
             timeout=60,
         )
         assert (result.exit_code, result.stdout_text, result.timed_out) == (0, "ended\n", False)
@@ -147,6 +149,16 @@ def test_the_keeper_ends_a_command_at_its_timeout_when_no_reaper_can_start(
     assert _settled(sandbox) == []
     assert kept(sandbox)
     assert sandbox.exec("echo next").stdout_text == "next\n"
+
+
+def test_the_reaper_s_pause_waits_without_a_new_process(sandbox: DockerSandbox) -> None:
+    """The reaper's settle window is made of pauses that need no new process; under gVisor a
+    read on /dev/ptmx (the first such pause) failed at once, so the window was empty and a
+    job backgrounded last was killed before it could leave the command's output."""
+    script = REAP_FUNCTION + "s=$EPOCHREALTIME; for i in 1 2 3 4 5; do rock_pause; done; "
+    script += 'echo "$s $EPOCHREALTIME"'
+    start, end = map(float, sandbox.exec(script).stdout_text.split())
+    assert end - start >= 0.45  # five pauses of 0.1 s (a lower bound: load only adds)
 
 
 def test_an_ended_command_leaves_nothing_writing_to_its_output(sandbox: DockerSandbox) -> None:

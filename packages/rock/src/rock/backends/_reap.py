@@ -17,11 +17,15 @@ from __future__ import annotations
 # end (with a fork bomb too: it cannot outrun them), and then all of them are killed.
 # Processes found on the output get a moment to leave it first (`cmd > log &` run last, on
 # a busy machine): while one of them is still running, or is still a fork of the command's
-# bash that has not become its program yet (under gVisor such a fork often reads as
-# sleeping while it redirects), up to 3 s.
+# bash that has not become its program yet (it may be redirecting away from the output), up
+# to 3 s, in pauses of 0.1 s that need no new process (rock_pause).
 # Arguments: the mark ("-" for none), the root pid (0 for none), 1 to keep the root itself
 # alive (a session's shell), then optionally the command's stdout and stderr as paths.
 REAP_FUNCTION = r"""
+rock_pause() {  # 0.1 s without a new process: a read that times out on a pipe nobody writes
+  if [ -p /dev/shm/.rock-pause ]; then read -r -t 0.1 _ 0<>/dev/shm/.rock-pause
+  else read -r -t 0.1 _ 0<>/dev/ptmx; fi 2>/dev/null  # (gVisor answers that one at once)
+}
 rock_reap() {
   local mark=$1 root=$2 keep=${3:-0} out=${4:-} err=${5:-} round f p s e hit busy settle=0
   local me=$BASHPID
@@ -63,7 +67,7 @@ rock_reap() {
     ((${#fresh[@]})) || break
     if [ -n "$out" ] && ((${#seen[@]} == 0 && settle < 30 && (settle == 0 || busy))); then
       ((settle++))  # a job put in the background just now may still be leaving the output
-      read -r -t 0.1 _ 0<>/dev/ptmx 2>/dev/null  # (a pause that needs no new process)
+      rock_pause
       continue  # so wait while one of them is still running, up to 3 s
     fi
     kill -STOP "${fresh[@]}" 2>/dev/null
@@ -81,6 +85,7 @@ _KEEPER = (
     REAP_FUNCTION
     + r"""
 trap 'exit 0' TERM
+mkfifo -m 666 /dev/shm/.rock-pause 2>/dev/null  # rock_pause's pipe, made while pids are free
 while :; do
   if read -r verb mark root keep; then
     if [ "$verb" = freeze ]; then
