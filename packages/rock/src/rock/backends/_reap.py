@@ -84,11 +84,40 @@ KILL_TREE = REAP_FUNCTION + 'rock_reap "${3:--}" "$1" "${2:-0}"\n'
 _KEEPER = (
     REAP_FUNCTION
     + r"""
+# End every process group that holds a process marked $1 (but the group of the kept root
+# $2 when $3 is 1, and the keeper's): a group is killed again until it is empty, since under
+# gVisor a fork under way as a signal lands brings a child that got none. One kill reaches a
+# whole fork bomb (its processes keep their group), and it is over before a scan of /proc,
+# starved by a bomb's children, could stop them one by one.
+rock_end_groups() {
+  local mark=$1 root=$2 keep=$3 f p s g e mine skip i
+  local -a ev
+  local -A done
+  read -r s <"/proc/$BASHPID/stat"; s=${s##*) }; s=${s#* * }; mine=${s%% *}
+  skip=-
+  if [ "$keep" = 1 ] && [ "$root" -gt 0 ] && read -r s 2>/dev/null <"/proc/$root/stat"; then
+    s=${s##*) }; s=${s#* * }; skip=${s%% *}
+  fi
+  for f in /proc/[0-9]*; do
+    read -r s 2>/dev/null <"$f/stat" || continue
+    s=${s##*) }; s=${s#* * }; g=${s%% *}
+    { [ -n "${done[$g]}" ] || [ "$g" = "$mine" ] || [ "$g" = "$skip" ] || [ "$g" -le 1 ]; } && continue
+    ev=(); mapfile -d '' -t ev 2>/dev/null <"$f/environ"
+    for e in "${ev[@]}"; do
+      [ "$e" = "ROCK_EXEC_ID=$mark" ] || continue
+      done[$g]=1
+      for ((i = 0; i < 50; i++)); do kill -KILL -- "-$g" 2>/dev/null || break; rock_pause; done
+      break
+    done
+  done
+}
 trap 'exit 0' TERM
 mkfifo -m 666 /dev/shm/.rock-pause 2>/dev/null  # rock_pause's pipe, made while pids are free
 while :; do
   if read -r verb mark root keep; then
     if [ "$verb" = freeze ]; then
+      kill -STOP -1 2>/dev/null
+      rock_end_groups "$mark" "${root:-0}" "${keep:-0}"
       for pass in 1 2 3; do  # a fork under way as the stop landed leaves a child running:
         kill -STOP -1 2>/dev/null  # the next pass stops and reaps it
         rock_reap "$mark" "${root:-0}" "${keep:-0}"
@@ -109,12 +138,14 @@ It was started before any command, so it needs no new pid to act, even when a fo
 holds all of them; images without bash keep the container up with a plain sleep loop.
 
 ``freeze MARK ROOT KEEP`` first stops every process it may signal (``kill -STOP -1``: one
-call, whatever their number), reaps, then lets the others go on (``kill -CONT -1``). It is
-for a sandbox out of pids, where no reaper can start: there a live fork bomb takes the CPU
-from a scan of /proc, while 512 stopped processes are counted in 0.1 s and killed in 0.5 s
-under gVisor (measured). The others of the sandbox (a session's command, a background job)
-are only paused for that long. Under gVisor a 512-process bomb still refills the sandbox
-after each pass (README: open)."""
+call, whatever their number), ends every process group that holds a marked process (killed
+until empty), reaps the rest, then lets the others go on (``kill -CONT -1``). It is for a
+sandbox out of pids, where no reaper can start. Under gVisor a fork under way as the stop
+lands brings a child that was not stopped; a bomb's such children forked on and took the CPU
+from the keeper's scan of /proc (a pass of it took 20 s and more, and the sandbox refilled
+its 512 pids). One kill of the bomb's process group, sent at the first marked process the
+scan meets, ends all of it; the scan then runs at full speed. The others of the sandbox (a
+session's command, a background job) are only paused for that long."""
 KEEPALIVE = [
     "sh",
     "-c",
