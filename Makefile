@@ -19,7 +19,7 @@ demo: setup engine base-image
 TEST_WORKERS ?= 4
 
 test: setup vllm engine base-image postgres lint
-	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadgroup
+	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadgroup --durations=30
 
 setup: $(STAMP)
 
