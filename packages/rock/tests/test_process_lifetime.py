@@ -119,7 +119,7 @@ def test_a_bomb_that_never_dies_out_goes_when_its_command_ends(
     with backend.create(spec) as sandbox:
         assert sandbox.exec(KEPT).exit_code == 0
         result = sandbox.exec(  # (read -t: a pause that needs no new process)
-            "bomb() { while :; do bomb & done; }; bomb & read -t 3 _ 0<>/dev/shm/.rock-pause; "
+            "bomb() { while :; do bomb & done; }; bomb & read -t 3 _ </dev/udp/127.0.0.1/9; "
             "echo ended",
             timeout=60,
         )
@@ -152,9 +152,10 @@ def test_the_keeper_ends_a_command_at_its_timeout_when_no_reaper_can_start(
 
 
 def test_the_reaper_s_pause_waits_without_a_new_process(sandbox: DockerSandbox) -> None:
-    """The reaper's settle window is made of pauses that need no new process; under gVisor a
-    read on /dev/ptmx (the first such pause) failed at once, so the window was empty and a
-    job backgrounded last was killed before it could leave the command's output."""
+    """The reaper's settle window is made of pauses that need no new process (nor leave a
+    file in the sandbox); under gVisor a read on /dev/ptmx (the first such pause) failed at
+    once, so the window was empty and a job backgrounded last was killed before it could
+    leave the command's output."""
     script = REAP_FUNCTION + "s=$EPOCHREALTIME; for i in 1 2 3 4 5; do rock_pause; done; "
     script += 'echo "$s $EPOCHREALTIME"'
     start, end = map(float, sandbox.exec(script).stdout_text.split())

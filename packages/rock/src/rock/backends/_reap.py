@@ -22,9 +22,9 @@ from __future__ import annotations
 # Arguments: the mark ("-" for none), the root pid (0 for none), 1 to keep the root itself
 # alive (a session's shell), then optionally the command's stdout and stderr as paths.
 REAP_FUNCTION = r"""
-rock_pause() {  # 0.1 s without a new process: a read that times out on a pipe nobody writes
-  if [ -p /dev/shm/.rock-pause ]; then read -r -t 0.1 _ 0<>/dev/shm/.rock-pause
-  else read -r -t 0.1 _ 0<>/dev/ptmx; fi 2>/dev/null  # (gVisor answers that one at once)
+rock_pause() {  # 0.1 s without a new process or a file: a read that times out on a UDP
+  read -r -t 0.1 _ </dev/udp/127.0.0.1/9 2>/dev/null  # socket nothing sends to (loopback)
+  (($? > 128)) || read -r -t 0.1 _ 0<>/dev/ptmx 2>/dev/null  # (bash without /dev/udp)
 }
 rock_reap() {
   local mark=$1 root=$2 keep=${3:-0} out=${4:-} err=${5:-} round f p s e hit busy settle=0
@@ -112,7 +112,6 @@ rock_end_groups() {
   done
 }
 trap 'exit 0' TERM
-mkfifo -m 666 /dev/shm/.rock-pause 2>/dev/null  # rock_pause's pipe, made while pids are free
 while :; do
   if read -r verb mark root keep; then
     if [ "$verb" = freeze ]; then
