@@ -449,6 +449,25 @@ def test_the_issue_s_escapes_through_the_cli_leave_nothing(daemon: Path, runtime
 
 
 @pytest.mark.docker
+def test_fork_prints_a_new_sandbox_with_the_files_of_that_moment(daemon: Path) -> None:
+    home = ["--home", str(daemon)]
+    parent = rock("sandbox", "create", *home).stdout.strip()
+    try:
+        assert rock("sandbox", "exec", *home, parent, "echo kept > /tmp/f").exit_code == 0
+        made = rock("sandbox", "fork", *home, "--count", "2", parent)
+        assert made.exit_code == 0, made.output
+        forks = made.stdout.split()
+        assert len(forks) == 2 and parent not in forks and all(f.startswith("sb-") for f in forks)
+        assert rock("sandbox", "exec", *home, forks[1], "cat /tmp/f").stdout == "kept\n"
+        assert rock("sandbox", "rm", *home, *forks).exit_code == 0
+    finally:
+        rock("sandbox", "rm", *home, parent)
+    missing = rock("sandbox", "fork", *home, "sb-000000000000")
+    assert missing.exit_code == 1 and len(missing.output.strip().splitlines()) == 1
+    assert "no sandbox sb-000000000000" in missing.output
+
+
+@pytest.mark.docker
 def test_ctrl_c_in_exec_stops_the_command_in_the_sandbox(daemon: Path, box: str) -> None:
     proc = _cli(  # with a process that left the command's session: it goes too
         "sandbox", "exec", "--home", str(daemon), box, "(setsid sleep 38 &); sleep 37; echo never"

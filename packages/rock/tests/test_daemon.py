@@ -19,7 +19,14 @@ import httpx
 import pytest
 from rock_daemons import SMALL, Running, start_daemon, stop_daemon
 
-from rock.backends.base import LABEL_DAEMON, PoolNotFound, SandboxError, SandboxNotFound
+from rock.backends.base import (
+    FORK_REPOSITORY,
+    LABEL_DAEMON,
+    LABEL_FORKED_FROM,
+    PoolNotFound,
+    SandboxError,
+    SandboxNotFound,
+)
 from rock.client import AsyncClient, Client
 from rock.errors import DaemonUnreachable, InvalidRequest, PoolExhausted, Unauthorized
 from rock.models import SandboxSpec
@@ -173,6 +180,38 @@ def test_exec_session_files_and_trees(client: Client, tmp_path: Path) -> None:
         assert image.startswith("sha256:")
     assert client.info(sb.id).state == "deleted"
     docker.from_env().images.remove("rock/pytest-snapshot:1", force=True)
+
+
+def test_a_fork_has_the_parent_s_files_of_that_moment_and_nothing_after(client: Client) -> None:
+    engine = docker.from_env()
+    with client.create(**SMALL, env={"KIND": "parent"}, workdir="/srv", labels={"job": "fk"}) as sb:
+        sb.exec("mkdir -p /srv/app && echo before > /srv/app/state && chmod 750 /srv/app")
+        fork, twin = sb.fork(count=2)  # one snapshot, two sandboxes
+        try:
+            sb.exec("echo after > /srv/app/state && touch /srv/app/new")
+            assert fork.read_file("/srv/app/state") == b"before\n"
+            assert fork.exec("test -e /srv/app/new").exit_code == 1  # made after the fork
+            seen = fork.exec('echo "$KIND $PWD"; stat -c %a /srv/app').stdout
+            assert seen == b"parent /srv\n750\n"  # its spec's environment and workdir, modes
+            fork.exec("echo fork > /srv/app/state")
+            assert sb.read_file("/srv/app/state") == b"after\n"  # and the other way round
+            info = client.info(fork.id)
+            assert info.spec.memory_mb == SMALL["memory_mb"] and info.state == "busy"
+            assert info.labels == {"job": "fk", LABEL_FORKED_FROM: sb.id}
+            image = info.image
+            assert (
+                image.startswith(f"{FORK_REPOSITORY}/{sb.id}:")
+                and client.info(twin.id).image == image
+            )
+            assert twin.read_file("/srv/app/state") == b"before\n"
+            twin.delete()
+            assert engine.images.list(image)  # the other fork still runs on it
+        finally:
+            fork.delete()
+            twin.delete()
+    assert engine.images.list(image) == []  # the forks' image went with the last of them
+    with pytest.raises(SandboxNotFound, match="no sandbox sb-000000000000"):
+        client.sandbox("sb-000000000000").fork()
 
 
 def test_faults_through_the_daemon(client: Client) -> None:

@@ -135,6 +135,32 @@ def test_the_async_sdk_does_the_same(e2b_env: Running) -> None:
     asyncio.run(main())
 
 
+def test_the_sdk_s_fork_gives_sandboxes_with_the_files_of_that_moment(e2b_env: Running) -> None:
+    """``Sandbox.fork(count=2)``: two sandboxes from one snapshot of the parent's files, each
+    on its own from then on (rock carries the file system, not running processes)."""
+    parent = Sandbox.create(timeout=120, metadata={"owner": "forks"})
+    forks: list[Sandbox] = []
+    try:
+        parent.files.write("/tmp/state", "before\n")
+        made = parent.fork(count=2, timeout=90)
+        assert all(isinstance(f, Sandbox) for f in made), made
+        forks = [f for f in made if isinstance(f, Sandbox)]
+        parent.files.write("/tmp/state", "after\n")
+        assert [f.files.read("/tmp/state") for f in forks] == ["before\n", "before\n"]
+        forks[0].files.write("/tmp/state", "mine\n")
+        assert forks[1].files.read("/tmp/state") == "before\n"
+        assert forks[0].commands.run("cat /tmp/state").stdout == "mine\n"
+        listed = {s.sandbox_id: s for s in Sandbox.list(query=None).next_items()}
+        assert {f.sandbox_id for f in forks} <= set(listed)
+        assert listed[forks[0].sandbox_id].metadata == {"owner": "forks"}
+    finally:
+        for box in forks:
+            box.kill()
+        parent.kill()
+    with pytest.raises(SandboxException, match="sb-nope"):
+        Sandbox.fork("sb-nope")
+
+
 def test_unknown_sandboxes_and_wrong_keys_in_e2b_s_shapes(
     e2b_env: Running, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -41,6 +41,7 @@ from rock.models import (
     ExecLog,
     ExecRequest,
     ExecResult,
+    ForkRequest,
     Health,
     ImageInfo,
     Interrupted,
@@ -261,6 +262,11 @@ class Api:
         read = _as(SnapshotInfo)
         path = f"/v1/sandboxes/{sandbox_id}/snapshot"
         return Call("POST", path, lambda response: read(response).image, body)
+
+    @staticmethod
+    def fork(sandbox_id: str, count: int = 1) -> Call[builtins.list[SandboxInfo]]:
+        body = {"json": ForkRequest(count=count).model_dump()}
+        return Call("POST", f"/v1/sandboxes/{sandbox_id}/fork", _as_list(SandboxInfo), body)
 
     @staticmethod
     def stop(sandbox_id: str) -> Call[SandboxInfo]:

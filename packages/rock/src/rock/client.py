@@ -298,6 +298,11 @@ class RemoteSandbox(Sandbox):
     def snapshot(self, tag: str) -> str:
         return self.send(Api.snapshot(self.id, tag))
 
+    def fork(self, count: int = 1) -> list[RemoteSandbox]:
+        """``count`` new sandboxes with this one's files as they are now, from one snapshot
+        (as E2B's ``Sandbox.fork``; see the daemon's fork)."""
+        return [RemoteSandbox(self.client, info) for info in self.send(Api.fork(self.id, count))]
+
     def status(self) -> dict[str, Any]:
         self.info = self.send(Api.info(self.id))
         return {"state": self.info.state, "reason": self.info.state_reason}
@@ -511,6 +516,10 @@ class AsyncSandbox:
 
     async def snapshot(self, tag: str) -> str:
         return await self.client.send(Api.snapshot(self.id, tag))
+
+    async def fork(self, count: int = 1) -> list[AsyncSandbox]:
+        made = await self.client.send(Api.fork(self.id, count))
+        return [AsyncSandbox(self.client, info) for info in made]
 
     async def stop(self) -> None:
         self.info = await self.client.send(Api.stop(self.id))

@@ -258,6 +258,11 @@ class SnapshotRequest(_Model):
     tag: str = Field(min_length=1, max_length=256)
 
 
+class ForkRequest(_Model):
+    count: int = Field(default=1, ge=1, le=20)
+    """How many sandboxes start from the one snapshot (1 to 20, as E2B allows)."""
+
+
 class SnapshotInfo(_Model):
     image: str
     """The new image's id (docker) or directory (local)."""

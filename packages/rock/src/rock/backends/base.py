@@ -22,6 +22,10 @@ LABEL_DAEMON = "dev.ale.rock.daemon"
 LABEL_SANDBOX = "dev.ale.rock.sandbox"
 LABEL_ORIGIN = "dev.ale.rock.origin"
 """The host and rock home of the daemon that made a container (see `rock.backends._owner`)."""
+LABEL_FORKED_FROM = "dev.ale.rock.forked-from"
+"""On a fork (``rock sandbox fork``): the sandbox whose files it started from."""
+FORK_REPOSITORY = "rock-fork"
+"""Where a fork's image is saved (``rock-fork/<parent id>:<token>``); it goes with the fork."""
 
 
 class SandboxError(RockError):

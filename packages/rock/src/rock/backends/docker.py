@@ -25,7 +25,9 @@ from rock.backends._owner import EngineClaim
 from rock.backends._reap import KEEPALIVE, KILL_TREE, WRAP_BASH, WRAP_SH
 from rock.backends._shell import Channel, ShellSession
 from rock.backends.base import (
+    FORK_REPOSITORY,
     LABEL_DAEMON,
+    LABEL_FORKED_FROM,
     LABEL_MANAGED,
     LABEL_ORIGIN,
     LABEL_SANDBOX,
@@ -597,7 +599,8 @@ class DockerSandbox(Sandbox):
             raise SandboxNotFound(f"sandbox {self.id} is gone.") from None
 
     def delete(self) -> None:
-        """Remove the container; idempotent, and safe against a removal already under way."""
+        """Remove the container (and a fork's image with it); idempotent, and safe against a
+        removal already under way."""
         try:
             self.container.remove(force=True)
         except NotFound:
@@ -613,6 +616,18 @@ class DockerSandbox(Sandbox):
                     return
                 time.sleep(0.1)
             raise SandboxError(f"sandbox {self.id} is still being removed after 60s.") from None
+        self._remove_fork_image()
+
+    def _remove_fork_image(self) -> None:
+        """A fork's image is its own: it goes with it (kept while a fork of the fork or
+        another container still uses it: the engine refuses, and nothing is forced)."""
+        config = self.container.attrs.get("Config") or {}
+        image = str(config.get("Image") or "")
+        if LABEL_FORKED_FROM in (config.get("Labels") or {}) and image.startswith(
+            FORK_REPOSITORY + "/"
+        ):
+            with contextlib.suppress(DockerException):
+                self._client.images.remove(image, noprune=False)
 
 
 class DockerBackend(Backend):

@@ -64,6 +64,32 @@ def sandbox_create(
         click.echo(box.id)
 
 
+@sandbox.command("fork")
+@click.argument("sandbox_id", metavar="ID")
+@click.option(
+    "--count",
+    type=click.IntRange(1, 20),
+    default=1,
+    show_default=True,
+    help="How many sandboxes start from the one snapshot.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the forks' info as JSON.")
+@daemon_options
+def sandbox_fork(client: Client, sandbox_id: str, count: int, as_json: bool) -> None:
+    """Start new sandboxes from ID's files as they are now; print their ids, one a line.
+
+    A fork has ID's spec (limits, runtime, environment, working directory) and a copy of its
+    file system; running processes and a shell session's state are not carried. What either
+    does afterwards, the other does not see."""
+    with Progress(f"forking {sandbox_id}"):
+        boxes = client.sandbox(sandbox_id).fork(count)
+    if as_json:
+        echo_json([box.info for box in boxes])
+    else:
+        for box in boxes:
+            click.echo(box.id)
+
+
 @sandbox.command("ls")
 @click.option(
     "--state",

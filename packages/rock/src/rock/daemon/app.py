@@ -51,6 +51,7 @@ from rock.models import (
     ExecLog,
     ExecRequest,
     ExecResult,
+    ForkRequest,
     Health,
     ImageInfo,
     Interrupted,
@@ -292,6 +293,14 @@ def _sandbox_routes(api: APIRouter, manager: SandboxManager) -> None:
     def snapshot(sandbox_id: SandboxId, request: SnapshotRequest) -> SnapshotInfo:
         """Save the sandbox's filesystem as a new image."""
         return manager.snapshot(sandbox_id, request.tag)
+
+    @api.post(
+        "/v1/sandboxes/{sandbox_id}/fork", response_model=list[SandboxInfo], tags=["sandboxes"]
+    )
+    def fork(sandbox_id: SandboxId, request: ForkRequest) -> list[SandboxInfo]:
+        """``count`` new sandboxes, leased to the caller, that start from this one's files as
+        they are now (one snapshot; the same spec; running processes are not carried)."""
+        return manager.fork(sandbox_id, request.count)
 
     @api.get("/v1/sandboxes/{sandbox_id}/logs", response_model=list[ExecLog], tags=["sandboxes"])
     def logs(

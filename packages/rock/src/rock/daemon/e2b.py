@@ -227,6 +227,38 @@ def _lifetime_routes(app: FastAPI, gate: _Gate) -> None:
 
         return await _rest(answer)
 
+    @app.post("/sandboxes/{sandbox_id}/fork", include_in_schema=False)
+    async def fork(sandbox_id: str, request: Request) -> Response:
+        """``Sandbox.fork``: ``count`` sandboxes from one snapshot of this one's files (rock
+        carries the file system, not the memory: see the manager's fork), each with the
+        given ``timeout``; all start or none does."""
+
+        async def answer() -> Response:
+            gate.api_key(request)
+            body = await _json(request)
+            try:
+                count = int(body.get("count") or 1)
+                timeout = None if body.get("timeout") is None else float(body["timeout"])
+            except (TypeError, ValueError):
+                raise _Failed(
+                    400, 'give count and timeout as numbers: {"count": 2, "timeout": 300}.'
+                ) from None
+            if not 1 <= count <= 20:
+                raise _Failed(400, f"count must be between 1 and 20, not {count}.")
+            await run_in_threadpool(_running, gate.manager, sandbox_id)
+            try:
+                made = await run_in_threadpool(gate.manager.fork, sandbox_id, count)
+            except SandboxError as exc:
+                raise _Failed(500, str(exc)) from None
+            if timeout is not None:
+                made = [
+                    await run_in_threadpool(gate.manager.set_timeout, info.id, timeout)
+                    for info in made
+                ]
+            return JSONResponse([{"sandbox": gate.described(i)} for i in made], status_code=201)
+
+        return await _rest(answer)
+
     @app.post("/sandboxes/{sandbox_id}/timeout", include_in_schema=False)
     async def set_timeout(sandbox_id: str, request: Request) -> Response:
         async def answer() -> Response:

@@ -31,6 +31,8 @@ from typing import Any, TypeVar
 
 from rock.backends._shell import SessionError
 from rock.backends.base import (
+    FORK_REPOSITORY,
+    LABEL_FORKED_FROM,
     Backend,
     PoolNotFound,
     Sandbox,
@@ -307,6 +309,32 @@ class SandboxManager(PoolsMixin, UpkeepMixin):
         box = self._box(sandbox_id, allow_stopped=True)
         image = self._use(sandbox_id, lambda: box.snapshot(tag))
         return SnapshotInfo(image=image, tag=tag)
+
+    def fork(self, sandbox_id: str, count: int = 1) -> builtins.list[SandboxInfo]:
+        """``count`` new sandboxes that start from this one's files as they are now (one
+        snapshot for all of them, as E2B's fork): its file system saved as an image
+        (``rock-fork/<id>:<token>``), each started with the same spec (limits, runtime,
+        environment, working directory) and leased to the caller. Running processes, a
+        session's working directory and exported variables are not carried; the image goes
+        with the last of them. When one cannot start, those started are removed."""
+        self._check_open()
+        record = self._record(sandbox_id)
+        box = self._box(sandbox_id)
+        tag = f"{FORK_REPOSITORY}/{sandbox_id}:{secrets.token_hex(4)}"
+        self._use(sandbox_id, lambda: box.snapshot(tag))
+        spec = SandboxSpec.model_validate(record.spec_json)
+        labels = {**spec.labels, LABEL_FORKED_FROM: sandbox_id}
+        forked = spec.model_copy(update={"image": tag, "labels": labels})
+        made: builtins.list[SandboxInfo] = []
+        try:
+            for _ in range(count):
+                made.append(self.create(CreateSandboxRequest(spec=forked, use_pools=False)))
+        except BaseException:
+            for info in made:
+                with contextlib.suppress(Exception):
+                    self.delete(info.id, "its fork group could not all start")
+            raise
+        return made
 
     def logs(self, sandbox_id: str, limit: int = 100) -> builtins.list[ExecLog]:
         self._record(sandbox_id)

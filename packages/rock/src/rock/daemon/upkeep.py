@@ -172,8 +172,8 @@ class UpkeepMixin:
         self._sweep_orphans(states, set(watched))
         for sandbox_id in watched:
             status = states.get(sandbox_id)
-            if status is not None and status.get("state") in ("running", "created"):
-                continue
+            if status is not None and status.get("state") in ("running", "created", "paused"):
+                continue  # (paused: a snapshot or a fork is committing its file system)
             try:
                 row = self.store.get(sandbox_id)
             except UnknownSandbox:
