@@ -205,13 +205,42 @@ def test_a_fork_has_the_parent_s_files_of_that_moment_and_nothing_after(client: 
             )
             assert twin.read_file("/srv/app/state") == b"before\n"
             twin.delete()
+            time.sleep(1.0)  # (the image is removed beside the delete: give it a moment)
             assert engine.images.list(image)  # the other fork still runs on it
         finally:
             fork.delete()
             twin.delete()
-    assert engine.images.list(image) == []  # the forks' image went with the last of them
+    for _ in range(60):  # the forks' image goes with the last of them
+        if not engine.images.list(image):
+            break
+        time.sleep(0.5)
+    assert engine.images.list(image) == []
     with pytest.raises(SandboxNotFound, match="no sandbox sb-000000000000"):
         client.sandbox("sb-000000000000").fork()
+
+
+def test_a_stop_is_not_taken_for_a_death_by_the_liveness_check(
+    daemon: Running, client: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The liveness check runs between the container's exit and the row's move to stopped
+    (it did under CI load: busy -> stopped -> error, the container removed)."""
+    manager = daemon.daemon.manager
+    sb = client.create(**SMALL)
+    try:
+        box = manager._boxes[sb.id]
+        real_stop = box.stop
+
+        def stop_then_check() -> None:
+            real_stop()
+            manager._check_liveness(force=True)  # the upkeep thread, landing in the window
+
+        monkeypatch.setattr(box, "stop", stop_then_check)
+        sb.stop()
+        assert client.info(sb.id).state == "stopped"
+    finally:
+        sb.delete()
+    history = [(h.from_state, h.to_state) for h in client.info(sb.id).history]
+    assert history[-2:] == [("busy", "stopped"), ("stopped", "deleted")]
 
 
 def test_faults_through_the_daemon(client: Client) -> None:

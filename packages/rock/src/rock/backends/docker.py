@@ -620,14 +620,21 @@ class DockerSandbox(Sandbox):
 
     def _remove_fork_image(self) -> None:
         """A fork's image is its own: it goes with it (kept while a fork of the fork or
-        another container still uses it: the engine refuses, and nothing is forced)."""
+        another container still uses it: the engine refuses, and nothing is forced). The
+        removal runs beside the caller: a busy engine can take long to delete an image, and
+        a delete request must not wait for it."""
         config = self.container.attrs.get("Config") or {}
         image = str(config.get("Image") or "")
-        if LABEL_FORKED_FROM in (config.get("Labels") or {}) and image.startswith(
+        if LABEL_FORKED_FROM not in (config.get("Labels") or {}) or not image.startswith(
             FORK_REPOSITORY + "/"
         ):
-            with contextlib.suppress(DockerException):
+            return
+
+        def remove() -> None:
+            with contextlib.suppress(DockerException, RequestException):
                 self._client.images.remove(image, noprune=False)
+
+        threading.Thread(target=remove, name="rock-fork-image", daemon=True).start()
 
 
 class DockerBackend(Backend):

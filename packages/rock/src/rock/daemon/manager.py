@@ -300,9 +300,14 @@ class SandboxManager(PoolsMixin, UpkeepMixin):
     def stop(self, sandbox_id: str) -> SandboxInfo:
         box = self._box(sandbox_id, allow_stopped=True)
         self._close_sessions(sandbox_id)
-        box.stop()
-        with self._lock:
+        with self._lock:  # before the container exits: the liveness check leaves it alone
             self._stopped.add(sandbox_id)
+        try:
+            box.stop()
+        except BaseException:
+            with self._lock:
+                self._stopped.discard(sandbox_id)
+            raise
         return self._info(self.store.transition(sandbox_id, S.STOPPED, "stopped by its client"))
 
     def snapshot(self, sandbox_id: str, tag: str) -> SnapshotInfo:

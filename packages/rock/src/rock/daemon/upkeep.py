@@ -169,8 +169,11 @@ class UpkeepMixin:
         states = self.backend.states()
         with self._lock:
             watched = list(self._boxes)
+            stopped = set(self._stopped)  # (or being stopped by its client: it exits on purpose)
         self._sweep_orphans(states, set(watched))
         for sandbox_id in watched:
+            if sandbox_id in stopped:
+                continue
             status = states.get(sandbox_id)
             if status is not None and status.get("state") in ("running", "created", "paused"):
                 continue  # (paused: a snapshot or a fork is committing its file system)
