@@ -149,7 +149,9 @@ def test_a_service_image_that_is_not_here_is_a_build_failure(run: Path) -> None:
 def test_nothing_of_a_trial_is_left_behind(run: Path, docker_client: Any) -> None:
     for task in ("served", "sick", "unpullable"):
         label = {"label": [f"{LABEL_RUN}=run", f"dev.ale.rock.bench.task={task}"]}
-        assert docker_client.containers.list(all=True, filters=label) == []
+        left = docker_client.containers.list(all=True, filters=label)
+        seen = [(c.name, c.status, c.attrs["Created"], c.labels) for c in left]
+        assert left == [], seen  # which one, made when, and under which trial's label
         assert docker_client.networks.list(filters=label) == []
         assert docker_client.volumes.list(filters=label) == []
 
