@@ -408,7 +408,7 @@ def _none_left(home: Path, box: str) -> Result:
     """Count the issue's processes in ``box`` until none are left (a kill takes a moment to
     land), for ten seconds at most; the last count."""
     for _ in range(20):
-        left = rock("sandbox", "exec", "--home", str(home), box, _STRAYS)
+        left = rock("sandbox", "exec", "--home", str(home), "--timeout", "60", box, _STRAYS)
         if left.stdout.strip() == "0":
             break
         time.sleep(0.5)

@@ -219,6 +219,26 @@ def test_a_fork_has_the_parent_s_files_of_that_moment_and_nothing_after(client: 
         client.sandbox("sb-000000000000").fork()
 
 
+def test_a_fork_that_cannot_start_leaves_no_image_behind(
+    daemon: Running, client: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The engine refuses the fork's container after the snapshot was taken: the error
+    comes back, and the snapshot image, which no container uses, goes."""
+    engine = docker.from_env()
+    backend = daemon.daemon.manager.backend
+
+    def refused(*_args: object, **_kwargs: object) -> None:
+        raise SandboxError("the engine refused the container: no space left on device.")
+
+    with client.create(**SMALL) as sb:
+        monkeypatch.setattr(backend, "create", refused)
+        with pytest.raises(SandboxError, match="no space left on device"):
+            sb.fork(count=2)
+        monkeypatch.undo()
+        left = engine.images.list(f"{FORK_REPOSITORY}/{sb.id}")
+        assert left == [], [i.tags for i in left]
+
+
 def test_a_stop_is_not_taken_for_a_death_by_the_liveness_check(
     daemon: Running, client: Client, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -33,6 +33,7 @@ rock_reap() {
   local -A kids seen
   [ "$keep" = 1 ] && [ "$root" -gt 0 ] && kill -INT "$root" 2>/dev/null
   for ((round = 0; round < 200; round++)); do
+    [ -n "${rock_freezing:-}" ] && rock_stop_all  # (the keeper's freeze: all of the sandbox)
     kids=(); fresh=(); busy=0
     for f in /proc/[0-9]*; do
       p=${f#/proc/}
@@ -89,6 +90,10 @@ _KEEPER = (
 # gVisor a fork under way as a signal lands brings a child that got none. One kill reaches a
 # whole fork bomb (its processes keep their group), and it is over before a scan of /proc,
 # starved by a bomb's children, could stop them one by one.
+rock_stop_all() {  # stop every process the keeper may signal, back to back: a child forked
+  local i  # as one stop landed got none (gVisor), the next stops it before it forks much
+  for ((i = 0; i < 30; i++)); do kill -STOP -1 2>/dev/null; done
+}
 rock_end_groups() {
   local mark=$1 root=$2 keep=$3 f p s g e mine skip i
   local -a ev
@@ -106,7 +111,10 @@ rock_end_groups() {
     for e in "${ev[@]}"; do
       [ "$e" = "ROCK_EXEC_ID=$mark" ] || continue
       done[$g]=1
-      for ((i = 0; i < 50; i++)); do kill -KILL -- "-$g" 2>/dev/null || break; rock_pause; done
+      for ((i = 0; i < 200; i++)); do  # back to back, a pause now and then for init to
+        kill -KILL -- "-$g" 2>/dev/null || break  # reap the dead (members until reaped)
+        ((i % 20 == 19)) && { rock_stop_all; rock_pause; }
+      done
       break
     done
   done
@@ -115,12 +123,13 @@ trap 'exit 0' TERM
 while :; do
   if read -r verb mark root keep; then
     if [ "$verb" = freeze ]; then
-      kill -STOP -1 2>/dev/null
+      rock_stop_all
       rock_end_groups "$mark" "${root:-0}" "${keep:-0}"
-      for pass in 1 2 3; do  # a fork under way as the stop landed leaves a child running:
-        kill -STOP -1 2>/dev/null  # the next pass stops and reaps it
-        rock_reap "$mark" "${root:-0}" "${keep:-0}"
+      rock_freezing=1  # each round of the reap stops all first: what escaped a stop is
+      for pass in 1 2 3; do  # caught before the round's scan of /proc, which runs at full
+        rock_reap "$mark" "${root:-0}" "${keep:-0}"  # speed with nothing else running
       done
+      rock_freezing=
       kill -CONT -1 2>/dev/null
     elif [ "$verb" = reap ]; then
       rock_reap "$mark" "${root:-0}" "${keep:-0}"
@@ -136,14 +145,17 @@ reaps a command's processes when told on the container's stdin (``reap MARK ROOT
 It was started before any command, so it needs no new pid to act, even when a fork bomb
 holds all of them; images without bash keep the container up with a plain sleep loop.
 
-``freeze MARK ROOT KEEP`` first stops every process it may signal (``kill -STOP -1``: one
-call, whatever their number), ends every process group that holds a marked process (killed
-until empty), reaps the rest, then lets the others go on (``kill -CONT -1``). It is for a
-sandbox out of pids, where no reaper can start. Under gVisor a fork under way as the stop
-lands brings a child that was not stopped; a bomb's such children forked on and took the CPU
-from the keeper's scan of /proc (a pass of it took 20 s and more, and the sandbox refilled
-its 512 pids). One kill of the bomb's process group, sent at the first marked process the
-scan meets, ends all of it; the scan then runs at full speed. The others of the sandbox (a
+``freeze MARK ROOT KEEP`` first stops every process it may signal (``kill -STOP -1``, one
+call whatever their number, sent 30 times back to back), ends every process group that holds
+a marked process (killed until empty), reaps the rest with every round of the reap stopping
+all first, then lets the others go on (``kill -CONT -1``). It is for a sandbox out of pids,
+where no reaper can start. Under gVisor a fork under way as the stop lands brings a child
+that was not stopped; a bomb's such children forked on and took the CPU from the keeper's
+scan of /proc (a pass of it took 20 s and more, and the sandbox refilled its 512 pids). One
+kill of the bomb's process group, sent at the first marked process the scan meets, ends most
+of it; a reap whose rounds stopped only what each scan had found never caught up with the
+rest (seen in CI: the bomb still running minutes later, the keeper scanning), so every round
+stops everything again, and its scan runs at full speed. The others of the sandbox (a
 session's command, a background job) are only paused for that long."""
 KEEPALIVE = [
     "sh",

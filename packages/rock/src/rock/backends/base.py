@@ -242,6 +242,11 @@ class Backend(abc.ABC):
         """Images sandboxes can start from: dicts with id, tags, size_mb, created."""
         return []
 
+    def remove_image(self, tag: str) -> None:
+        """Remove the image ``tag`` if no sandbox uses it (a snapshot nothing started
+        from); nothing where images are not this backend's to remove."""
+        return None
+
 
 def upload(sandbox: SandboxVerbs, local: Path, remote: str) -> None:
     """Copy a local file or tree to ``remote`` in any sandbox (a tree's contents go under

@@ -379,6 +379,11 @@ class RayBackend(Backend):
                 seen.setdefault(image["id"], image)
         return builtins.list(seen.values())
 
+    def remove_image(self, tag: str) -> None:
+        for node in self._alive():  # (a snapshot is on the node of its sandbox)
+            with contextlib.suppress(Exception):
+                self.call(node, "remove_image", tag)
+
     def _alive(self) -> builtins.list[Node]:
         with self._lock:
             return builtins.list(self._nodes.values())

@@ -862,6 +862,10 @@ class DockerBackend(Backend):
             for image in self.client.images.list()
         ]
 
+    def remove_image(self, tag: str) -> None:
+        with contextlib.suppress(NotFound):  # (refused while a container uses it: APIError)
+            self.client.images.remove(tag, noprune=False)
+
 
 def _host_pids(spec: SandboxSpec) -> int:
     """The host's pids cgroup limit for ``spec``. Under gVisor the cgroup counts gVisor's own

@@ -67,6 +67,9 @@ class NodeAgent:
     def images(self) -> list[dict[str, Any]]:
         return self.backend.images()
 
+    def remove_image(self, tag: str) -> None:
+        self.backend.remove_image(tag)
+
     def states(self) -> dict[str, dict[str, Any]]:
         return self.backend.states()
 

@@ -338,6 +338,9 @@ class SandboxManager(PoolsMixin, UpkeepMixin):
             for info in made:
                 with contextlib.suppress(Exception):
                     self.delete(info.id, "its fork group could not all start")
+            if not made:  # no container took the snapshot, so no delete will remove it
+                with contextlib.suppress(Exception):
+                    self.backend.remove_image(tag)
             raise
         return made
 
