@@ -444,3 +444,110 @@ def test_uniform_groups_are_refilled_up_to_the_limit(
     assert metrics["episodes/uniform_refilled_groups"] == REFILL_LIMIT
     assert metrics["episodes/started"] == 2 * (REFILL_LIMIT + 1)
     assert metrics["episodes/scored"] == metrics["episodes/started"]
+
+
+async def test_a_group_starts_from_forks_of_a_sandbox_the_expert_s_turns_ran_in(
+    daemon: Any, tiny: Path
+) -> None:
+    """Chunk-level initialised resampling on real sandboxes: the expert's first 4 turns
+    (which write the report) are replayed once, by iflow's tools, in a sandbox of the task;
+    each of the group's episodes runs in a fork of it and continues from those turns. The
+    policy only says `finish`, so the report the verifier passes was the fork's from its
+    parent. The expert's turns are in each trajectory, marked for imitation; the parent
+    and the forks are gone afterwards."""
+    from ale.jsonl import read_jsonl
+    from ale.trajectory import Role, Trajectory
+    from roll.agentic.episodes import Start
+    from roll.algo.batch import sample_from_trajectory
+
+    client, _ = daemon
+    task = load_task(sorted(TASKS.iterdir())[0])
+    experts = read_jsonl(TASKS.parent / "trajectories.jsonl", Trajectory)
+    expert = next(t for t in experts if t.task_id == task.id)
+    tokenizer = AutoTokenizer.from_pretrained(tiny)
+    source = DaemonPool(client, f"roll-{uuid.uuid4().hex[:4]}", size=1)
+    source.wait_ready()
+    try:
+        backend = ReplyBackend(tokenizer, FINISH)
+        async with GenerationQueue(backend, SamplingParams(max_new_tokens=64)) as queue:
+            episodes = AgenticEpisodes(
+                PoolRunner(source),
+                queue,
+                tokenizer,
+                agent=AgentSettings(max_turns=6, context_limit=100_000),
+            )
+            forked = await episodes.group(task, 2, "g-a4", start=Start(expert, 4, 0))
+            scratch = await episodes.group(task, 1, "g-a0", start=Start(expert, 0, 0))
+    finally:
+        source.close()
+    assert [t.reward for t in forked] == [1.0, 1.0] and [t.reward for t in scratch] == [0.0]
+    for trajectory in forked:
+        assert trajectory.extra["roll"]["anchor"] == 4
+        turns = [s for s in trajectory.steps if s.role is Role.ASSISTANT]
+        assert len(turns) == 5, (trajectory.failure_mode, trajectory.notes, trajectory.steps[-2:])
+        assert all(s.extra["roll"]["prefix"] for s in turns[:4])
+        assert turns[3].tool_calls[0].name == "write_file"
+        assert "prefix" not in turns[4].extra.get("roll", {})  # the policy's own finish
+        sample = sample_from_trajectory(trajectory)  # one growing token sequence
+        assert sum(sample.expert_mask) == sum(len(s.token_ids or []) for s in turns[:4])
+        assert sum(sample.rl_mask) == len(turns[4].token_ids or [])
+    assert episodes.counts.scored == 3 and episodes.counts.abandoned == 0
+    assert backend.calls >= 1
+    left = [b for b in client.list() if b.labels.get("dev.ale.rock.forked-from")]
+    assert left == [] or all(b.state == "deleted" for b in left)
+
+
+def test_roll_train_on_tasks_resamples_from_expert_turns_in_forked_sandboxes(
+    tmp_path: Path, tiny: Path
+) -> None:
+    """`roll train` with `tasks:` and `resample:` (parallel anchors): each step's group of
+    the task starts at the expert's anchors in turn (0, then the last chunk), its episodes
+    in forks of the sandbox the expert's turns were replayed in; the anchor reaches the
+    rollouts, and the expert's turns carry their token ids (the imitation term's, not RL's)."""
+    import json
+    import shutil
+
+    from roll.config import TrainConfig, load_config
+    from roll.metrics import read_metrics
+    from roll.train import run_train
+
+    task = sorted(TASKS.iterdir())[0]
+    shutil.copytree(task, tmp_path / "data" / "tasks" / task.name)
+    experts = tmp_path / "experts.jsonl"
+    lines = (TASKS.parent / "trajectories.jsonl").read_text().splitlines()
+    experts.write_text("".join(f"{x}\n" for x in lines if f'"{task.name}"' in x))
+    config = load_config(
+        TrainConfig,
+        None,
+        [
+            f"run_dir={tmp_path / 'run'}",
+            f"model.path={tiny}",
+            f"tasks.dataset={tmp_path / 'data'}",
+            "tasks.pool_size=1",
+            "tasks.max_turns=6",
+            "tasks.context_limit=100000",
+            "rollout.groups_per_step=1",
+            "rollout.group_size=2",
+            "rollout.max_new_tokens=16",
+            f"resample.experts={experts}",
+            "resample.mode=parallel",
+            "resample.anchors=2",
+            "algorithm.name=ipa",
+            "run.steps=2",
+            "run.progress=false",
+            "run.tensorboard=false",
+        ],
+    )
+    run_train(config, log=lambda _m: None)
+    records = read_metrics(tmp_path / "run")
+    assert [r["rollout/episodes"] for r in records] == [2, 2]
+    anchors = []
+    for step in (1, 2):
+        rows = (tmp_path / "run" / "rollouts" / f"step-{step:06d}.jsonl").read_text()
+        trajectories = [json.loads(line) for line in rows.splitlines()]
+        anchors.append({t["extra"]["roll"]["anchor"] for t in trajectories if "roll" in t["extra"]})
+        assert all(t["group_id"].endswith(f"-e0-a{5 if step == 2 else 0}") for t in trajectories)
+    assert anchors == [set(), {5}]  # anchor 0 runs the task from its start, unmarked
+    marked = json.loads(rows.splitlines()[0])
+    prefix = [s for s in marked["steps"] if s.get("extra", {}).get("roll", {}).get("prefix")]
+    assert len(prefix) == 5 and all(s["token_ids"] for s in prefix)

@@ -411,3 +411,53 @@ async def test_a_prompt_past_the_server_s_window_is_the_agent_s_context_limit(
         model = PolicyModel(queue, tokenizer, context_limit=100_000)
         with pytest.raises(ContextTooLong, match="inference server's context window"):
             await model.complete([Step(role=Role.USER, content="hello")], [])
+
+
+async def test_an_episode_continues_from_an_expert_prefix_marked_for_imitation(
+    tmp_path: Path, tiny: Path
+) -> None:
+    """Chunk-level initialised resampling: the agent continues from an expert's first turn
+    (replayed before, so not run again); the policy writes the rest. The expert's turn
+    enters the token sequence as the template writes it, marked for the imitation term and
+    out of the RL loss; the policy's own turns are sampled as ever."""
+    from ale.trajectory import ToolCall, ToolResult, Trajectory
+    from roll.algo.batch import sample_from_trajectory
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny)
+    backend = ScriptedBackend(tokenizer, {"p": list(SCRIPT[1:])})
+    call = ToolCall(id="call_0", name="run_shell_command", arguments={"command": "ls"})
+    prefix = [
+        Step(role=Role.ASSISTANT, content="Let me look.", tool_calls=[call],
+             extra={"roll": {"prefix": True}}),
+        Step(role=Role.TOOL, tool_results=[ToolResult(call_id="call_0", content="a.txt\n")]),
+    ]  # fmt: skip
+    workspace = LocalWorkspace(tmp_path)
+    settings = load_settings(cwd=tmp_path, env={}, flags={"approval_mode": "yolo"})
+    async with GenerationQueue(backend, SamplingParams(max_new_tokens=200)) as queue:
+        model = PolicyModel(queue, tokenizer, context_limit=100_000)
+        agent, _ = build_agent(
+            settings, workspace, cwd=tmp_path, home=tmp_path, headless=True, model=model,
+            memory=False,
+        )  # fmt: skip
+        agent.continue_from(prefix)
+        try:
+            await agent.run("This is episode p. Write out.txt.")
+        finally:
+            await agent.aclose()
+    trajectory: Trajectory = agent.trajectory
+    assert (tmp_path / "out.txt").read_text() == "done\n"
+    assert agent.turn == len(SCRIPT)  # the expert's turn counts
+    assert len(backend.batches) == len(SCRIPT) - 1  # and was not asked of the policy
+    assistant = [s for s in trajectory.steps if s.role is Role.ASSISTANT]
+    assert assistant[0] is prefix[0] and assistant[0].logprobs is None
+    view = token_view(trajectory)
+    assert view.token_ids == model.tokens
+    expert_text = tokenizer.decode(assistant[0].token_ids)
+    assert expert_text.startswith("Let me look.") and expert_text.endswith("<|im_end|>")
+    assert '"command": "ls"' in expert_text
+    sample = sample_from_trajectory(trajectory)
+    assert sum(sample.expert_mask) == len(assistant[0].token_ids)
+    assert sum(sample.rl_mask) == sum(len(s.token_ids or []) for s in assistant[1:])
+    # the whole sequence is the template's rendering of the conversation the agent had
+    text = tokenizer.decode(view.token_ids)
+    assert text.count("<|im_start|>assistant") == len(SCRIPT)

@@ -24,7 +24,7 @@ from ale.atif import read_atif
 from ale.plugins import load_entry_point
 from ale.sandbox import SandboxVerbs
 from ale.task.models import Task, TaskMcpServer
-from ale.trajectory import Trajectory
+from ale.trajectory import Step, Trajectory
 
 GROUP = "ale.agents"
 
@@ -60,9 +60,14 @@ class TaskContext:
     """A directory in the sandbox of Agent Skills (``<skill>/SKILL.md``)."""
     prior: Trajectory | None = None
     """A conversation to start from (the task's ``trajectory.json``)."""
+    prefix: list[Step] = field(default_factory=list)
+    """Turns already taken after the instruction, which the agent continues from: an
+    expert's first assistant turns and their tool results, replayed in this sandbox (or the
+    one it was forked from) — chunk-level initialised resampling. They count against the
+    agent's turns and are kept as they are (their ``extra`` marks included)."""
 
     def __bool__(self) -> bool:
-        return bool(self.mcp_servers or self.skills_dir or self.prior is not None)
+        return bool(self.mcp_servers or self.skills_dir or self.prior is not None or self.prefix)
 
     @classmethod
     def of(cls, task: Task, *, first: bool = True) -> TaskContext:

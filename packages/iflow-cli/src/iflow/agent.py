@@ -142,6 +142,8 @@ class Agent:
         self.loops = LoopDetector(self.config.loop_threshold, self.config.fail_threshold)
         self.turn = 0
         """Model calls made in this agent's life (across runs)."""
+        self._prefix: list[Step] = []
+        """Turns the next run continues from (:meth:`continue_from`)."""
         self.prompt_tokens = 0
         self.completion_tokens = 0
         self.cost_usd = 0.0
@@ -289,6 +291,7 @@ class Agent:
             except StoppedByHook as end:
                 return end
         self._append(Step(role=Role.USER, content=prompt, timestamp=datetime.now(UTC)))
+        self._take_prefix()
         deadline = asyncio.timeout(self.config.max_wall_sec)
         try:
             async with deadline:
@@ -663,6 +666,22 @@ class Agent:
         self.history.extend(copied)
         self.trajectory.steps.extend(copied)
         self.meter.reset()
+
+    def continue_from(self, steps: list[Step]) -> None:
+        """Start the next run as if ``steps`` (assistant turns and their tool results) had
+        already followed its prompt: an expert's first turns, replayed in this workspace
+        (chunk-level initialised resampling). They are kept as they are, the same objects
+        in the history and the trajectory, and each assistant turn counts against
+        ``max_turns``."""
+        self._prefix = [s for s in steps if s.role in (Role.ASSISTANT, Role.TOOL)]
+
+    def _take_prefix(self) -> None:
+        prefix, self._prefix = self._prefix, []
+        for step in prefix:
+            self._append(step)
+            if step.role is Role.ASSISTANT:
+                self.turn += 1
+                self._run_turns += 1
 
     def restore(
         self,

@@ -122,6 +122,8 @@ class IflowAgent:
         )
         if context.prior is not None:
             agent.seed(context.prior.steps)
+        if context.prefix:
+            agent.continue_from(context.prefix)
         if mcp is not None and mcp.failures():
             agent.trajectory.extra["mcp_failures"] = mcp.failures()
         try:

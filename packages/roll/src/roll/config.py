@@ -117,7 +117,10 @@ class ResampleConfig(_Section):
     """Chunk-level initialised resampling from expert trajectories."""
 
     experts: str
-    """A JSONL of expert trajectories (one per env seed in ``seeds``; their actions are replayed)."""
+    """A JSONL of expert trajectories whose actions are replayed: with ``env:``, one per env
+    seed; with ``tasks:``, trajectories whose ``task_id`` names a task of the dataset (a
+    synthesis run's expert trajectories), replayed once per group in a sandbox of the task
+    that each episode of the group gets a fork of (tasks without one run from the start)."""
     mode: Literal["sequential", "parallel"] = "sequential"
     """``sequential``: start from the last expert chunk and roll back as groups succeed;
     ``parallel``: start groups at ``anchors`` evenly spread anchors at once."""
@@ -457,6 +460,23 @@ class TrainConfig(_Section):
             raise ValueError(
                 "rollout.schedule: tail_batching does not start groups from expert prefixes; "
                 "remove the resample: section or set rollout.schedule: plain"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _check_resample(self) -> TrainConfig:
+        if self.resample is None or self.tasks is None:
+            return self
+        if self.tasks.agent.transport == "gateway":
+            raise ValueError(
+                "resample: with tasks: continues the in-process iflow agent from an expert's "
+                "turns; an agent behind the gateway cannot be given them (set tasks.agent."
+                "transport: in-process or remove the resample: section)"
+            )
+        if self.ray is not None:
+            raise ValueError(
+                "resample: with tasks: runs its forked groups without Ray rollout workers; "
+                "remove the ray: section or the resample: section"
             )
         return self
 

@@ -23,7 +23,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ale.chunking import token_view
+from ale.jsonl import read_jsonl
 from ale.trajectory import AgentInfo, Role, Step, Trajectory
+from roll.config import TrainConfig
 from roll.envs.registry import make_env
 from roll.errors import ConfigError, RollError
 
@@ -194,3 +196,63 @@ def record_experts(env_name: str, seeds: Sequence[int], **env_kwargs: object) ->
             )
         )
     return out
+
+
+class Experts:
+    """Expert trajectories for chunk-level initialised resampling, with their anchor state."""
+
+    def __init__(self, config: TrainConfig) -> None:
+        assert config.resample is not None
+        self.config = config.resample
+        self.trajectories = list(read_jsonl(config.resample.experts, Trajectory))
+        if not self.trajectories:
+            raise ConfigError(f"{config.resample.experts} holds no expert trajectories")
+        # in-process environments replay from a seed; tasks replay in a sandbox of the task
+        self.seeds = [self._seed(t) for t in self.trajectories] if config.tasks is None else []
+        self.by_task: dict[str, int] = {}
+        """The first expert of each task id (tasks: the groups of that task start from it)."""
+        for index, trajectory in enumerate(self.trajectories):
+            if trajectory.task_id:
+                self.by_task.setdefault(trajectory.task_id, index)
+        turns = [sum(1 for s in t.steps if s.role.value == "assistant") for t in self.trajectories]
+        self.rollback = [
+            SequentialRollback(max(k, 1), threshold=self.config.threshold) for k in turns
+        ]
+        self.parallel = [ParallelAnchors(max(k, 1), self.config.anchors) for k in turns]
+        self.group_expert: dict[str, int] = {}
+        """The expert index of each group started from an expert (this step's)."""
+
+    @staticmethod
+    def _seed(trajectory: Trajectory) -> int:
+        roll = trajectory.extra.get("roll") if isinstance(trajectory.extra, dict) else None
+        if isinstance(roll, dict) and isinstance(roll.get("env_seed"), int):
+            return int(roll["env_seed"])
+        tail = (trajectory.task_id or "").rpartition("/")[2]
+        if tail.isdigit():
+            return int(tail)
+        raise ConfigError(
+            f"expert trajectory {trajectory.trajectory_id} does not say its environment seed; "
+            "record it as extra.roll.env_seed or end its task_id with /SEED"
+        )
+
+    def anchors(self, index: int) -> list[int]:
+        if self.config.mode == "parallel":
+            return list(self.parallel[index].anchors)
+        return [self.rollback[index].current]
+
+    def start(self, task_id: str, launch: int) -> tuple[int, int] | None:
+        """For a group of the task ``task_id`` (the ``launch``-th group started): the expert
+        and the anchor it starts from, or None when the task has no expert. In parallel
+        mode the task's groups take the anchors in turn; in sequential mode, the current."""
+        index = self.by_task.get(task_id)
+        if index is None:
+            return None
+        anchors = self.anchors(index)
+        return index, anchors[launch % len(anchors)]
+
+    def state(self) -> list[int]:
+        return [r.current for r in self.rollback]
+
+    def load_state(self, anchors: list[int]) -> None:
+        for rollback, anchor in zip(self.rollback, anchors, strict=False):
+            rollback.current = anchor

@@ -16,7 +16,6 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import Any, Protocol, Self
 
-from ale.jsonl import read_jsonl
 from ale.trajectory import Trajectory
 from roll.agentic.collector import TaskRollouts
 from roll.agentic.ray_workers import RayPolicyBackend, RayTaskRollouts
@@ -31,7 +30,7 @@ from roll.generation.server import ServerBackend
 from roll.generation.vllm import VLLMBackend
 from roll.generation.vllm_server import VLLMServer
 from roll.ray_engine import EnvWorkers, RemoteEnvEngine
-from roll.resample import ParallelAnchors, SequentialRollback
+from roll.resample import Experts
 from roll.rollout import EpisodeRequest, RolloutEngine
 from roll.schedule import Prompt, Round, TailBatching
 from roll.session import Session
@@ -69,50 +68,6 @@ def derive_seed(*parts: object) -> int:
     """A 31-bit seed from any parts (stable across runs and Python versions)."""
     digest = hashlib.sha256(":".join(str(p) for p in parts).encode()).digest()
     return int.from_bytes(digest[:4], "big") >> 1
-
-
-class Experts:
-    """Expert trajectories for chunk-level initialised resampling, with their anchor state."""
-
-    def __init__(self, config: TrainConfig) -> None:
-        assert config.resample is not None
-        self.config = config.resample
-        self.trajectories = list(read_jsonl(config.resample.experts, Trajectory))
-        if not self.trajectories:
-            raise ConfigError(f"{config.resample.experts} holds no expert trajectories")
-        self.seeds = [self._seed(t) for t in self.trajectories]
-        turns = [sum(1 for s in t.steps if s.role.value == "assistant") for t in self.trajectories]
-        self.rollback = [
-            SequentialRollback(max(k, 1), threshold=self.config.threshold) for k in turns
-        ]
-        self.parallel = [ParallelAnchors(max(k, 1), self.config.anchors) for k in turns]
-        self.group_expert: dict[str, int] = {}
-        """The expert index of each group started from an expert (this step's)."""
-
-    @staticmethod
-    def _seed(trajectory: Trajectory) -> int:
-        roll = trajectory.extra.get("roll") if isinstance(trajectory.extra, dict) else None
-        if isinstance(roll, dict) and isinstance(roll.get("env_seed"), int):
-            return int(roll["env_seed"])
-        tail = (trajectory.task_id or "").rpartition("/")[2]
-        if tail.isdigit():
-            return int(tail)
-        raise ConfigError(
-            f"expert trajectory {trajectory.trajectory_id} does not say its environment seed; "
-            "record it as extra.roll.env_seed or end its task_id with /SEED"
-        )
-
-    def anchors(self, index: int) -> list[int]:
-        if self.config.mode == "parallel":
-            return list(self.parallel[index].anchors)
-        return [self.rollback[index].current]
-
-    def state(self) -> list[int]:
-        return [r.current for r in self.rollback]
-
-    def load_state(self, anchors: list[int]) -> None:
-        for rollback, anchor in zip(self.rollback, anchors, strict=False):
-            rollback.current = anchor
 
 
 def make_backend(config: TrainConfig, session: Session) -> GenerationBackend:
@@ -356,7 +311,7 @@ def _open_source(
     }
     if config.ray is not None:  # episodes in Ray rollout workers
         return RayTaskRollouts(config.tasks, session.tokenizer, ray_config=config.ray, **args)
-    return TaskRollouts(config.tasks, session.tokenizer, **args)
+    return TaskRollouts(config.tasks, session.tokenizer, experts=experts, **args)
 
 
 def open_source(

@@ -34,9 +34,9 @@ from roll.algo.batch import Sample, assign_advantages, sample_from_trajectory, s
 from roll.algo.losses import LossSpec
 from roll.config import TrainConfig
 from roll.ray_engine import ray_session
-from roll.resample import needs_imitation
+from roll.resample import Experts, needs_imitation
 from roll.session import Session
-from roll.sources import Experts, make_backend, open_source
+from roll.sources import make_backend, open_source
 from roll.update import scored_logprobs_of
 
 
@@ -172,7 +172,9 @@ def _advance_anchors(experts: Experts, config: TrainConfig, groups: dict[Any, li
     if experts.config.mode != "sequential":
         return
     for group, rewards in groups.items():
-        experts.rollback[experts.group_expert[group]].update(rewards)
+        index = experts.group_expert.get(group)  # (a task without an expert: none)
+        if index is not None:
+            experts.rollback[index].update(rewards)
     experts.group_expert.clear()
 
 

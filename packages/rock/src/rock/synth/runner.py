@@ -18,7 +18,7 @@ import threading
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from ale.agents import BenchAgent
 from ale.synth.runner import Outcome
@@ -32,6 +32,8 @@ from rock.episode import run_episode, verifier_result
 from rock.errors import DaemonUnreachable, PoolExhausted, RockError, ShuttingDown
 from rock.models import SandboxSpec
 from rock.task_phases import Services
+
+T = TypeVar("T")
 
 SYNTH_IMAGE = "rock/bench-base:bookworm"
 """The base image generated tasks build on (their Dockerfiles say FROM it)."""
@@ -294,9 +296,11 @@ class PoolRunner:
         *,
         logs_dir: Path | None = None,
         before_verifier: Callable[[], Awaitable[None]] | None = None,
+        starts: ForkedStarts | None = None,
     ) -> Outcome:
         """One episode in :func:`rock.episode.run_episode`, this runner its :class:`TaskEnv`
-        (``before_verifier``: see :class:`ale.synth.runner.SandboxRunner`)."""
+        (``before_verifier``: see :class:`ale.synth.runner.SandboxRunner`), or ``starts``
+        when the episode starts from a fork of a prepared sandbox."""
         started = time.monotonic()
         lost: list[str] = []
 
@@ -309,7 +313,7 @@ class PoolRunner:
             episode = await run_episode(
                 task,
                 agent,
-                self,
+                starts if starts is not None else self,
                 agent_timeout_sec=task.agent_timeout_sec,
                 test_timeout_sec=task.test_timeout_sec,
                 verifier_dir=logs_dir / "verifier" if logs_dir is not None else Path(tmp),
@@ -335,6 +339,31 @@ class PoolRunner:
             error=episode.error,
             seconds=seconds,
         )
+
+    async def prepared(
+        self,
+        task: Task,
+        prepare: Callable[[Sandbox, str], Awaitable[T]],
+        count: int,
+    ) -> tuple[ForkedStarts, T]:
+        """A sandbox of ``task`` made ready by ``prepare`` (given it and its working
+        directory: an expert's first turns replayed in it, say), and ``count`` forks of it
+        to start episodes from (see :class:`ForkedStarts`); what ``prepare`` returned. The
+        forks need sandboxes a rock daemon serves (a warm pool's): they are its ``fork``."""
+        sandbox, workdir = await self.open(task)
+        try:
+            fork = getattr(sandbox, "fork", None)
+            if not callable(fork):
+                raise SandboxError(
+                    "episodes that start from a fork need sandboxes from a rock daemon (a "
+                    "warm pool); this runner's sandboxes cannot be forked."
+                )
+            made = await prepare(sandbox, workdir)
+            forks = await asyncio.to_thread(fork, count)
+        except BaseException:
+            await asyncio.shield(asyncio.to_thread(self.source.release, sandbox))
+            raise
+        return ForkedStarts(self, sandbox, workdir, forks), made
 
     # -- the TaskEnv of rock.episode ----------------------------------------------------------
 
@@ -396,6 +425,64 @@ class PoolRunner:
         sandbox.exec(f"mkdir -p {TESTS_DIR}; {toolchain.PTH_SETUP}", timeout=60)
         if task.tests_dir is not None and task.tests_dir.is_dir():
             sandbox.upload(task.tests_dir, TESTS_DIR)
+
+
+class ForkedStarts:
+    """The :class:`TaskEnv` of episodes that start from forks of one prepared sandbox (the
+    parent): chunk-level initialised resampling, where an expert's first k turns were
+    replayed in the parent and each episode continues from there. A fork holds the parent's
+    files as they were at the fork (a commit of its file system, with its spec: limits,
+    environment, working directory); running processes are not carried. Each episode takes
+    a fork made beforehand, or a new one of the parent (an episode run again after an
+    infrastructure failure); a fork is deleted when its episode ends, the parent by
+    :meth:`close`. The rest of the episode (tests, verifier) is the runner's."""
+
+    def __init__(self, runner: PoolRunner, parent: Sandbox, workdir: str, forks: list[Any]) -> None:
+        self.runner, self.parent, self.workdir = runner, parent, workdir
+        self._ready = list(forks)
+        self._closed = False
+
+    async def open(self, task: Task) -> tuple[Sandbox, str]:
+        if self._ready:
+            return self._ready.pop(), self.workdir
+        if self._closed:
+            raise SandboxError("the sandbox these episodes start from was given back.")
+        fork = getattr(self.parent, "fork")  # noqa: B009  (checked by PoolRunner.prepared)
+        made: list[Sandbox] = await asyncio.to_thread(fork, 1)
+        return made[0], self.workdir
+
+    async def close(self, sandbox: Sandbox) -> None:
+        await asyncio.shield(asyncio.to_thread(_delete_quietly, sandbox))
+
+    async def aclose(self) -> None:
+        """Give the parent back, and delete the forks no episode took."""
+        self._closed = True
+        left, self._ready = self._ready, []
+        for fork in left:
+            await asyncio.to_thread(_delete_quietly, fork)
+        await asyncio.to_thread(self.runner.source.release, self.parent)
+
+    async def stage_tests(self, task: Task, sandbox: Sandbox) -> None:
+        await self.runner.stage_tests(task, sandbox)
+
+    async def network(self, task: Task, sandbox: Sandbox, on: bool | None) -> None:
+        await self.runner.network(task, sandbox, on)
+
+    def services(self, sandbox: Sandbox) -> Services:
+        return self.runner.services(sandbox)
+
+    async def open_verifier(
+        self, task: Task, verifier: TaskVerifier, network: bool | None = None
+    ) -> Sandbox:
+        return await self.runner.open_verifier(task, verifier, network)
+
+    def failure_of(self, exc: Exception) -> FailureMode:
+        return self.runner.failure_of(exc)
+
+
+def _delete_quietly(sandbox: Sandbox) -> None:
+    with contextlib.suppress(Exception):  # gone already, or its daemon away: its own end
+        sandbox.delete()
 
 
 def _infrastructure(exc: BaseException) -> FailureMode:

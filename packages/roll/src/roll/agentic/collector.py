@@ -23,12 +23,13 @@ from typing import Any, Literal, Self
 from ale.task import Task
 from ale.trajectory import Trajectory
 from roll.agentic.admission import Admission, GroupGate
-from roll.agentic.episodes import AgenticEpisodes, AgentSettings, EpisodeCounts
+from roll.agentic.episodes import AgenticEpisodes, AgentSettings, EpisodeCounts, Start
 from roll.agentic.policy import GenerationQueue
 from roll.config import TasksConfig
 from roll.errors import ConfigError, RollError, TrainingAborted
 from roll.gateway import Gateway, GatewayEpisodes
 from roll.generation.base import GenerationBackend, SamplingParams
+from roll.resample import Experts
 from roll.schedule import Prompt, Round
 
 
@@ -107,8 +108,13 @@ class TaskRollouts:
         groups_per_step: int,
         max_staleness: int = 0,
         refill_uniform: bool = False,
+        experts: Experts | None = None,
     ) -> None:
         self.config = config
+        self.experts = experts
+        """Expert trajectories of tasks: their groups start from an expert's first turns,
+        in forks of a sandbox they were replayed in (:class:`roll.agentic.episodes.Start`)."""
+        self._starts = 0
         self.refill_uniform = refill_uniform
         self.uniform_refilled = 0
         self.tokenizer = tokenizer
@@ -291,7 +297,15 @@ class TaskRollouts:
         """One group's scored trajectories (the seam the Ray rollout workers replace); with
         ``gate`` (a short round's), its episodes verify once the group is admitted."""
         assert self._episodes is not None
-        return await self._episodes.group(task, self.group_size, group_id, gate)
+        start = None
+        picked = self.experts.start(task.id, self._starts) if self.experts else None
+        if picked is not None and self.experts is not None:
+            self._starts += 1
+            index, anchor = picked
+            group_id = f"{group_id}-e{index}-a{anchor}"
+            self.experts.group_expert[group_id] = index
+            start = Start(self.experts.trajectories[index], anchor, index)
+        return await self._episodes.group(task, self.group_size, group_id, gate, start)
 
     # -- rounds (tail batching, roll.schedule) --------------------------------------------------
 

@@ -22,17 +22,21 @@ Every started episode is counted in :class:`EpisodeCounts`, so nothing is lost s
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import uuid
 from collections import Counter
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-from ale.agents import BenchAgent, load_agent
+from ale.agents import BenchAgent, TaskContext, load_agent
+from ale.sandbox import SandboxVerbs
 from ale.synth.runner import Outcome, SandboxRunner
 from ale.task import Task
-from ale.trajectory import FailureMode, Trajectory
+from ale.trajectory import FailureMode, Role, Step, Trajectory
 from roll.agentic.admission import EpisodeGate, GroupGate
 from roll.agentic.policy import GenerationQueue, PolicyModel
+from roll.errors import RollError
 from roll.gateway import Gateway
 from roll.gateway.openai_api import MODEL_NAME
 
@@ -121,6 +125,45 @@ class AgentSettings:
         return load_agent(self.name, **(kwargs | self.extra))
 
 
+@dataclass(frozen=True)
+class Start:
+    """Where a group's episodes start (chunk-level initialised resampling on sandboxes): the
+    expert's first ``anchor`` turns are replayed once, by the iflow agent's own tools, in a
+    sandbox of the task; each episode gets a fork of that sandbox and continues from those
+    turns, which enter its trajectory marked ``extra.roll.prefix`` (the imitation term's
+    tokens, no RL loss). Anchor 0 is the task from its beginning."""
+
+    expert: Trajectory
+    anchor: int
+    expert_index: int = 0
+
+
+class _Continuing:
+    """The episode's agent, continuing from ``prefix`` (given in its task context)."""
+
+    def __init__(self, agent: BenchAgent, prefix: list[Step]) -> None:
+        self.agent, self.prefix = agent, prefix
+        self.name = getattr(agent, "name", "iflow")
+
+    async def run(
+        self,
+        instruction: str,
+        sandbox: SandboxVerbs,
+        *,
+        logs_dir: Path | None = None,
+        timeout_sec: float | None = None,
+        context: TaskContext | None = None,
+        **options: Any,
+    ) -> Trajectory:
+        steps = [s.model_copy(deep=True) for s in self.prefix]  # the episode's own objects
+        context = dataclasses.replace(context or TaskContext(), prefix=steps)
+        run = self.agent.run
+        return await run(  # type: ignore[call-arg]
+            instruction, sandbox, logs_dir=logs_dir, timeout_sec=timeout_sec, context=context,
+            **options,
+        )  # fmt: skip
+
+
 def classify(outcome: Outcome) -> FailureMode | None:
     """``None`` when the episode is scored, else the infrastructure failure it ran into.
 
@@ -179,8 +222,17 @@ class AgenticEpisodes:
             **self.agent.extra,
         )
 
-    async def _attempt(self, task: Task, group_id: str, hold: EpisodeGate | None) -> Outcome:
+    async def _attempt(
+        self, task: Task, group_id: str, hold: EpisodeGate | None, started: _Started | None
+    ) -> Outcome:
         gateway = self.agent.gateway
+        if started is not None:  # (the config keeps resampling to the in-process agent)
+            continuing = _Continuing(self._agent(), started.prefix)
+            episode = getattr(self.runner, "episode")  # noqa: B009  (a PoolRunner's)
+            outcome: Outcome = await episode(
+                task, continuing, before_verifier=hold, starts=started.starts
+            )
+            return outcome
         if gateway is None:
             return await self.runner.episode(task, self._agent(), before_verifier=hold)
         key = gateway.episodes.open(f"{group_id}/{task.id}")
@@ -203,17 +255,22 @@ class AgenticEpisodes:
         return outcome
 
     async def episode(
-        self, task: Task, group_id: str, hold: EpisodeGate | None = None
+        self,
+        task: Task,
+        group_id: str,
+        hold: EpisodeGate | None = None,
+        started: _Started | None = None,
     ) -> Trajectory | None:
         """One scored episode of ``task`` (infrastructure failures run again), or ``None``
         when every attempt failed for infrastructure reasons; with ``hold``, each attempt
-        waits there before its verifier (:mod:`roll.agentic.admission`)."""
+        waits there before its verifier (:mod:`roll.agentic.admission`); with ``started``,
+        from a fork of its group's prepared sandbox (:class:`Start`)."""
         for attempt in range(self.max_attempts):
             if attempt:
                 await asyncio.sleep(self.retry_delay * 2 ** (attempt - 1))
             self.counts.started += 1
             try:
-                outcome = await self._attempt(task, group_id, hold)
+                outcome = await self._attempt(task, group_id, hold, started)
             except asyncio.CancelledError:  # its group was cut: stopped, sandbox given back
                 self.counts.cut += 1
                 raise
@@ -226,6 +283,10 @@ class AgenticEpisodes:
                 trajectory.group_id = group_id
                 trajectory.task_id = trajectory.task_id or task.id
                 trajectory.episode_id = trajectory.episode_id or uuid.uuid4().hex
+                if started is not None:
+                    roll = trajectory.extra.setdefault("roll", {})
+                    roll["anchor"] = started.anchor
+                    roll["expert_index"] = started.expert_index
                 return trajectory
             self.counts.reasons[reason.value] += 1
             self.counts.last_error = outcome.error or reason.value
@@ -235,16 +296,107 @@ class AgenticEpisodes:
         return None
 
     async def group(
-        self, task: Task, size: int, group_id: str, gate: GroupGate | None = None
+        self,
+        task: Task,
+        size: int,
+        group_id: str,
+        gate: GroupGate | None = None,
+        start: Start | None = None,
     ) -> list[Trajectory]:
         """``size`` concurrent episodes of ``task``; the scored ones. Cancelled, it returns
         once every episode has stopped and given its sandbox back. With ``gate`` (a short
-        round's), the episodes run their verifiers once the group is admitted."""
+        round's), the episodes run their verifiers once the group is admitted. With
+        ``start``, they continue from an expert's first turns, each in a fork of the sandbox
+        they were replayed in (:class:`Start`); when that replay fails, so does the group."""
+        started: _Started | None = None
+        if start is not None and start.anchor > 0:
+            started = await self._prepare(task, size, start)
+            if started is None:
+                return []
+        try:
+            return await self._group(task, size, group_id, gate, started)
+        finally:
+            if started is not None:
+                await asyncio.shield(started.starts.aclose())
 
+    async def _prepare(self, task: Task, size: int, start: Start) -> _Started | None:
+        """The prepared sandbox and its forks, or None (counted) when it could not be made."""
+        prepared = getattr(self.runner, "prepared", None)
+        if prepared is None:
+            raise RollError(
+                "episodes that start from an expert's turns need rock's pool runner (forks "
+                "of a daemon's sandboxes); this runner has none."
+            )
+
+        async def replay(sandbox: Any, workdir: str) -> list[Step]:
+            return await self._replay(task, start, sandbox, workdir)
+
+        try:
+            starts, prefix = await prepared(task, replay, size)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # the sandbox or the replay failed: no episode ran
+            self.counts.started += size
+            self.counts.abandoned += size
+            self.counts.reasons[FailureMode.SANDBOX_ERROR.value] += size
+            self.counts.last_error = f"the expert's turns could not be replayed: {exc}"
+            return None
+        return _Started(starts, prefix, start.anchor, start.expert_index)
+
+    async def _replay(self, task: Task, start: Start, sandbox: Any, workdir: str) -> list[Step]:
+        """The expert's first ``anchor`` turns, run by the iflow agent's tools in
+        ``sandbox`` (a scripted model says them): its assistant turns (marked
+        ``extra.roll.prefix``) and their tool results, as this sandbox answered them."""
+        from iflow.bench import IflowAgent
+        from iflow.models.scripted import ScriptedModel
+
+        turns = [s for s in start.expert.steps if s.role is Role.ASSISTANT][: start.anchor]
+        script: list[Any] = [
+            {
+                "content": t.content,
+                "tool_calls": [
+                    {"id": c.id, "name": c.name, "arguments": c.arguments} for c in t.tool_calls
+                ],
+            }
+            if t.tool_calls
+            else t.content
+            for t in turns
+        ]
+        agent = IflowAgent(
+            model_obj=ScriptedModel(script),
+            prompt_profile=self.agent.prompt_profile,
+            max_turns=len(script),
+            tool_format=self.agent.tool_format,
+            **self.agent.extra,
+        )
+        trajectory = await agent.run(task.instruction, sandbox, root=workdir)
+        prefix: list[Step] = []
+        seen = 0
+        for step in trajectory.steps:
+            if step.role is Role.ASSISTANT:
+                if seen == len(script):
+                    break
+                seen += 1
+                roll = {**step.extra.get("roll", {}), "prefix": True}
+                prefix.append(step.model_copy(update={"extra": {**step.extra, "roll": roll}}))
+            elif step.role is Role.TOOL and seen:
+                prefix.append(step)
+        if seen < len(script):
+            raise RollError(f"the expert's turns ended after {seen} of {len(script)} in the replay")
+        return prefix
+
+    async def _group(
+        self,
+        task: Task,
+        size: int,
+        group_id: str,
+        gate: GroupGate | None,
+        started: _Started | None,
+    ) -> list[Trajectory]:
         async def one() -> Trajectory | None:
             hold = gate.episode() if gate is not None else None
             try:
-                return await self.episode(task, group_id, hold)
+                return await self.episode(task, group_id, hold, started)
             finally:
                 if hold is not None:
                     hold.ended()
@@ -258,3 +410,14 @@ class AgenticEpisodes:
             await asyncio.gather(*episodes, return_exceptions=True)
             raise
         return [t for t in done if t is not None]
+
+
+@dataclass
+class _Started:
+    """A group's prepared start: the forks' source and the turns its episodes continue from."""
+
+    starts: Any
+    """A :class:`rock.synth.runner.ForkedStarts`."""
+    prefix: list[Step]
+    anchor: int
+    expert_index: int

@@ -445,6 +445,32 @@ class PolicyModel:
             return prompt_token_ids(self.tokenizer, messages, tools, self.tool_format), False
         return prompt_token_ids(self.tokenizer, messages, tools, self.tool_format), True
 
+    def _take_prefix(self, messages: list[Step], tools: list[dict[str, Any]]) -> None:
+        """An expert's turns the episode continues from (:func:`is_prefix`) enter the
+        transcript as if this policy had written them: each records the prompt it followed
+        and the ids of its text as the template writes it, the end-of-turn token included,
+        with no log-probs, so the trajectory's token view holds them (for the imitation term;
+        they take no RL loss). The steps are the agent's own, so its trajectory has them."""
+        for index in range(self._seen, len(messages)):
+            step = messages[index]
+            if step.role is not Role.ASSISTANT or not is_prefix(step) or step.token_ids:
+                continue
+            prompt, _ = self.prompt_ids(messages[:index], tools)
+            asked = self._render(messages[:index], tools, gen=True)
+            answered = self._render(messages[: index + 1], tools, gen=False)
+            eot = self._end_of_turn(messages, tools)
+            text = answered[len(asked) :] if answered.startswith(asked) else step.content
+            text = text[: -len(eot)] if eot and text.endswith(eot) else text
+            ids = self._encode(text)
+            stop = self._encode(eot)[:1]
+            self._stopped = bool(stop) and stop[0] in self._eos
+            if self._stopped:
+                ids += stop
+            step.prompt_token_ids, step.token_ids, step.logprobs = prompt, ids, None
+            self.tokens = prompt + ids
+            self._seen = index + 1
+            self._history = [said(m) for m in messages[: index + 1]]
+
     async def complete(
         self,
         messages: list[Step],
@@ -452,6 +478,7 @@ class PolicyModel:
         *,
         on_delta: DeltaCallback | None = None,
     ) -> ModelResponse:
+        self._take_prefix(messages, tools)
         prompt, rewritten = self.prompt_ids(messages, tools)
         room = self.context_limit - len(prompt)
         if room <= 0:
@@ -489,6 +516,13 @@ class PolicyModel:
             raw=raw if raw != content else None,
             extra=extra,
         )
+
+
+def is_prefix(step: Step) -> bool:
+    """Whether ``step`` is a turn of an expert's prefix the episode continues from (marked
+    ``extra["roll"]["prefix"]``: chunk-level initialised resampling), not one sampled here."""
+    roll = step.extra.get("roll")
+    return isinstance(roll, dict) and bool(roll.get("prefix"))
 
 
 def said(message: Step) -> tuple[Any, ...]:
