@@ -276,3 +276,40 @@ def test_needs_imitation() -> None:
     assert needs_imitation([0.0, 0.0, -1.0])
     assert not needs_imitation([0.0, 0.25])
     assert needs_imitation([])
+
+
+def test_self_sampling_takes_a_first_success_of_a_task_without_an_expert(tmp_path: Path) -> None:
+    """`resample.self_experts` with tasks: the policy's first successful trajectory of a task
+    that has no expert becomes that task's expert (its groups then start from its turns);
+    failures, and tasks that have one, change nothing. Misused, one sentence each."""
+    from pydantic import ValidationError
+
+    from roll.config import TrainConfig
+    from roll.resample import Experts
+
+    base = {"model": {"path": str(tmp_path)}, "tasks": {"dataset": str(tmp_path)}}
+    resample = {"self_experts": True, "mode": "parallel", "anchors": 3}
+    config = TrainConfig.model_validate({**base, "resample": resample})
+    experts = Experts(config)
+    assert experts.trajectories == [] and experts.start("t1", 0) is None
+
+    def episode(task: str, reward: float, turns: int) -> Trajectory:
+        steps = [Step(role=Role.USER, content="do it")]
+        steps += [Step(role=Role.ASSISTANT, content=f"turn {i}") for i in range(turns)]
+        return Trajectory(agent=AgentInfo(name="iflow"), task_id=task, steps=steps, reward=reward)
+
+    taken = experts.learn_from(
+        [episode("t1", 0.0, 3), episode("t1", 1.0, 4), episode("t1", 1.0, 2)]
+    )
+    assert taken == 1 and experts.learn_from([episode("t2", 0.0, 3)]) == 0
+    assert experts.by_task == {"t1": 0} and len(experts.trajectories[0].steps) == 5
+    assert [experts.start("t1", n) for n in range(3)] == [(0, 0), (0, 2), (0, 3)]
+    for bad, words in (
+        ({"resample": {}}, "resample: needs experts:"),
+        ({"env": {"name": "guess"}, "resample": {"self_experts": True}}, "is for tasks:"),
+    ):
+        with pytest.raises(ValidationError, match=words):
+            TrainConfig.model_validate({"model": {"path": str(tmp_path)}, **bad})
+    off = TrainConfig.model_validate({**base, "resample": {"experts": str(tmp_path / "e.jsonl")}})
+    (tmp_path / "e.jsonl").write_text(episode("t1", 1.0, 2).model_dump_json() + "\n")
+    assert Experts(off).learn_from([episode("t2", 1.0, 2)]) == 0  # self-sampling is off

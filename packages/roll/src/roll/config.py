@@ -116,11 +116,14 @@ class RunConfig(_Section):
 class ResampleConfig(_Section):
     """Chunk-level initialised resampling from expert trajectories."""
 
-    experts: str
+    experts: str | None = None
     """A JSONL of expert trajectories whose actions are replayed: with ``env:``, one per env
     seed; with ``tasks:``, trajectories whose ``task_id`` names a task of the dataset (a
     synthesis run's expert trajectories), replayed once per group in a sandbox of the task
     that each episode of the group gets a fork of (tasks without one run from the start)."""
+    self_experts: bool = False
+    """With ``tasks:``: a task without an expert takes the policy's first successful
+    trajectory of it as its expert (self-sampling); with no ``experts`` file, every task."""
     mode: Literal["sequential", "parallel"] = "sequential"
     """``sequential``: start from the last expert chunk and roll back as groups succeed;
     ``parallel``: start groups at ``anchors`` evenly spread anchors at once."""
@@ -465,7 +468,19 @@ class TrainConfig(_Section):
 
     @model_validator(mode="after")
     def _check_resample(self) -> TrainConfig:
-        if self.resample is None or self.tasks is None:
+        if self.resample is None:
+            return self
+        if self.tasks is None and self.resample.self_experts:
+            raise ValueError(
+                "resample.self_experts is for tasks: (sandboxes that can be forked); "
+                "in-process environments replay experts recorded with their seeds"
+            )
+        if self.resample.experts is None and not (self.resample.self_experts and self.tasks):
+            raise ValueError(
+                "resample: needs experts: (a JSONL of expert trajectories), or, with tasks:, "
+                "self_experts: true (the policy's own successes become the experts)"
+            )
+        if self.tasks is None:
             return self
         if self.tasks.agent.transport == "gateway":
             raise ValueError(

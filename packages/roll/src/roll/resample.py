@@ -204,23 +204,46 @@ class Experts:
     def __init__(self, config: TrainConfig) -> None:
         assert config.resample is not None
         self.config = config.resample
-        self.trajectories = list(read_jsonl(config.resample.experts, Trajectory))
-        if not self.trajectories:
-            raise ConfigError(f"{config.resample.experts} holds no expert trajectories")
-        # in-process environments replay from a seed; tasks replay in a sandbox of the task
-        self.seeds = [self._seed(t) for t in self.trajectories] if config.tasks is None else []
+        path = config.resample.experts
+        self.trajectories: list[Trajectory] = []
+        self.seeds: list[int] = []
         self.by_task: dict[str, int] = {}
         """The first expert of each task id (tasks: the groups of that task start from it)."""
-        for index, trajectory in enumerate(self.trajectories):
-            if trajectory.task_id:
-                self.by_task.setdefault(trajectory.task_id, index)
-        turns = [sum(1 for s in t.steps if s.role.value == "assistant") for t in self.trajectories]
-        self.rollback = [
-            SequentialRollback(max(k, 1), threshold=self.config.threshold) for k in turns
-        ]
-        self.parallel = [ParallelAnchors(max(k, 1), self.config.anchors) for k in turns]
+        self.rollback: list[SequentialRollback] = []
+        self.parallel: list[ParallelAnchors] = []
         self.group_expert: dict[str, int] = {}
         """The expert index of each group started from an expert (this step's)."""
+        for trajectory in read_jsonl(path, Trajectory) if path is not None else ():
+            # in-process environments replay from a seed; tasks, in a sandbox of the task
+            self.add(trajectory, seed=config.tasks is None)
+        if not self.trajectories and not self.config.self_experts:
+            raise ConfigError(f"{path} holds no expert trajectories")
+
+    def add(self, trajectory: Trajectory, *, seed: bool = False) -> int:
+        """Take ``trajectory`` as an expert (of its task, if that has none yet); its index."""
+        index = len(self.trajectories)
+        if seed:
+            self.seeds.append(self._seed(trajectory))
+        self.trajectories.append(trajectory)
+        if trajectory.task_id:
+            self.by_task.setdefault(trajectory.task_id, index)
+        turns = max(sum(1 for s in trajectory.steps if s.role is Role.ASSISTANT), 1)
+        self.rollback.append(SequentialRollback(turns, threshold=self.config.threshold))
+        self.parallel.append(ParallelAnchors(turns, self.config.anchors))
+        return index
+
+    def learn_from(self, trajectories: Sequence[Trajectory]) -> int:
+        """Self-sampling (``resample.self_experts``): a successful trajectory of the policy
+        becomes the expert of its task when the task has none; how many were taken."""
+        if not self.config.self_experts:
+            return 0
+        taken = 0
+        for trajectory in trajectories:
+            task = trajectory.task_id
+            if task and task not in self.by_task and (trajectory.reward or 0.0) > 0:
+                self.add(trajectory)
+                taken += 1
+        return taken
 
     @staticmethod
     def _seed(trajectory: Trajectory) -> int:

@@ -115,6 +115,8 @@ class TaskRollouts:
         """Expert trajectories of tasks: their groups start from an expert's first turns,
         in forks of a sandbox they were replayed in (:class:`roll.agentic.episodes.Start`)."""
         self._starts = 0
+        self.self_experts = 0
+        """Successful trajectories of the policy taken as their task's expert."""
         self.refill_uniform = refill_uniform
         self.uniform_refilled = 0
         self.tokenizer = tokenizer
@@ -305,7 +307,10 @@ class TaskRollouts:
             group_id = f"{group_id}-e{index}-a{anchor}"
             self.experts.group_expert[group_id] = index
             start = Start(self.experts.trajectories[index], anchor, index)
-        return await self._episodes.group(task, self.group_size, group_id, gate, start)
+        trajectories = await self._episodes.group(task, self.group_size, group_id, gate, start)
+        if self.experts is not None:  # self-sampling: a success of a task without an expert
+            self.self_experts += self.experts.learn_from(trajectories)
+        return trajectories
 
     # -- rounds (tail batching, roll.schedule) --------------------------------------------------
 
@@ -452,6 +457,9 @@ class TaskRollouts:
         out["episodes/stale_dropped_groups"] = float(self.stale_dropped)
         out["episodes/uniform_refilled_groups"] = float(self.uniform_refilled)
         out["episodes/groups_in_flight"] = float(self._inflight)
+        if self.experts is not None:
+            out["resample/self_experts"] = float(self.self_experts)
+            out["resample/tasks_with_experts"] = float(len(self.experts.by_task))
         if self._queue is not None:
             out["generation/mean_batch"] = self._queue.stats.mean_batch
         if self._gateway is not None:

@@ -1,0 +1,164 @@
+"""Chunk-level initialised resampling on real sandboxes: IPA with it vs IPA without (baseline).
+
+On task families whose expert needs several turns (log-summary, json-reshape, maze-path of
+datasets/synth-mini: 4-6 turns; the 135M model rarely solves them from the start), split per
+family into training (two thirds) and held-out tasks (the rest), for each seed:
+
+1. `roll sft` (packages/roll/examples/sft-demo.yaml, that seed, a longer context for these
+   tasks' outputs): the demo's real model (SmolLM2-135M-Instruct) imitates the training
+   tasks' expert trajectories (`--tiny`: a tiny model built from nothing);
+2. from that SFT model, two RL runs with the same config, seed and budget
+   (packages/roll/examples/train-demo-ipa.yaml, 6 turns): `ipa` (every group starts at the
+   task's beginning: the baseline) and `ipa+resample` (`resample:` parallel, 3 anchors: each
+   task's groups start in turn at anchor 0, the middle and the last chunk of its expert
+   trajectory, in forks of a sandbox the expert's turns were replayed in; groups without a
+   success imitate the expert's turns);
+3. `rock bench run --agent roll-policy` (greedy, from the start of each task) on the held-out
+   tasks for the SFT model and both RL models.
+
+Printed per arm: held-out success (mean and per seed), the training success of the groups
+that started at the beginning (what both arms share) and of all groups, and resampling's gain
+over the baseline in points.
+
+Usage: .venv/bin/python benchmarks/resample_sandboxes.py [--seeds 3] [--rl-steps 10] [--tiny] [--out DIR]
+(`--seeds 1 --rl-steps 4` for a quick look; every finished stage is reused when run again.)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import sys
+import time
+from pathlib import Path
+
+from learning_ipa import BIN, EXAMPLES, REPO, real_model, run
+
+FAMILIES = ("log-summary", "json-reshape", "maze-path")
+SOURCE = REPO / "datasets" / "synth-mini"
+TURNS = 6
+CONTEXT = 2048
+ARMS = {
+    "ipa": [],
+    "ipa+resample": ["resample.mode=parallel", "resample.anchors=3"],
+}
+
+
+def split(out: Path) -> tuple[Path, Path]:
+    """Training and held-out datasets of the families' tasks (two thirds / one third each),
+    with the training tasks' expert trajectories."""
+    train, heldout = out / "datasets" / "train", out / "datasets" / "heldout"
+    if (heldout / "tasks").is_dir():
+        return train, heldout
+    experts = [json.loads(x) for x in (SOURCE / "trajectories.jsonl").read_text().splitlines()]
+    kept: list[str] = []
+    for family in FAMILIES:
+        names = sorted(p.name for p in (SOURCE / "tasks").iterdir() if p.name.startswith(family))
+        cut = len(names) * 2 // 3
+        for name in names[:cut]:
+            shutil.copytree(SOURCE / "tasks" / name, train / "tasks" / name)
+            kept.append(name)
+        for name in names[cut:]:
+            shutil.copytree(SOURCE / "tasks" / name, heldout / "tasks" / name)
+    rows = [json.dumps(t) for t in experts if t.get("task_id") in kept and t.get("reward")]
+    (train / "trajectories.jsonl").write_text("".join(f"{r}\n" for r in rows))
+    return train, heldout
+
+
+def evaluate(model: Path, heldout: Path, out: Path) -> float:
+    summary = out / "results.json"
+    if not summary.is_file():
+        shutil.rmtree(out, ignore_errors=True)
+        run(BIN / "rock", "bench", "run", "--dataset", heldout / "tasks", "--agent", "roll-policy",
+            "--n-concurrent", "16", "--output", out, "--agent-kwarg", f"model_path={model}",
+            "--agent-kwarg", "prompt_profile=compact", "--agent-kwarg", "tool_format=brief",
+            "--agent-kwarg", "temperature=0", "--agent-kwarg", f"max_turns={TURNS}",
+            "--agent-kwarg", f"context_limit={CONTEXT}", "--agent-kwarg", "max_output_tokens=96",
+            "--agent-kwarg", "dtype=bfloat16")  # fmt: skip
+    return float(json.loads(summary.read_text()).get("accuracy") or 0.0)
+
+
+def training_success(run_dir: Path) -> tuple[float, float]:
+    """The mean reward of the training episodes that started at a task's beginning, and of
+    all of them (from the run's rollouts)."""
+    fresh: list[float] = []
+    every: list[float] = []
+    for path in sorted((run_dir / "rollouts").glob("step-*.jsonl")):
+        for line in path.read_text().splitlines():
+            trajectory = json.loads(line)
+            reward = float(trajectory.get("reward") or 0.0)
+            every.append(reward)
+            if not (trajectory.get("extra") or {}).get("roll", {}).get("anchor"):
+                fresh.append(reward)
+    mean = statistics.mean
+    return (mean(fresh) if fresh else 0.0), (mean(every) if every else 0.0)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--rl-steps", type=int, default=10)
+    parser.add_argument("--out", type=Path, default=REPO / "bench-out" / "resample")
+    parser.add_argument("--tiny", action="store_true", help="the tiny model, not the real one")
+    args = parser.parse_args()
+    suffix = "-tiny" if args.tiny else ""
+    out: Path = args.out.resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    train, heldout = split(out)
+    held: dict[str, list[float]] = {arm: [] for arm in ("sft", *ARMS)}
+    trained: dict[str, list[tuple[float, float]]] = {arm: [] for arm in ARMS}
+    for seed in range(args.seeds):
+        base = out / f"seed{seed}"
+        sft = base / "sft"
+        if not (sft / "model" / "config.json").is_file():
+            shutil.rmtree(sft, ignore_errors=True)
+            model = [f"model.path={base / 'model'}", f"model.tiny.seed={seed}",
+                     f"model.tiny.corpus=[{train}]"] if args.tiny else [f"model.path={real_model()}"]  # fmt: skip
+            run(BIN / "roll", "sft", EXAMPLES / f"sft-demo{suffix}.yaml", f"run_dir={sft}",
+                f"seed={seed}", *model, f"data=[{train}]", f"max_seq_len={CONTEXT}",
+                "run.progress=false")  # fmt: skip
+        held["sft"].append(evaluate(sft / "model", heldout, base / "bench-sft"))
+        for arm, overrides in ARMS.items():
+            run_dir = base / arm
+            if not (run_dir / "model" / "config.json").is_file():
+                shutil.rmtree(run_dir, ignore_errors=True)
+                experts = [f"resample.experts={train / 'trajectories.jsonl'}"] if overrides else []
+                run(BIN / "roll", "train", EXAMPLES / f"train-demo-ipa{suffix}.yaml",
+                    f"run_dir={run_dir}", f"seed={seed}", f"model.path={sft / 'model'}",
+                    f"tasks.dataset={train}", f"tasks.max_turns={TURNS}",
+                    f"tasks.context_limit={CONTEXT}", "rollout.max_new_tokens=96",
+                    "rollout.groups_per_step=2", f"run.steps={args.rl_steps}",
+                    "run.progress=false", *experts, *overrides)  # fmt: skip
+            held[arm].append(evaluate(run_dir / "model", heldout, base / f"bench-{arm}"))
+            trained[arm].append(training_success(run_dir))
+
+    tasks = len(list((heldout / "tasks").iterdir()))
+    print(f"\n{', '.join(FAMILIES)}: {len(list((train / 'tasks').iterdir()))} training tasks, "
+          f"{tasks} held out; {args.seeds} seed(s), {args.rl_steps} RL steps")  # fmt: skip
+    print("| arm | held-out success (greedy) | per seed | training success from the start | "
+          "training success, all groups |")  # fmt: skip
+    print("|---|---|---|---|---|")
+    for arm, rows in held.items():
+        seeds = ", ".join(f"{s:.0%}" for s in rows)
+        if arm == "sft":
+            print(f"| SFT | {statistics.mean(rows):.0%} | {seeds} | — | — |")
+            continue
+        fresh = statistics.mean(t[0] for t in trained[arm])
+        every = statistics.mean(t[1] for t in trained[arm])
+        print(
+            f"| {arm.upper()} | {statistics.mean(rows):.0%} | {seeds} | {fresh:.1%} | {every:.1%} |"
+        )
+    gain = statistics.mean(held["ipa+resample"]) - statistics.mean(held["ipa"])
+    print(f"\nResampling's gain over IPA from the start (baseline), held out: {100 * gain:+.1f} "
+          f"points; ({(time.monotonic() - started) / 60:.1f} min)")  # fmt: skip
+    (out / "resample.json").write_text(
+        json.dumps({"held_out": held, "training": trained}, indent=2) + "\n"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
