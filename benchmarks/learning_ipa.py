@@ -65,6 +65,23 @@ def real_model() -> Path:
     return Path(done.stdout.strip().splitlines()[-1])
 
 
+def train_sft(
+    base: Path, seed: int, train: Path, *, tiny: bool, extra: tuple[str, ...] = ()
+) -> Path:
+    """`roll sft` of the demo's recipe on ``train``'s expert trajectories into ``base/sft``
+    (kept when there already): the real model, or with ``tiny`` one built from nothing;
+    ``extra`` overrides. The run directory (its model in ``model/``)."""
+    sft = base / "sft"
+    if not (sft / "model" / "config.json").is_file():
+        shutil.rmtree(sft, ignore_errors=True)
+        model = [f"model.path={base / 'model'}", f"model.tiny.seed={seed}",
+                 f"model.tiny.corpus=[{train}]"] if tiny else [f"model.path={real_model()}"]  # fmt: skip
+        run(BIN / "roll", "sft", EXAMPLES / f"sft-demo{'-tiny' if tiny else ''}.yaml",
+            f"run_dir={sft}", f"seed={seed}", *model, f"data=[{train}]", *extra,
+            "run.progress=false")  # fmt: skip
+    return sft
+
+
 def synthesize(out: Path) -> Path:
     datasets = out / "datasets"
     for name in ("heldout", "train"):
@@ -194,13 +211,7 @@ def main() -> int:
     curves: dict[str, list[list[dict[str, float]]]] = {arm: [] for arm in rl_arms}
     for seed in range(args.seeds):
         base = out / f"seed{seed}"
-        sft = base / "sft"
-        if not (sft / "model" / "config.json").is_file():
-            shutil.rmtree(sft, ignore_errors=True)
-            model = [f"model.path={base / 'model'}", f"model.tiny.seed={seed}",
-                     f"model.tiny.corpus=[{train}]"] if args.tiny else [f"model.path={real_model()}"]  # fmt: skip
-            run(BIN / "roll", "sft", EXAMPLES / f"sft-demo{suffix}.yaml", f"run_dir={sft}",
-                f"seed={seed}", *model, f"data=[{train}]", "run.progress=false")  # fmt: skip
+        sft = train_sft(base, seed, train, tiny=args.tiny)
         success["sft"].append(evaluate(sft / "model", heldout, base / "bench-sft"))
         actions["sft"].append(first_actions(base / "bench-sft", heldout))
         for arm in rl_arms:

@@ -34,7 +34,7 @@ import sys
 import time
 from pathlib import Path
 
-from learning_ipa import BIN, EXAMPLES, REPO, real_model, run
+from learning_ipa import BIN, EXAMPLES, REPO, run, train_sft
 
 FAMILIES = ("log-summary", "json-reshape", "maze-path")
 SOURCE = REPO / "datasets" / "synth-mini"
@@ -112,14 +112,7 @@ def main() -> int:
     trained: dict[str, list[tuple[float, float]]] = {arm: [] for arm in ARMS}
     for seed in range(args.seeds):
         base = out / f"seed{seed}"
-        sft = base / "sft"
-        if not (sft / "model" / "config.json").is_file():
-            shutil.rmtree(sft, ignore_errors=True)
-            model = [f"model.path={base / 'model'}", f"model.tiny.seed={seed}",
-                     f"model.tiny.corpus=[{train}]"] if args.tiny else [f"model.path={real_model()}"]  # fmt: skip
-            run(BIN / "roll", "sft", EXAMPLES / f"sft-demo{suffix}.yaml", f"run_dir={sft}",
-                f"seed={seed}", *model, f"data=[{train}]", f"max_seq_len={CONTEXT}",
-                "run.progress=false")  # fmt: skip
+        sft = train_sft(base, seed, train, tiny=args.tiny, extra=(f"max_seq_len={CONTEXT}",))
         held["sft"].append(evaluate(sft / "model", heldout, base / "bench-sft"))
         for arm, overrides in ARMS.items():
             run_dir = base / arm
