@@ -39,6 +39,8 @@ from learning_ipa import BIN, EXAMPLES, REPO, run, train_sft
 FAMILIES = ("log-summary", "json-reshape", "maze-path")
 SOURCE = REPO / "datasets" / "synth-mini"
 TURNS = 6
+NEW_TOKENS = 448
+"""Room for the longest expert turn of these families (a file of about 1,600 characters)."""
 CONTEXT = 2048
 ARMS = {
     "ipa": [],
@@ -75,7 +77,7 @@ def evaluate(model: Path, heldout: Path, out: Path) -> float:
             "--n-concurrent", "16", "--output", out, "--agent-kwarg", f"model_path={model}",
             "--agent-kwarg", "prompt_profile=compact", "--agent-kwarg", "tool_format=brief",
             "--agent-kwarg", "temperature=0", "--agent-kwarg", f"max_turns={TURNS}",
-            "--agent-kwarg", f"context_limit={CONTEXT}", "--agent-kwarg", "max_output_tokens=96",
+            "--agent-kwarg", f"context_limit={CONTEXT}", "--agent-kwarg", f"max_output_tokens={NEW_TOKENS}",
             "--agent-kwarg", "dtype=bfloat16")  # fmt: skip
     return float(json.loads(summary.read_text()).get("accuracy") or 0.0)
 
@@ -122,7 +124,7 @@ def main() -> int:
                 run(BIN / "roll", "train", EXAMPLES / f"train-demo-ipa{suffix}.yaml",
                     f"run_dir={run_dir}", f"seed={seed}", f"model.path={sft / 'model'}",
                     f"tasks.dataset={train}", f"tasks.max_turns={TURNS}",
-                    f"tasks.context_limit={CONTEXT}", "rollout.max_new_tokens=96",
+                    f"tasks.context_limit={CONTEXT}", f"rollout.max_new_tokens={NEW_TOKENS}",
                     "rollout.groups_per_step=2", f"run.steps={args.rl_steps}",
                     "run.progress=false", *experts, *overrides)  # fmt: skip
             held[arm].append(evaluate(run_dir / "model", heldout, base / f"bench-{arm}"))
