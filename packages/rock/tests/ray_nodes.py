@@ -40,9 +40,10 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _ports() -> list[str]:
-    """A node's ports: a range of 41 for its workers and six single ports outside it (the
-    system hands out free ports in sequence, so one could fall in the range: Ray refuses)."""
+def _ports(*more: str) -> list[str]:
+    """A node's ports: a range of 41 for its workers and its single ports (``more``: the
+    head's too) outside it (the system hands out free ports in sequence, so one could fall in
+    the range: Ray refuses, as it did in CI for a client-server port chosen before the range)."""
     low = free_port()
     workers = range(low, low + 41)
 
@@ -52,7 +53,7 @@ def _ports() -> list[str]:
         return port
 
     singles = ("node-manager", "object-manager", "metrics-export", "runtime-env-agent",
-               "dashboard-agent-listen", "dashboard-agent-grpc")  # fmt: skip
+               "dashboard-agent-listen", "dashboard-agent-grpc", *more)  # fmt: skip
     return [f"--{name}-port={outside()}" for name in singles] + [
         f"--min-worker-port={workers[0]}",
         f"--max-worker-port={workers[-1]}",
@@ -68,12 +69,14 @@ class RayNodes:
         self.address = f"127.0.0.1:{self.port}"
         self.nodes: list[subprocess.Popen[bytes]] = []
 
-    def _start(self, args: list[str], docker_host: str, name: str) -> subprocess.Popen[bytes]:
+    def _start(
+        self, args: list[str], docker_host: str, name: str, ports: tuple[str, ...] = ()
+    ) -> subprocess.Popen[bytes]:
         env = {**os.environ, "RAY_AUTH_MODE": "disabled", "DOCKER_HOST": docker_host}
         log = (self.temp / f"{name}.log").open("wb")
         command = [
             str(RAY), "start", "--block", "--num-cpus=2", "--num-gpus=0",
-            "--object-store-memory=100000000", "--disable-usage-stats", *_ports(), *args,
+            "--object-store-memory=100000000", "--disable-usage-stats", *_ports(*ports), *args,
         ]  # fmt: skip
         proc = subprocess.Popen(command, stdout=log, stderr=log, env=env, start_new_session=True)
         self.nodes.append(proc)
@@ -86,11 +89,10 @@ class RayNodes:
                 f"--port={self.port}",
                 "--include-dashboard=false",
                 f"--temp-dir={self.temp}",
-                f"--ray-client-server-port={free_port()}",
-                f"--dashboard-port={free_port()}",
             ],
             docker_host,
             "head",
+            ("ray-client-server", "dashboard"),
         )
         deadline = time.monotonic() + 90
         while True:

@@ -195,6 +195,8 @@ class Harness:
         self.progress = progress or (lambda kind, data: None)
         self._checksums: dict[Path, str] = {}
         """The tasks' checksums (Harbor's trial results name them), once a run."""
+        self._unswept: set[str] = set()
+        """Trials whose sweep left something behind: swept again when the run ends."""
 
     # -- a run -------------------------------------------------------------------------------
     async def run(
@@ -267,9 +269,21 @@ class Harness:
         finally:
             for job in jobs:
                 job.cancel()
+            await asyncio.shield(self._sweep_again())
             results.ended_at = datetime.now(UTC)
             written.save(output, results, config)
         return results
+
+    async def _sweep_again(self) -> None:
+        """The trials whose sweep left something (an engine too busy to answer for a minute,
+        seen in CI; or a container made by a call the trial had given up on) are swept again
+        once the run's trials are over; what still stays is reported as ``left_behind``."""
+        client = self.builder.client
+        unswept, self._unswept = sorted(self._unswept), set()
+        for trial in unswept:
+            left = await asyncio.to_thread(remove_labelled, client, f"{LABEL_TRIAL}={trial}", 120)
+            if left:
+                self.progress("left_behind", {"trial": trial, "left": left, "final": True})
 
     # -- a trial -----------------------------------------------------------------------------
     async def run_trial(
@@ -395,6 +409,7 @@ class Harness:
         client = self.builder.client
         left = await asyncio.to_thread(remove_labelled, client, f"{LABEL_TRIAL}={result.id}")
         if left:
+            self._unswept.add(result.id)
             self.progress("left_behind", {"trial": result.trial_name, "left": left})
 
     def _spec(
