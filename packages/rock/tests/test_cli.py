@@ -404,19 +404,25 @@ _STRAYS = (
 )  # (the patterns' brackets keep this probe from matching its own command line)
 
 
+GVISOR_BOMBS = pytest.mark.xdist_group("gvisor-bombs")
+"""Fork bombs under gVisor run one at a time (with test_process_lifetime's): each takes the
+machine's CPU in gVisor's own threads, and two at once on 2 cores starved each other's
+keeper (seen in CI)."""
+
+
 def _none_left(home: Path, box: str) -> Result:
     """Count the issue's processes in ``box`` until none are left (a kill takes a moment to
-    land), for ten seconds at most; the last count."""
-    for _ in range(20):
-        left = rock("sandbox", "exec", "--home", str(home), "--timeout", "60", box, _STRAYS)
-        if left.stdout.strip() == "0":
-            break
+    land), for a minute at most, each count within 30 s; the last count."""
+    deadline = time.monotonic() + 60
+    while True:
+        left = rock("sandbox", "exec", "--home", str(home), "--timeout", "30", box, _STRAYS)
+        if left.stdout.strip() == "0" or time.monotonic() > deadline:
+            return left
         time.sleep(0.5)
-    return left
 
 
 @pytest.mark.docker
-@pytest.mark.parametrize("runtime", ["runc", "runsc"])
+@pytest.mark.parametrize("runtime", ["runc", pytest.param("runsc", marks=GVISOR_BOMBS)])
 def test_the_issue_s_escapes_through_the_cli_leave_nothing(daemon: Path, runtime: str) -> None:
     """The reproductions of issue 37, as written: a process moved to a new session outlives
     a timeout no more, and a fork bomb leaves nothing behind; the next command runs. Under

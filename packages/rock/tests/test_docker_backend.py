@@ -480,6 +480,29 @@ def test_context_manager_deletes_and_get_of_unknown(backend: DockerBackend) -> N
         backend.get(sid)
 
 
+def test_a_delete_the_engine_does_not_answer_in_time_is_asked_again_until_gone(
+    backend: DockerBackend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The engine takes longer than the client's 30 s to remove a container (a gVisor
+    sandbox full of processes, under load: seen in CI): the delete asks again, and returns
+    once the container is gone, not with the client's timeout."""
+    sb = backend.create()
+    real = sb.container.remove
+    answered: list[int] = []
+
+    def slow(**kwargs: Any) -> None:
+        answered.append(1)
+        if len(answered) == 1:
+            raise requests.exceptions.ReadTimeout("Read timed out. (read timeout=30)")
+        real(**kwargs)
+
+    monkeypatch.setattr(sb.container, "remove", slow)
+    sb.delete()
+    assert len(answered) == 2
+    with pytest.raises(SandboxNotFound):
+        backend.get(sb.id)
+
+
 def test_a_runsc_sandbox_runs_on_gvisor_s_kernel_and_says_what_it_cannot(
     backend: DockerBackend,
 ) -> None:

@@ -418,9 +418,12 @@ class DockerSandbox(Sandbox):
         reaper cannot start (the sandbox is out of pids), the keeper, which needs no new pid,
         freezes the sandbox's processes and reaps the marked ones (see ``_KEEPER``). A
         session's command (``keep_root``) sees its SIGINT from the reaper first, or the rest
-        of its line would run on."""
+        of its line would run on. Under gVisor the keeper is told first, always: a child
+        forked as a stop lands there gets none, so a reaper's scan, which stops what it
+        finds, can end with such children running (it did in CI: the reaper said done, and
+        a fork bomb went on); the keeper stops everything before each of its scans."""
         keep = "1" if keep_root else "0"
-        told = False
+        told = mark is not None and self.spec.runtime == "runsc" and self._tell_keeper(mark)
         argv = ["bash", "-c", KILL_TREE, "kill-tree", str(pid), keep, mark or "-"]
         delay = 0.05
         deadline = time.monotonic() + _REAP_WAIT
@@ -600,22 +603,27 @@ class DockerSandbox(Sandbox):
 
     def delete(self) -> None:
         """Remove the container (and a fork's image with it); idempotent, and safe against a
-        removal already under way."""
-        try:
-            self.container.remove(force=True)
-        except NotFound:
-            return
-        except APIError as exc:
-            if exc.status_code != 409 or "in progress" not in str(exc.explanation):
-                raise
-            deadline = time.monotonic() + 60  # the engine is removing it: wait until it is gone
-            while time.monotonic() < deadline:
-                try:
-                    self.container.reload()
-                except NotFound:
-                    return
-                time.sleep(0.1)
-            raise SandboxError(f"sandbox {self.id} is still being removed after 60s.") from None
+        removal already under way and an engine too busy to answer in time (a gVisor sandbox
+        with hundreds of processes took more than the client's 30 s to go, under load in
+        CI): asked again until it is gone, for up to 2 minutes."""
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                self.container.remove(force=True)
+                break
+            except NotFound:
+                return
+            except APIError as exc:
+                if exc.status_code != 409 or "in progress" not in str(exc.explanation):
+                    raise  # (409 in progress: the engine is removing it; wait until it is gone)
+            except RequestException:
+                pass  # no answer in time: the engine may still be at it
+            if time.monotonic() >= deadline:
+                raise SandboxError(
+                    f"sandbox {self.id} is still being removed after 120s; the engine is busy, "
+                    "try again in a moment."
+                ) from None
+            time.sleep(0.5)
         self._remove_fork_image()
 
     def _remove_fork_image(self) -> None:
