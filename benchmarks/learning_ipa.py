@@ -96,15 +96,26 @@ def synthesize(out: Path) -> Path:
     return datasets
 
 
-def evaluate(model: Path, heldout: Path, out: Path) -> float:
+def evaluate(
+    model: Path,
+    heldout: Path,
+    out: Path,
+    *,
+    turns: int = 3,
+    context: int = 1024,
+    new_tokens: int = 48,
+    concurrent: int = 32,
+) -> float:
+    """Held-out success of ``model`` (greedy, the demo's agent settings unless given)."""
     summary = out / "results.json"
     if not summary.is_file():
         shutil.rmtree(out, ignore_errors=True)
         run(BIN / "rock", "bench", "run", "--dataset", heldout / "tasks", "--agent", "roll-policy",
-            "--n-concurrent", "32", "--output", out, "--agent-kwarg", f"model_path={model}",
+            "--n-concurrent", concurrent, "--output", out, "--agent-kwarg", f"model_path={model}",
             "--agent-kwarg", "prompt_profile=compact", "--agent-kwarg", "tool_format=brief",
-            "--agent-kwarg", "temperature=0", "--agent-kwarg", "max_turns=3",
-            "--agent-kwarg", "context_limit=1024", "--agent-kwarg", "max_output_tokens=48",
+            "--agent-kwarg", "temperature=0", "--agent-kwarg", f"max_turns={turns}",
+            "--agent-kwarg", f"context_limit={context}",
+            "--agent-kwarg", f"max_output_tokens={new_tokens}",
             "--agent-kwarg", "dtype=bfloat16")  # fmt: skip
     return float(json.loads(summary.read_text()).get("accuracy") or 0.0)
 

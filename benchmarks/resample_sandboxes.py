@@ -34,7 +34,7 @@ import sys
 import time
 from pathlib import Path
 
-from learning_ipa import BIN, EXAMPLES, REPO, run, train_sft
+from learning_ipa import BIN, EXAMPLES, REPO, evaluate, run, train_sft
 
 FAMILIES = ("log-summary", "json-reshape", "maze-path")
 SOURCE = REPO / "datasets" / "synth-mini"
@@ -42,6 +42,8 @@ TURNS = 6
 NEW_TOKENS = 448
 """Room for the longest expert turn of these families (a file of about 1,600 characters)."""
 CONTEXT = 2048
+SETTINGS = {"turns": TURNS, "context": CONTEXT, "new_tokens": NEW_TOKENS, "concurrent": 16}
+"""How the held-out tasks are run (the agent's turns, context and tokens a turn)."""
 ARMS = {
     "ipa": [],
     "ipa+resample": ["resample.mode=parallel", "resample.anchors=3"],
@@ -67,19 +69,6 @@ def split(out: Path) -> tuple[Path, Path]:
     rows = [json.dumps(t) for t in experts if t.get("task_id") in kept and t.get("reward")]
     (train / "trajectories.jsonl").write_text("".join(f"{r}\n" for r in rows))
     return train, heldout
-
-
-def evaluate(model: Path, heldout: Path, out: Path) -> float:
-    summary = out / "results.json"
-    if not summary.is_file():
-        shutil.rmtree(out, ignore_errors=True)
-        run(BIN / "rock", "bench", "run", "--dataset", heldout / "tasks", "--agent", "roll-policy",
-            "--n-concurrent", "16", "--output", out, "--agent-kwarg", f"model_path={model}",
-            "--agent-kwarg", "prompt_profile=compact", "--agent-kwarg", "tool_format=brief",
-            "--agent-kwarg", "temperature=0", "--agent-kwarg", f"max_turns={TURNS}",
-            "--agent-kwarg", f"context_limit={CONTEXT}", "--agent-kwarg", f"max_output_tokens={NEW_TOKENS}",
-            "--agent-kwarg", "dtype=bfloat16")  # fmt: skip
-    return float(json.loads(summary.read_text()).get("accuracy") or 0.0)
 
 
 def training_success(run_dir: Path) -> tuple[float, float]:
@@ -115,7 +104,7 @@ def main() -> int:
     for seed in range(args.seeds):
         base = out / f"seed{seed}"
         sft = train_sft(base, seed, train, tiny=args.tiny, extra=(f"max_seq_len={CONTEXT}",))
-        held["sft"].append(evaluate(sft / "model", heldout, base / "bench-sft"))
+        held["sft"].append(evaluate(sft / "model", heldout, base / "bench-sft", **SETTINGS))
         for arm, overrides in ARMS.items():
             run_dir = base / arm
             if not (run_dir / "model" / "config.json").is_file():
@@ -127,7 +116,9 @@ def main() -> int:
                     f"tasks.context_limit={CONTEXT}", f"rollout.max_new_tokens={NEW_TOKENS}",
                     "rollout.groups_per_step=2", f"run.steps={args.rl_steps}",
                     "run.progress=false", *experts, *overrides)  # fmt: skip
-            held[arm].append(evaluate(run_dir / "model", heldout, base / f"bench-{arm}"))
+            held[arm].append(
+                evaluate(run_dir / "model", heldout, base / f"bench-{arm}", **SETTINGS)
+            )
             trained[arm].append(training_success(run_dir))
 
     tasks = len(list((heldout / "tasks").iterdir()))
