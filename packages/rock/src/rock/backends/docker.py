@@ -423,7 +423,8 @@ class DockerSandbox(Sandbox):
         finds, can end with such children running (it did in CI: the reaper said done, and
         a fork bomb went on); the keeper stops everything before each of its scans."""
         keep = "1" if keep_root else "0"
-        told = mark is not None and self.spec.runtime == "runsc" and self._tell_keeper(mark)
+        gvisor = self.spec.runtime == "runsc"
+        told = mark is not None and gvisor and self._tell_keeper(mark, pid, keep_root)
         argv = ["bash", "-c", KILL_TREE, "kill-tree", str(pid), keep, mark or "-"]
         delay = 0.05
         deadline = time.monotonic() + _REAP_WAIT
@@ -440,7 +441,7 @@ class DockerSandbox(Sandbox):
             if code == 0:
                 return
             if mark is not None and not told:
-                told = self._tell_keeper(mark)
+                told = self._tell_keeper(mark, pid, keep_root)
             time.sleep(delay)
             delay = min(delay * 2, 1.0)
 
@@ -460,10 +461,11 @@ class DockerSandbox(Sandbox):
         info = self._api.exec_inspect(exec_id)
         return None if info.get("Running") or info.get("ExitCode") is None else info["ExitCode"]
 
-    def _tell_keeper(self, mark: str) -> bool:
-        """Have the keeper freeze the sandbox and reap the processes marked ``mark``
-        (through its stdin); False when it cannot be told (containers made before it had
-        none)."""
+    def _tell_keeper(self, mark: str, root: int = 0, keep_root: bool = False) -> bool:
+        """Have the keeper freeze the sandbox and reap the processes marked ``mark`` and
+        the tree under ``root`` (but ``root`` itself, and its process group, with
+        ``keep_root``: a session's shell) through its stdin; False when it cannot be told
+        (containers made before it had none)."""
         if not (self.container.attrs.get("Config") or {}).get("OpenStdin"):
             return False
         try:
@@ -472,7 +474,7 @@ class DockerSandbox(Sandbox):
             return False
         sock = _sock(raw)
         try:
-            sock.sendall(f"freeze {mark} 0 0\n".encode())
+            sock.sendall(f"freeze {mark} {root} {1 if keep_root else 0}\n".encode())
             return True
         except OSError:
             return False
