@@ -435,7 +435,7 @@ class ForkedStarts:
     environment, working directory); running processes are not carried. Each episode takes
     a fork made beforehand, or a new one of the parent (an episode run again after an
     infrastructure failure); a fork is deleted when its episode ends, the parent by
-    :meth:`close`. The rest of the episode (tests, verifier) is the runner's."""
+    :meth:`aclose`. The rest of the episode (tests, verifier) is the runner's."""
 
     def __init__(self, runner: PoolRunner, parent: Sandbox, workdir: str, forks: list[Any]) -> None:
         self.runner, self.parent, self.workdir = runner, parent, workdir
