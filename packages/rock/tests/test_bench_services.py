@@ -12,12 +12,14 @@ import pytest
 import requests
 
 from rock.backends.docker import DockerBackend, DockerSandbox
-from rock.bench.harness import LABEL_RUN, BenchOptions, Harness
+from rock.bench.harness import LABEL_RUN, LABEL_TRIAL, BenchOptions, Harness
 from rock.bench.images import ImageBuilder, ImageMap
 from rock.bench.results import TrialResults
 from rock.models import SandboxSpec
 
-pytestmark = pytest.mark.docker
+# One worker runs the module: its run fixture, run once per worker that takes one of its tests,
+# ran twice at once in CI, and one run's test saw the other's containers still at work.
+pytestmark = [pytest.mark.docker, pytest.mark.xdist_group("bench-services")]
 
 TASK_TOML = """\
 version = "1.0"
@@ -172,8 +174,8 @@ def test_nothing_of_a_trial_is_left_behind(run: Path, docker_client: Any) -> Non
     when the run ends: its trial was swept again after the others."""
     first = (run.parent / "events.jsonl").read_text().splitlines()
     assert any('"served.1-of-1"' in line for line in first)  # its own sweep did not happen
-    for task in ("served", "sick", "unpullable"):
-        label = {"label": [f"{LABEL_RUN}=run", f"dev.ale.rock.bench.task={task}"]}
+    for task in ("served", "sick", "unpullable"):  # this run's trials (not another run's)
+        label = {"label": [f"{LABEL_RUN}=run", f"{LABEL_TRIAL}={_trial(run, task)['id']}"]}
         left = docker_client.containers.list(all=True, filters=label)
         seen = [(c.name, c.status, c.attrs["Created"], c.labels) for c in left]
         if left:  # which one, made when, under which trial's label; what the sweeps said

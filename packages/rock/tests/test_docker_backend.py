@@ -416,7 +416,8 @@ def test_root_keeps_what_terminal_tasks_use(isolated: DockerSandbox) -> None:
     assert result.stdout_text.split() == ["1000", "bound"]
 
 
-def test_fork_bomb_is_contained(isolated: DockerSandbox) -> None:
+@pytest.mark.xdist_group("gvisor-bombs")  # beside test_cli's and test_process_lifetime's bombs:
+def test_fork_bomb_is_contained(isolated: DockerSandbox) -> None:  # two at once starved the engine
     """Under runc the pids cgroup holds it; under gVisor, whose host cgroup counts gVisor's
     own threads, RLIMIT_NPROC inside the sandbox does (without it the bomb starved gVisor
     and the whole sandbox ended)."""
