@@ -47,6 +47,8 @@ from typing import Any
 
 import yaml
 
+from rock.bench.results import BenchmarkResults
+from rock.bench.scores import gain, interval, pass_at, per_task
 from rock.errors import RockError
 from rock.synth.wiring import wait_for_daemon
 
@@ -81,11 +83,14 @@ ENGINE = "hf"
 """What samples the policy in RL and evaluation: ``hf`` (roll's HF backend) or ``vllm``."""
 
 
+RL_LABEL = "SFT + RL (IPA)"
+
+
 def models() -> dict[str, Path]:
     return {
         "untrained": OUT / "model",
         "SFT": OUT / "sft" / "model",
-        "SFT + RL (IPA)": OUT / "rl" / "model",
+        RL_LABEL: OUT / "rl" / "model",
     }
 
 
@@ -227,8 +232,8 @@ def choose_engine(asked: str) -> str:
 
 
 def rl(home: Path, quick: bool) -> None:
-    if (models()["SFT + RL (IPA)"] / "config.json").is_file():
-        say(f"{models()['SFT + RL (IPA)']}: there from an earlier run")
+    if (models()[RL_LABEL] / "config.json").is_file():
+        say(f"{models()[RL_LABEL]}: there from an earlier run")
         return
     shutil.rmtree(OUT / "rl", ignore_errors=True)
     server = [
@@ -272,7 +277,7 @@ class Served:
 
 def bench(
     model: Path, out: Path, *, temperature: float, attempts: int, served: Served | None
-) -> dict[str, float]:
+) -> dict[str, Any]:
     """Held-out success of ``model`` with the iflow agent under rock bench (reused if there).
 
     The agent is ``roll-policy``: the iflow agent as ``roll train`` runs it, with one copy of
@@ -292,22 +297,38 @@ def bench(
             "--agent-kwarg", "max_output_tokens=48", "--agent-kwarg", f"dtype={serve_dtype()}",
             *engine,
         )  # fmt: skip
-    data = json.loads(summary.read_text())
-    resolved = float(data.get("n_resolved") or 0)
-    trials = resolved + float(data.get("n_unresolved") or 0)
-    return {
-        "accuracy": resolved / trials if trials else 0.0,
+    run_results = BenchmarkResults.model_validate_json(summary.read_text())
+    return figures(run_results, attempts)
+
+
+def figures(run_results: BenchmarkResults, attempts: int) -> dict[str, Any]:
+    """A bench run's held-out figures: success over trials and each task's success (the mean
+    of its attempts), pass@``attempts`` when it sampled more than once, each with its 95 %
+    interval over tasks (:mod:`rock.bench.scores`)."""
+    trials = run_results.results
+    resolved = sum(1 for r in trials if r.is_resolved)
+    tasks = per_task(trials)
+    got: dict[str, Any] = {
+        "accuracy": resolved / len(trials) if trials else 0.0,
         "resolved": resolved,
-        "trials": trials,
+        "trials": len(trials),
+        "interval": interval(list(tasks.values())),
+        "per_task": tasks,
     }
+    if attempts > 1:
+        passed = per_task(trials, pass_at(attempts))
+        got["pass_at_k"] = sum(passed.values()) / len(passed) if passed else 0.0
+        got["pass_at_k_interval"] = interval(list(passed.values()))
+        got["pass_at_k_per_task"] = passed
+    return got
 
 
-def evaluate(quick: bool) -> dict[str, dict[str, dict[str, float]]]:
+def evaluate(quick: bool) -> dict[str, dict[str, dict[str, Any]]]:
     """Greedy held-out success of each model; sampled success of the trained ones (the
     untrained model does not call tools at all, greedy or not: sampling it would cost a
     third of the evaluation to print another 0). On vLLM each model has one server for
     both."""
-    results: dict[str, dict[str, dict[str, float]]] = {}
+    results: dict[str, dict[str, dict[str, Any]]] = {}
     attempts = 1 if quick else SAMPLED_ATTEMPTS
     for label, model in models().items():
         name = model.relative_to(OUT).parts[0]
@@ -326,19 +347,57 @@ def evaluate(quick: bool) -> dict[str, dict[str, dict[str, float]]]:
     return results
 
 
-def table(results: dict[str, dict[str, dict[str, float]]]) -> str:
+def _cell(mean: float, bounds: tuple[float, float], count: str = "") -> str:
+    return f"{mean:.1%} [{bounds[0]:.0%}, {bounds[1]:.0%}]" + (f" ({count})" if count else "")
+
+
+def _gain_cell(before: dict[str, float], after: dict[str, float]) -> str:
+    mean, (low, high) = gain(before, after)
+    return f"{100 * mean:+.1f} points [{100 * low:+.0f}, {100 * high:+.0f}]"
+
+
+def table(results: dict[str, dict[str, dict[str, Any]]]) -> str:
+    """Untrained, SFT and SFT + RL: greedy, sampled and pass@k on the held-out tasks, each
+    with its 95 % interval over tasks, then RL's gain over SFT paired by task."""
+    k = SAMPLED_ATTEMPTS
     lines = [
-        f"| model | held-out success, greedy | sampled (mean of {SAMPLED_ATTEMPTS} at T=1) |",
-        "|---|---|---|",
+        f"| model | greedy | sampled (mean of {k} at T=1) | pass@{k} |",
+        "|---|---|---|---|",
     ]
     for label, r in results.items():
         cells = [
-            f"{r[m]['accuracy']:.1%} ({r[m]['resolved']:.0f}/{r[m]['trials']:.0f})"
+            _cell(
+                r[m]["accuracy"], r[m]["interval"], f"{r[m]['resolved']:.0f}/{r[m]['trials']:.0f}"
+            )
             if m in r
             else "—"
             for m in ("greedy", "sampled")
         ]
-        lines.append(f"| {label} | {cells[0]} | {cells[1]} |")
+        sampled = r.get("sampled", {})
+        cells.append(
+            _cell(sampled["pass_at_k"], sampled["pass_at_k_interval"])
+            if "pass_at_k" in sampled
+            else "—"
+        )
+        lines.append(f"| {label} | {' | '.join(cells)} |")
+    sft, rl = results.get("SFT"), results.get(RL_LABEL)
+    if sft and rl:
+        cells = [
+            _gain_cell(sft[m]["per_task"], rl[m]["per_task"]) if m in sft and m in rl else "—"
+            for m in ("greedy", "sampled")
+        ]
+        both = sft.get("sampled", {}), rl.get("sampled", {})
+        cells.append(
+            _gain_cell(both[0]["pass_at_k_per_task"], both[1]["pass_at_k_per_task"])
+            if all("pass_at_k_per_task" in b for b in both)
+            else "—"
+        )
+        lines.append(f"| RL's gain over SFT | {' | '.join(cells)} |")
+    lines.append("")
+    lines.append(
+        "[low, high]: 95 % interval, a percentile bootstrap over the held-out tasks (10,000 "
+        "resamples; a task's attempts stay together); a gain's is paired by task."
+    )
     return "\n".join(lines)
 
 

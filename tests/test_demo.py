@@ -6,16 +6,75 @@ steps."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
 from ale.task import load_tasks
+from rock.bench.results import BenchmarkResults, TrialResults
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def _demo() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("demo", ROOT / "scripts" / "demo.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _run(outcomes: dict[str, list[bool]]) -> BenchmarkResults:
+    trials = [
+        TrialResults(
+            id=f"{t}{i}",
+            trial_name=f"{t}.{i}",
+            task_id=t,
+            attempt=i + 1,
+            is_resolved=ok,
+            instruction="do it",
+            agent="roll-policy",
+        )
+        for t, oks in outcomes.items()
+        for i, ok in enumerate(oks)
+    ]
+    return BenchmarkResults(id="r", dataset="d", agent="roll-policy", results=trials)
+
+
+def test_the_demo_table_has_every_figure_with_its_interval_and_rl_s_gain() -> None:
+    """Untrained, SFT and SFT + RL with greedy, sampled and pass@4, each with its 95 %
+    interval over tasks; RL's gain over SFT paired by task (here every task gains)."""
+    demo = _demo()
+    tasks = [f"t{i}" for i in range(20)]
+    sft_greedy = {t: [i < 6] for i, t in enumerate(tasks)}
+    rl_greedy = {t: [i < 14] for i, t in enumerate(tasks)}
+    sft_sampled = {t: [i < 10, False, False, False] for i, t in enumerate(tasks)}
+    rl_sampled = {t: [i < 16, i < 8, False, False] for i, t in enumerate(tasks)}
+    results = {
+        "untrained": {"greedy": demo.figures(_run({t: [False] for t in tasks}), 1)},
+        "SFT": {
+            "greedy": demo.figures(_run(sft_greedy), 1),
+            "sampled": demo.figures(_run(sft_sampled), 4),
+        },
+        demo.RL_LABEL: {
+            "greedy": demo.figures(_run(rl_greedy), 1),
+            "sampled": demo.figures(_run(rl_sampled), 4),
+        },
+    }
+    assert results["SFT"]["sampled"]["pass_at_k"] == pytest.approx(0.5)
+    text = demo.table(results)
+    rows = {line.split(" | ")[0].strip("| "): line for line in text.splitlines()}
+    assert rows["untrained"].startswith("| untrained | 0.0% [0%, 0%] (0/20) | — | — |")
+    assert "| 30.0% [" in rows["SFT"] and "(6/20)" in rows["SFT"]
+    assert rows["SFT + RL (IPA)"].count("[") == 3  # greedy, sampled and pass@4 each
+    low = float(rows["RL's gain over SFT"].split("[")[1].split(",")[0])
+    assert "+40.0 points" in rows["RL's gain over SFT"] and low > 0  # paired: surely above
+    assert "percentile bootstrap over the held-out tasks" in text
 
 
 @pytest.mark.docker
@@ -44,7 +103,11 @@ def test_demo_runs_end_to_end_quick(tmp_path: Path) -> None:
     rows = [json.loads(x) for x in (out / "rl" / "metrics.jsonl").read_text().splitlines()]
     assert len(rows) == 2 and rows[-1]["episodes/scored"] >= 4
     assert (out / "curves.png").stat().st_size > 10_000
-    assert "| SFT |" in (out / "results.md").read_text()
+    for r in results.values():
+        low, high = r["greedy"]["interval"]
+        assert 0 <= low <= r["greedy"]["accuracy"] <= high <= 1
+    table = (out / "results.md").read_text()
+    assert "| SFT |" in table and "| RL's gain over SFT |" in table
     # a second run reuses every finished stage
     again = subprocess.run(
         [sys.executable, str(ROOT / "scripts" / "demo.py"), "--out", str(out), "--quick",

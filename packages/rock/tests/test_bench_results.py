@@ -19,11 +19,11 @@ from rock.bench.results import (
     RunConfig,
     TrialResults,
     collect_trials,
-    pass_at_k,
     pass_at_k_mean,
     read_run,
     summary,
 )
+from rock.bench.scores import pass_at_k
 
 
 # -- results: pass@k -------------------------------------------------------------------------
@@ -135,6 +135,7 @@ def test_summary_groups_by_category_difficulty_and_failure_mode() -> None:
     assert got["tasks"] == 3 and got["trials"] == 3
     assert got["invalid_tasks"] == 1
     assert got["accuracy"] == pytest.approx(1 / 3)
+    assert got["accuracy_95"] == (0.0, 1.0)  # three tasks: anything from none to all of them
     assert got["by_category"] == {
         "-": {"trials": 1, "resolved": 0, "rate": 0.0},
         "files": {"trials": 2, "resolved": 1, "rate": 0.5},

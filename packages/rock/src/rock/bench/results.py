@@ -8,7 +8,6 @@ rewritten after every trial so an interrupted run still has a true one.
 from __future__ import annotations
 
 import contextlib
-import math
 import re
 from collections import Counter, defaultdict
 from datetime import datetime
@@ -18,6 +17,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from ale.trajectory import FailureMode
+from rock.bench.scores import interval, pass_at_k, per_task
 
 RUN_FILE = "run.json"
 RESULTS_FILE = "results.json"
@@ -161,15 +161,6 @@ class RunConfig(_Model):
     rock_version: str | None = None
 
 
-def pass_at_k(n: int, c: int, k: int) -> float:
-    """Unbiased pass@k from n attempts with c successes: 1 - C(n-c, k) / C(n, k)."""
-    if not 0 <= c <= n or not 1 <= k <= n:
-        raise ValueError(f"pass@k needs 0 <= c <= n and 1 <= k <= n (n={n}, c={c}, k={k})")
-    if n - c < k:
-        return 1.0
-    return 1.0 - math.comb(n - c, k) / math.comb(n, k)
-
-
 def pass_at_k_mean(results: list[TrialResults], k: int) -> float | None:
     """Mean over tasks of :func:`pass_at_k`; tasks with fewer than k trials are skipped;
     None when no task has k."""
@@ -208,6 +199,7 @@ def summary(results: BenchmarkResults) -> dict[str, Any]:
         "trials": len(results.results),
         "invalid_tasks": len(results.invalid_tasks),
         "accuracy": results.accuracy,
+        "accuracy_95": interval(list(per_task(results.results).values())),
         "pass_at_k": results.pass_at_k,
         "by_category": {k: rate(v) for k, v in sorted(by_category.items())},
         "by_difficulty": {k: rate(v) for k, v in sorted(by_difficulty.items())},

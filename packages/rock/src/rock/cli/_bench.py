@@ -299,7 +299,10 @@ def _print_summary(results: Any) -> None:
         f"tasks {s['tasks']}, trials {s['trials']}, resolved {results.n_resolved}, "
         f"unresolved {results.n_unresolved}, invalid tasks {s['invalid_tasks']}"
     )
-    click.echo(f"accuracy {_pct(s['accuracy'])}")
+    low, high = s["accuracy_95"]
+    click.echo(
+        f"accuracy {_pct(s['accuracy'])} (95% interval over tasks {_pct(low)} to {_pct(high)})"
+    )
     if results.n_retries:
         click.echo(f"trials run again after a harness fault: {results.n_retries}")
     click.echo("  ".join(f"pass@{k} {_pct(v)}" for k, v in s["pass_at_k"].items()))
