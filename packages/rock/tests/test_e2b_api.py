@@ -185,3 +185,58 @@ def test_unknown_sandboxes_and_wrong_keys_in_e2b_s_shapes(
         headers={"E2b-Sandbox-Id": "sb-nope", "X-Access-Token": "wrong"},
     )
     assert envd.status_code == 401 and envd.json()["code"] == 401
+
+
+def test_rename_moves_a_file_or_folder_and_is_running_ends_with_kill(e2b_env: Running) -> None:
+    """``files.rename`` (envd's Move) and ``is_running`` (envd's health of the sandbox the
+    call names): True while it runs, False once killed, as E2B's proxy answers."""
+    sandbox = Sandbox.create()
+    try:
+        sandbox.files.write("/tmp/r/a.txt", "moved\n")
+        entry = sandbox.files.rename("/tmp/r/a.txt", "/tmp/r/b.txt")
+        assert (entry.name, entry.path, entry.size) == ("b.txt", "/tmp/r/b.txt", 6)
+        assert sandbox.files.read("/tmp/r/b.txt") == "moved\n"
+        assert not sandbox.files.exists("/tmp/r/a.txt")
+        folder = sandbox.files.rename("/tmp/r", "/tmp/s")
+        assert folder.type is not None and folder.type.value == "dir"
+        assert sandbox.files.read("/tmp/s/b.txt") == "moved\n"
+        with pytest.raises(FileNotFoundException):
+            sandbox.files.rename("/tmp/nothing", "/tmp/else")
+        assert sandbox.is_running() is True
+    finally:
+        sandbox.kill()
+    assert sandbox.is_running() is False
+
+    async def main() -> None:
+        box = await AsyncSandbox.create()
+        await box.files.write("/tmp/x", "x")
+        assert (await box.files.rename("/tmp/x", "/tmp/y")).name == "y"
+        assert await box.is_running() is True
+        await box.kill()
+        assert await box.is_running() is False
+
+    asyncio.run(main())
+
+
+def test_a_route_rock_does_not_serve_answers_in_the_shape_of_its_api(e2b_env: Running) -> None:
+    """E2B's REST shape, Connect's for envd, the daemon's own for its API: never FastAPI's
+    ``{"detail": ...}``, on which the SDK failed with ``KeyError: 'code'``."""
+    rest = httpx.get(f"{e2b_env.url}/v2/nosuch", headers={"X-API-Key": e2b_env.token})
+    assert rest.status_code == 501
+    assert rest.json() == {"code": 501, "message": "rock's E2B API does not serve GET /v2/nosuch."}
+    envd = httpx.post(
+        f"{e2b_env.url}/filesystem.Filesystem/Nosuch",
+        json={},
+        headers={"E2b-Sandbox-Id": "sb-any", "Content-Type": "application/json"},
+    )
+    assert envd.status_code == 501 and envd.json()["code"] == "unimplemented"
+    own = httpx.get(
+        f"{e2b_env.url}/v1/nosuch", headers={"Authorization": f"Bearer {e2b_env.token}"}
+    )
+    assert own.status_code == 404 and own.json()["error"]["type"] == "NotFound"
+    sandbox = Sandbox.create()
+    try:
+        with pytest.raises(SandboxException, match="does not serve GET /sandboxes/sb-"):
+            sandbox.get_metrics()
+    finally:
+        sandbox.kill()

@@ -21,6 +21,7 @@ from fastapi.responses import JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
 
 from rock import __version__
 from rock.backends._shell import SessionError
@@ -31,7 +32,7 @@ from rock.backends.base import (
     SandboxError,
     SandboxNotFound,
 )
-from rock.daemon.e2b import e2b_routes
+from rock.daemon.e2b import e2b_routes, from_e2b, unserved
 from rock.daemon.manager import SandboxManager
 from rock.daemon.metrics import Metrics
 from rock.errors import (
@@ -212,6 +213,16 @@ def create_app(
 
 def _answer_errors(app: FastAPI, metrics: Metrics) -> None:
     """Every failure as one JSON error body; 5xx ones counted."""
+
+    @app.exception_handler(HTTPException)
+    async def no_route(request: Request, exc: HTTPException) -> Response:
+        """A route that is not here (404) or not for this method (405): for an E2B client
+        in E2B's shape, for the others in the daemon's."""
+        if exc.status_code in (404, 405) and from_e2b(request):
+            return unserved(request)
+        kind = {404: "NotFound", 405: "MethodNotAllowed"}.get(exc.status_code, "HTTPError")
+        message = f"{exc.detail}: {request.method} {request.url.path}"
+        return _error(exc.status_code, kind, message + " (the routes are listed at /docs).")
 
     @app.exception_handler(RequestValidationError)
     async def invalid(_: Request, exc: RequestValidationError) -> JSONResponse:

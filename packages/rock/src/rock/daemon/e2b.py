@@ -14,7 +14,8 @@ What rock does differently: a sandbox's network is closed unless the create requ
 ``allow_internet_access`` (E2B opens it by default); the template ``base`` is rock's base
 image and any other template names a local image; commands run as the image's user (root)
 unless the call names one; envd's version is reported as 0.5.7, and what later versions
-added (file metadata, directory watches) is not served.
+added (file metadata, directory watches) is not served. A call to a route rock does not
+serve is answered in the shape of the API it was meant for (:func:`unserved`).
 """
 
 from __future__ import annotations
@@ -61,6 +62,7 @@ _CONNECT_STATUS = {
     "already_exists": 409,
     "resource_exhausted": 429,
     "internal": 500,
+    "unimplemented": 501,
     "unavailable": 503,
     "deadline_exceeded": 504,
 }
@@ -154,13 +156,51 @@ class _Gate:
 
 
 def e2b_routes(app: FastAPI, manager: SandboxManager, token: str) -> None:
-    """Add the E2B routes to the daemon's ``app``."""
+    """Add the E2B routes to the daemon's ``app``, with envd's health check of a sandbox
+    (the daemon's own ``/health`` answers the calls that name no sandbox)."""
     gate = _Gate(manager, token)
+
+    @app.middleware("http")
+    async def envd_health(request: Request, call_next: Callable[[Request], Any]) -> Response:
+        """``Sandbox.is_running``: envd's ``GET /health`` of the sandbox the call names,
+        204 while it runs and 502 (as E2B's proxy answers) once it is gone."""
+        if request.url.path != "/health" or "e2b-sandbox-id" not in request.headers:
+            response: Response = await call_next(request)
+            return response
+        try:
+            await run_in_threadpool(gate.sandbox_of, request)
+        except _Failed as failed:
+            return JSONResponse(
+                {"code": failed.status, "message": failed.message}, status_code=failed.status
+            )
+        return Response(status_code=204)
+
     _rest_routes(app, gate)
     _lifetime_routes(app, gate)
     _file_routes(app, gate)
     _filesystem_routes(app, gate)
+    _filesystem_change_routes(app, gate)
     _process_routes(app, gate)
+
+
+def from_e2b(request: Request) -> bool:
+    """Whether a call came from an E2B client: it carries E2B's key or names a sandbox."""
+    return "x-api-key" in request.headers or "e2b-sandbox-id" in request.headers
+
+
+def unserved(request: Request) -> Response:
+    """An E2B call to a route rock does not serve: 501 in the shape of the API it was meant
+    for (E2B's REST ``{"code", "message"}``, or Connect's ``unimplemented`` for envd), never
+    FastAPI's ``detail`` (on which the SDK failed with a KeyError) nor a 404 (which the SDK
+    reports as a sandbox not found)."""
+    what = f"{request.method} {request.url.path}"
+    if "e2b-sandbox-id" in request.headers:
+        return _connect_error(
+            _Failed(501, f"rock's E2B API does not serve {what} of envd.", "unimplemented")
+        )
+    return JSONResponse(
+        {"code": 501, "message": f"rock's E2B API does not serve {what}."}, status_code=501
+    )
 
 
 def _rest_routes(app: FastAPI, gate: _Gate) -> None:
@@ -320,7 +360,7 @@ def _file_routes(app: FastAPI, gate: _Gate) -> None:
 
 
 def _filesystem_routes(app: FastAPI, gate: _Gate) -> None:
-    """envd's filesystem RPCs: ListDir, Stat, MakeDir, Remove."""
+    """envd's filesystem RPCs that read: ListDir, Stat."""
 
     @app.post("/filesystem.Filesystem/ListDir", include_in_schema=False)
     async def list_dir(request: Request) -> Response:
@@ -340,6 +380,35 @@ def _filesystem_routes(app: FastAPI, gate: _Gate) -> None:
             sandbox_id = gate.sandbox_of(request)
             path = _path(str((await _json(request)).get("path", "")))
             entries = await run_in_threadpool(_entries, gate.manager, sandbox_id, path, 0)
+            return JSONResponse({"entry": entries[0]})
+
+        return await _rpc(answer)
+
+
+def _filesystem_change_routes(app: FastAPI, gate: _Gate) -> None:
+    """envd's filesystem RPCs that change: MakeDir, Move, Remove."""
+
+    @app.post("/filesystem.Filesystem/Move", include_in_schema=False)
+    async def move(request: Request) -> Response:
+        """``files.rename``: the source must exist, and the destination's folder; the
+        destination is replaced as ``mv`` replaces it."""
+
+        async def answer() -> Response:
+            sandbox_id = gate.sandbox_of(request)
+            body = await _json(request)
+            source = _path(str(body.get("source", "")))
+            target = _path(str(body.get("destination", "")))
+            script = 'test -e "$1" -o -L "$1" || exit 3; mv -T -- "$1" "$2"'
+            done = await run_in_threadpool(
+                gate.manager.exec,
+                sandbox_id,
+                ExecRequest(command=["sh", "-c", script, "mv", source, target], timeout=60),
+            )
+            if done.exit_code == 3:
+                raise _Failed(404, f"path '{source}' does not exist", "not_found")
+            if done.exit_code != 0:
+                raise _Failed(400, done.stderr_text.strip() or "mv failed", "invalid_argument")
+            entries = await run_in_threadpool(_entries, gate.manager, sandbox_id, target, 0)
             return JSONResponse({"entry": entries[0]})
 
         return await _rpc(answer)
