@@ -236,7 +236,43 @@ def test_a_route_rock_does_not_serve_answers_in_the_shape_of_its_api(e2b_env: Ru
     assert own.status_code == 404 and own.json()["error"]["type"] == "NotFound"
     sandbox = Sandbox.create()
     try:
-        with pytest.raises(SandboxException, match="does not serve GET /sandboxes/sb-"):
-            sandbox.get_metrics()
+        with pytest.raises(SandboxException, match="does not serve POST /sandboxes/sb-"):
+            sandbox.pause()
     finally:
         sandbox.kill()
+
+
+def test_get_metrics_is_a_sample_of_the_sandbox_now(e2b_env: Running) -> None:
+    """One sample (rock keeps no history): a CPU-bound command shows as busy, memory within
+    the sandbox's limit, the disk's use and size."""
+    sandbox = Sandbox.create()
+    try:
+        sandbox.commands.run("sh -c 'while :; do :; done' >/dev/null 2>&1", background=True)
+        (busy,) = sandbox.get_metrics()
+        assert busy.cpu_count >= 1 and busy.cpu_used_pct > 30
+        assert 0 < busy.mem_used < busy.mem_total
+        assert 0 < busy.disk_used < busy.disk_total
+    finally:
+        sandbox.kill()
+
+
+def test_update_network_opens_and_closes_a_sandbox_made_with_one(e2b_env: Running) -> None:
+    """``allow_internet_access`` closes and opens the network of a sandbox made open; a
+    sandbox made closed has none to open, and egress filters are refused, each in one
+    sentence."""
+    links = "ls /sys/class/net | grep -v '^lo$' | tr '\\n' ' '"
+    sandbox = Sandbox.create(allow_internet_access=True)
+    closed = Sandbox.create()
+    try:
+        assert sandbox.commands.run(links).stdout.split()  # an interface besides loopback
+        sandbox.update_network({"allow_internet_access": False})
+        assert sandbox.commands.run(links).stdout.split() == []
+        sandbox.update_network({"allow_internet_access": True})
+        assert sandbox.commands.run(links).stdout.split()
+        with pytest.raises(SandboxException, match="was made without a network"):
+            closed.update_network({"allow_internet_access": True})
+        with pytest.raises(SandboxException, match="filters no egress"):
+            sandbox.update_network({"allow_out": ["1.1.1.1"]})
+    finally:
+        sandbox.kill()
+        closed.kill()

@@ -421,6 +421,11 @@ class SandboxManager(PoolsMixin, UpkeepMixin):
             self.metrics.exec_seconds.labels(kind="session").observe(result.duration_sec)
         return result
 
+    def set_network(self, sandbox_id: str, on: bool) -> None:
+        """Open or close a running sandbox's network (one made with a network only)."""
+        box = self._box(sandbox_id)
+        self._use(sandbox_id, lambda: box.set_network(on))
+
     def interrupt(self, sandbox_id: str, tag: str | None = None) -> int:
         """Stop the commands running in the sandbox (the one run with ``tag``); how many."""
         return self._box(sandbox_id).interrupt(tag)
