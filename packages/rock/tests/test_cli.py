@@ -474,6 +474,24 @@ def test_fork_prints_a_new_sandbox_with_the_files_of_that_moment(daemon: Path) -
 
 
 @pytest.mark.docker
+def test_pause_and_resume_through_the_cli(daemon: Path) -> None:
+    home = ["--home", str(daemon)]
+    box = rock("sandbox", "create", *home).stdout.strip()
+    try:
+        paused = rock("sandbox", "pause", *home, box)
+        assert paused.exit_code == 0 and paused.stdout == f"{box} paused\n"
+        refused = rock("sandbox", "exec", *home, box, "true")
+        assert refused.exit_code == 1 and len(refused.output.strip().splitlines()) == 1
+        assert f"sandbox {box} is paused; resume it first" in refused.output
+        assert rock("sandbox", "resume", *home, box).stdout == f"{box} resumed\n"
+        assert rock("sandbox", "exec", *home, box, "echo on").stdout == "on\n"
+        again = rock("sandbox", "resume", *home, box)
+        assert again.exit_code == 1 and "is busy, not paused" in again.output
+    finally:
+        rock("sandbox", "rm", *home, box)
+
+
+@pytest.mark.docker
 def test_ctrl_c_in_exec_stops_the_command_in_the_sandbox(daemon: Path, box: str) -> None:
     proc = _cli(  # with a process that left the command's session: it goes too
         "sandbox", "exec", "--home", str(daemon), box, "(setsid sleep 38 &); sleep 37; echo never"

@@ -24,6 +24,7 @@ from rock.backends.base import (
     LABEL_DAEMON,
     LABEL_FORKED_FROM,
     PoolNotFound,
+    SandboxConflict,
     SandboxError,
     SandboxNotFound,
 )
@@ -583,3 +584,37 @@ def test_the_listening_socket_sends_small_answers_at_once() -> None:
         client.close()
     finally:
         listening.close()
+
+
+# --- pause and resume --------------------------------------------------------------------
+
+
+def test_a_paused_sandbox_keeps_its_processes_refuses_calls_and_outlives_its_ttl(
+    client: Client,
+) -> None:
+    """Paused: every process frozen where it was (a counting loop goes on from its count
+    after resume), calls refused in one sentence, kept past its TTL; resumed, its TTL
+    starts again."""
+    box = client.create(ttl_sec=4)
+    loop = "i=0; while :; do i=$((i+1)); echo $i > /tmp/n; sleep 0.1; done"
+    box.exec(f"sh -c '{loop}' >/dev/null 2>&1 &")
+    time.sleep(0.5)
+    box.pause()
+    assert client.info(box.id).state == "paused"
+    with pytest.raises(SandboxConflict, match=f"sandbox {box.id} is paused; resume it first"):
+        box.exec("true")
+    with pytest.raises(SandboxConflict, match="only a sandbox in use"):
+        box.pause()
+    time.sleep(6)  # past its TTL: a paused sandbox does not expire
+    assert client.info(box.id).state == "paused"
+    box.resume()
+    first = int(box.exec("cat /tmp/n").stdout)
+    time.sleep(0.6)
+    assert int(box.exec("cat /tmp/n").stdout) > first > 3  # the loop went on from where it was
+    with pytest.raises(SandboxConflict, match="is busy, not paused"):
+        box.resume()
+    for _ in range(60):  # its TTL started again at the resume
+        if client.info(box.id).state == "deleted":
+            break
+        time.sleep(0.5)
+    assert client.info(box.id).state == "deleted"

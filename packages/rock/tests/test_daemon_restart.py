@@ -185,3 +185,26 @@ def test_a_second_daemon_on_the_same_home_refuses_and_touches_nothing(
     assert busy.returncode != 0 and f"cannot listen on 127.0.0.1:{serve.port}" in busy.stderr
     assert not (tmp_path / "other" / "rock.db").exists()  # no store opened, nothing reconciled
     pool.close()
+
+
+@pytest.mark.docker
+def test_a_paused_sandbox_stays_paused_through_its_daemon_s_restart(tmp_path: Path) -> None:
+    """Killed and started again, the daemon adopts a paused container as paused (not as a
+    container that stopped running), and it resumes where it was."""
+    daemon = Serve(tmp_path / "home", _free_port(), ["--daemon-id", "pytest-paused"])
+    daemon.start()
+    try:
+        client = Client(daemon.url, home=daemon.home, retries=1)
+        box = client.create()
+        box.exec("echo kept > /tmp/f")
+        box.pause()
+        daemon.kill()
+        daemon.start()
+        client = Client(daemon.url, home=daemon.home, retries=1)
+        assert client.info(box.id).state == "paused"
+        again = client.sandbox(box.id)
+        again.resume()
+        assert again.exec("cat /tmp/f").stdout == b"kept\n"
+        again.delete()
+    finally:
+        daemon.stop()

@@ -11,7 +11,7 @@ from pathlib import Path
 import docker
 import httpx
 import pytest
-from e2b import AsyncSandbox, CommandExitException, Sandbox
+from e2b import AsyncSandbox, CommandExitException, Sandbox, SandboxQuery, SandboxState
 from e2b.exceptions import (
     AuthenticationException,
     FileNotFoundException,
@@ -237,7 +237,7 @@ def test_a_route_rock_does_not_serve_answers_in_the_shape_of_its_api(e2b_env: Ru
     sandbox = Sandbox.create()
     try:
         with pytest.raises(SandboxException, match="does not serve POST /sandboxes/sb-"):
-            sandbox.pause()
+            sandbox.create_snapshot()
     finally:
         sandbox.kill()
 
@@ -276,3 +276,38 @@ def test_update_network_opens_and_closes_a_sandbox_made_with_one(e2b_env: Runnin
     finally:
         sandbox.kill()
         closed.kill()
+
+
+def test_pause_then_connect_resumes_where_it_was(e2b_env: Running) -> None:
+    """``pause()`` (True, then False when already paused), ``is_running`` False and the
+    sandbox listed as paused while it is; ``Sandbox.connect`` resumes it, processes and
+    all (Docker's pause keeps memory: a counting loop goes on from its count)."""
+    sandbox = Sandbox.create(timeout=60)
+    try:
+        loop = "i=0; while :; do i=$((i+1)); echo $i > /tmp/n; sleep 0.1; done"
+        sandbox.commands.run(f"sh -c '{loop}' >/dev/null 2>&1", background=True)
+        time.sleep(0.5)
+        assert sandbox.pause() is True
+        assert sandbox.pause() is False  # already paused
+        assert sandbox.is_running() is False
+        paused = Sandbox.list(query=SandboxQuery(state=[SandboxState.PAUSED])).next_items()
+        assert sandbox.sandbox_id in {s.sandbox_id for s in paused}
+        again = Sandbox.connect(sandbox.sandbox_id, timeout=60)
+        assert again.is_running() is True
+        first = int(again.commands.run("cat /tmp/n").stdout)  # (a copy of a file being
+        time.sleep(0.6)  # written is refused as changed while copied)
+        assert int(again.commands.run("cat /tmp/n").stdout) > first > 3
+    finally:
+        sandbox.kill()
+
+    async def main() -> None:
+        box = await AsyncSandbox.create()
+        try:
+            assert await box.pause() is True
+            assert await box.is_running() is False
+            back = await AsyncSandbox.connect(box.sandbox_id)
+            assert (await back.commands.run("echo back")).stdout == "back\n"
+        finally:
+            await box.kill()
+
+    asyncio.run(main())

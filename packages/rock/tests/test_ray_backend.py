@@ -168,6 +168,8 @@ def test_a_pool_spreads_over_both_nodes_and_each_verb_reaches_the_owner(
         )
         assert done.exit_code == 0 and [line.strip() for _, line in seen] == ["1", "2", "3"]
         assert seen[-1][0] - seen[0][0] > 0.4  # as it came, not at the end
+        assert e2b_box.pause() is True and e2b_box.is_running() is False  # on its node
+        assert Sandbox.connect(e2b_box.sandbox_id).commands.run("echo on").stdout == "on\n"
         e2b_box.kill()
 
 

@@ -441,6 +441,7 @@ def test_live_and_counts_by_state(store: StateStore) -> None:
         "starting": 0,
         "ready": 2,
         "busy": 1,
+        "paused": 0,
         "stopped": 0,
         "deleted": 1,
         "error": 1,

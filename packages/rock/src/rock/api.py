@@ -269,6 +269,14 @@ class Api:
         return Call("POST", f"/v1/sandboxes/{sandbox_id}/fork", _as_list(SandboxInfo), body)
 
     @staticmethod
+    def pause(sandbox_id: str) -> Call[SandboxInfo]:
+        return Call("POST", f"/v1/sandboxes/{sandbox_id}/pause", _as(SandboxInfo))
+
+    @staticmethod
+    def resume(sandbox_id: str) -> Call[SandboxInfo]:
+        return Call("POST", f"/v1/sandboxes/{sandbox_id}/resume", _as(SandboxInfo))
+
+    @staticmethod
     def stop(sandbox_id: str) -> Call[SandboxInfo]:
         return Call("POST", f"/v1/sandboxes/{sandbox_id}/stop", _as(SandboxInfo))
 

@@ -4,7 +4,7 @@ They send the calls :mod:`rock.api` describes (one implementation of the API), e
 own httpx client, retrying only connection failures; their methods are one-line wrappers.
 
 The sandboxes they hand out have the same verbs as in-process ones (`Sandbox`):
-exec, sessions, files and trees, snapshot, stop, delete; use them as context managers
+exec, sessions, files and trees, snapshot, pause and resume, stop, delete; use them as context managers
 to delete on exit. Connection failures are retried (the request never reached the
 daemon); nothing else is. A daemon that went away under a request raises `DaemonLost`
 (the request may or may not have been carried out), and a sandbox remembers it in
@@ -310,6 +310,13 @@ class RemoteSandbox(Sandbox):
     def logs(self, limit: int = 100) -> list[ExecLog]:
         return self.client.logs(self.id, limit)
 
+    def pause(self) -> None:
+        """Freeze the sandbox (processes and memory kept) until :meth:`resume`."""
+        self.info = self.send(Api.pause(self.id))
+
+    def resume(self) -> None:
+        self.info = self.send(Api.resume(self.id))
+
     def stop(self) -> None:
         self.info = self.send(Api.stop(self.id))
 
@@ -520,6 +527,12 @@ class AsyncSandbox:
     async def fork(self, count: int = 1) -> list[AsyncSandbox]:
         made = await self.client.send(Api.fork(self.id, count))
         return [AsyncSandbox(self.client, info) for info in made]
+
+    async def pause(self) -> None:
+        self.info = await self.client.send(Api.pause(self.id))
+
+    async def resume(self) -> None:
+        self.info = await self.client.send(Api.resume(self.id))
 
     async def stop(self) -> None:
         self.info = await self.client.send(Api.stop(self.id))

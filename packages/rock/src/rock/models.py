@@ -166,7 +166,9 @@ class SessionResult(_Model):
 # --- the daemon's API ----------------------------------------------------------------
 # Requests and responses of `rock serve`, used unchanged by `rock.Client`.
 
-SandboxStateName = Literal["pending", "starting", "ready", "busy", "stopped", "deleted", "error"]
+SandboxStateName = Literal[
+    "pending", "starting", "ready", "busy", "paused", "stopped", "deleted", "error"
+]
 POOL_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
 
 

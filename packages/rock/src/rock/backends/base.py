@@ -166,6 +166,14 @@ class Sandbox(ExecVerb):
         """What the backend knows of the sandbox: ``state`` (running, exited, deleted…) and more."""
         return {"state": "running"}
 
+    def pause(self) -> None:
+        """Freeze every process of the sandbox (its memory kept) until :meth:`resume`."""
+        raise SandboxError(f"sandbox {self.id}'s backend cannot pause a sandbox.")
+
+    def resume(self) -> None:
+        """Let the processes :meth:`pause` froze go on."""
+        raise SandboxError(f"sandbox {self.id}'s backend cannot pause a sandbox.")
+
     def interrupt(self, tag: str | None = None) -> int:
         """Kill every command running now (and its children), or the one run with ``tag``;
         return how many were running."""

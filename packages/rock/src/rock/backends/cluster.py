@@ -492,6 +492,12 @@ class RaySandbox(Sandbox):
     def set_network(self, on: bool) -> None:
         self._call("set_network", on)
 
+    def pause(self) -> None:
+        self._call("pause")
+
+    def resume(self) -> None:
+        self._call("resume")
+
     def snapshot(self, tag: str) -> str:
         image: str = self._call("snapshot", tag)
         return image

@@ -597,6 +597,20 @@ class DockerSandbox(Sandbox):
             "exit_code": state.get("ExitCode"),
         }
 
+    def pause(self) -> None:
+        """Docker's pause: the cgroup freezer stops every process where it is; memory, files
+        and open connections stay (a checkpoint to disk, as E2B's pause makes, is not)."""
+        try:
+            self.container.pause()
+        except NotFound:
+            raise SandboxNotFound(f"sandbox {self.id} is gone.") from None
+
+    def resume(self) -> None:
+        try:
+            self.container.unpause()
+        except NotFound:
+            raise SandboxNotFound(f"sandbox {self.id} is gone.") from None
+
     def stop(self) -> None:
         try:
             self.container.stop(timeout=2)

@@ -144,6 +144,12 @@ class NodeAgent:
     def set_network(self, sandbox_id: str, on: bool) -> None:
         self._box(sandbox_id).set_network(on)
 
+    def pause(self, sandbox_id: str) -> None:
+        self._box(sandbox_id).pause()
+
+    def resume(self, sandbox_id: str) -> None:
+        self._box(sandbox_id).resume()
+
     def snapshot(self, sandbox_id: str, tag: str) -> str:
         return self._box(sandbox_id).snapshot(tag)
 

@@ -12,7 +12,7 @@ import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, get_args
 
 import click
 
@@ -30,11 +30,11 @@ from rock.cli._common import (
     when,
 )
 from rock.client import Client
-from rock.models import ExecRequest
+from rock.models import ExecRequest, SandboxStateName
 
 T = TypeVar("T")
 
-_STATES = ("pending", "starting", "ready", "busy", "stopped", "deleted", "error")
+_STATES = get_args(SandboxStateName)
 _REMOTE = re.compile(r"^([A-Za-z0-9][A-Za-z0-9_.-]*):(.*)$")
 
 
@@ -372,6 +372,25 @@ def sandbox_cp(client: Client, src: str, dst: str) -> None:
             local = local / name
         with Progress(f"copying {sandbox_id}:{path} to {local}"):
             box.download(path, local)
+
+
+@sandbox.command("pause")
+@click.argument("sandbox_id", metavar="ID")
+@daemon_options
+def sandbox_pause(client: Client, sandbox_id: str) -> None:
+    """Freeze a sandbox in use: its processes stop where they are, memory and files kept; it
+    does not expire while paused. Commands are refused until 'rock sandbox resume ID'."""
+    client.sandbox(sandbox_id).pause()
+    click.echo(f"{sandbox_id} paused")
+
+
+@sandbox.command("resume")
+@click.argument("sandbox_id", metavar="ID")
+@daemon_options
+def sandbox_resume(client: Client, sandbox_id: str) -> None:
+    """Let a paused sandbox go on; its timeout starts again."""
+    client.sandbox(sandbox_id).resume()
+    click.echo(f"{sandbox_id} resumed")
 
 
 @sandbox.command("rm")

@@ -12,7 +12,7 @@ import hmac
 import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from typing import Annotated, Any
+from typing import Annotated, Any, get_args
 
 import anyio.to_thread
 from fastapi import APIRouter, Depends, FastAPI, Path, Query, Request, Response
@@ -60,6 +60,7 @@ from rock.models import (
     PoolInfo,
     PoolSettings,
     SandboxInfo,
+    SandboxStateName,
     SessionInfo,
     SessionResult,
     SessionRunRequest,
@@ -275,7 +276,7 @@ def _sandbox_routes(api: APIRouter, manager: SandboxManager) -> None:
                     fields=["query.label"],
                 )
             labels[key] = value
-        known = {"pending", "starting", "ready", "busy", "stopped", "deleted", "error"}
+        known = set(get_args(SandboxStateName))
         for name in state or []:
             if name not in known:
                 raise InvalidRequest(
@@ -293,6 +294,17 @@ def _sandbox_routes(api: APIRouter, manager: SandboxManager) -> None:
     def delete(sandbox_id: SandboxId) -> SandboxInfo:
         """Release a sandbox: it is deleted (a pool replaces it with a fresh one)."""
         return manager.delete(sandbox_id)
+
+    @api.post("/v1/sandboxes/{sandbox_id}/pause", response_model=SandboxInfo, tags=["sandboxes"])
+    def pause(sandbox_id: SandboxId) -> SandboxInfo:
+        """Freeze a sandbox in use, its processes and memory kept; it does not expire while
+        paused, and every call but resume and delete is refused (409)."""
+        return manager.pause(sandbox_id)
+
+    @api.post("/v1/sandboxes/{sandbox_id}/resume", response_model=SandboxInfo, tags=["sandboxes"])
+    def resume(sandbox_id: SandboxId) -> SandboxInfo:
+        """Let a paused sandbox go on; its timeout starts again."""
+        return manager.resume(sandbox_id)
 
     @api.post("/v1/sandboxes/{sandbox_id}/stop", response_model=SandboxInfo, tags=["sandboxes"])
     def stop_sandbox(sandbox_id: SandboxId) -> SandboxInfo:

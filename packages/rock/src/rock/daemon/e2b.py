@@ -136,7 +136,7 @@ class _Gate:
             "cpuCount": max(1, round(info.spec.cpus)),
             "memoryMB": info.spec.memory_mb,
             "diskSizeMB": 0,
-            "state": "running",
+            "state": "paused" if info.state == "paused" else "running",
             "metadata": {k[len(META) :]: v for k, v in info.labels.items() if k.startswith(META)},
         }
 
@@ -145,8 +145,8 @@ class _Gate:
         with ``x-next-token`` when more follow."""
         query = request.query_params
         wanted = _metadata_query(query.get("metadata", ""))
-        if "running" not in (query.get("state") or "running").split(","):
-            rows = []
+        states = (query.get("state") or "running,paused").split(",")
+        rows = [r for r in rows if r["state"] in states]
         rows = [r for r in rows if all(r["metadata"].get(k) == v for k, v in wanted.items())]
         start = int(query.get("nextToken") or 0)
         limit = int(query.get("limit") or 0) or len(rows) or 1
@@ -178,6 +178,7 @@ def e2b_routes(app: FastAPI, manager: SandboxManager, token: str) -> None:
     _rest_routes(app, gate)
     _lifetime_routes(app, gate)
     _usage_routes(app, gate)
+    _pause_routes(app, gate)
     _file_routes(app, gate)
     _filesystem_routes(app, gate)
     _filesystem_change_routes(app, gate)
@@ -225,7 +226,12 @@ def _rest_routes(app: FastAPI, gate: _Gate) -> None:
         async def answer() -> Response:
             gate.api_key(request)
             body = await _json(request)
-            info = await run_in_threadpool(_running, gate.manager, sandbox_id)
+            info = await run_in_threadpool(_running, gate.manager, sandbox_id, True)
+            if info.state == "paused":  # connecting resumes it, as E2B's connect does
+                seconds = body.get("timeout")
+                ttl = float(seconds) if seconds is not None else DEFAULT_TIMEOUT_SEC
+                info = await run_in_threadpool(gate.manager.resume, sandbox_id, ttl)
+                return JSONResponse(gate.described(info), status_code=201)
             if body.get("timeout") is not None:
                 info = await run_in_threadpool(
                     gate.manager.set_timeout, sandbox_id, float(body["timeout"])
@@ -238,7 +244,7 @@ def _rest_routes(app: FastAPI, gate: _Gate) -> None:
     async def list_(request: Request) -> Response:
         async def answer() -> Response:
             gate.api_key(request)
-            infos = await run_in_threadpool(gate.manager.list, states=["busy"])
+            infos = await run_in_threadpool(gate.manager.list, states=["busy", "paused"])
             return gate.page([gate.listed(i) for i in infos], request)
 
         return await _rest(answer)
@@ -251,7 +257,7 @@ def _lifetime_routes(app: FastAPI, gate: _Gate) -> None:
     async def info(sandbox_id: str, request: Request) -> Response:
         async def answer() -> Response:
             gate.api_key(request)
-            found = await run_in_threadpool(_running, gate.manager, sandbox_id)
+            found = await run_in_threadpool(_running, gate.manager, sandbox_id, True)
             return JSONResponse(
                 {**gate.listed(found), "envdAccessToken": access_token(gate.token, found.id)}
             )
@@ -262,7 +268,7 @@ def _lifetime_routes(app: FastAPI, gate: _Gate) -> None:
     async def kill(sandbox_id: str, request: Request) -> Response:
         async def answer() -> Response:
             gate.api_key(request)
-            await run_in_threadpool(_running, gate.manager, sandbox_id)
+            await run_in_threadpool(_running, gate.manager, sandbox_id, True)
             await run_in_threadpool(gate.manager.delete, sandbox_id, "killed through the E2B API")
             return Response(status_code=204)
 
@@ -358,6 +364,40 @@ def _usage_routes(app: FastAPI, gate: _Gate) -> None:
                 except SandboxError as exc:
                     raise _Failed(400, str(exc)) from None
             return Response(status_code=204)
+
+        return await _rest(answer)
+
+
+def _pause_routes(app: FastAPI, gate: _Gate) -> None:
+    """Pause and resume: Docker's pause freezes the processes where they are, memory kept
+    (E2B snapshots memory to disk instead); a paused sandbox does not expire."""
+
+    @app.post("/sandboxes/{sandbox_id}/pause", include_in_schema=False)
+    async def pause(sandbox_id: str, request: Request) -> Response:
+        async def answer() -> Response:
+            gate.api_key(request)
+            info = await run_in_threadpool(_running, gate.manager, sandbox_id, True)
+            if info.state == "paused":
+                raise _Failed(409, f"sandbox {sandbox_id} is already paused")
+            await run_in_threadpool(gate.manager.pause, sandbox_id)
+            return Response(status_code=204)
+
+        return await _rest(answer)
+
+    @app.post("/sandboxes/{sandbox_id}/resume", include_in_schema=False)
+    async def resume(sandbox_id: str, request: Request) -> Response:
+        """The older resume call (the SDK's connect resumes too)."""
+
+        async def answer() -> Response:
+            gate.api_key(request)
+            body = await _json(request)
+            info = await run_in_threadpool(_running, gate.manager, sandbox_id, True)
+            if info.state != "paused":
+                raise _Failed(409, f"sandbox {sandbox_id} is not paused")
+            seconds = body.get("timeout")
+            ttl = float(seconds) if seconds is not None else DEFAULT_TIMEOUT_SEC
+            info = await run_in_threadpool(gate.manager.resume, sandbox_id, ttl)
+            return JSONResponse(gate.described(info), status_code=201)
 
         return await _rest(answer)
 
@@ -691,14 +731,15 @@ def _metadata_query(raw: str) -> dict[str, str]:
     return {unquote(k): unquote(v) for k, v in parse_qsl(raw)}
 
 
-def _running(manager: SandboxManager, sandbox_id: str) -> SandboxInfo:
+def _running(manager: SandboxManager, sandbox_id: str, paused_too: bool = False) -> SandboxInfo:
+    """The sandbox, in use (or paused, with ``paused_too``); E2B's 404 otherwise."""
     try:
         info = manager.get(sandbox_id)
     except _MISSING:
         raise _Failed(
             404, f"sandbox \"{sandbox_id}\" doesn't exist or you don't have access to it"
         ) from None
-    if info.state != "busy":
+    if info.state != "busy" and not (paused_too and info.state == "paused"):
         raise _Failed(404, f'sandbox "{sandbox_id}" is not running ({info.state})')
     return info
 

@@ -100,6 +100,8 @@ class SandboxManager(PoolsMixin, UpkeepMixin):
         self._lock = threading.RLock()
         self._boxes: dict[str, Sandbox] = {}
         self._stopped: set[str] = set()
+        self._paused: set[str] = set()
+        """Sandboxes paused by their clients: refused every call until resumed."""
         self._pools: dict[str, _Pool] = {}
         self._sessions: dict[str, tuple[str, Session]] = {}
         self._inflight = 0
@@ -296,6 +298,43 @@ class SandboxManager(PoolsMixin, UpkeepMixin):
         """The sandbox is deleted ``ttl_sec`` from now (None: kept until deleted)."""
         self._box(sandbox_id)
         return self._info(self.store.set_expiry(sandbox_id, ttl_sec))
+
+    def pause(self, sandbox_id: str) -> SandboxInfo:
+        """Freeze a sandbox in use (its processes and memory kept) until :meth:`resume`;
+        it does not expire while paused."""
+        record = self._record(sandbox_id)
+        if record.state != S.BUSY:
+            raise SandboxConflict(
+                f"sandbox {sandbox_id} is {record.state}; only a sandbox in use (busy) can be "
+                "paused."
+            )
+        box = self._box(sandbox_id)
+        with self._lock:
+            self._paused.add(sandbox_id)
+        try:
+            box.pause()
+        except BaseException:
+            with self._lock:
+                self._paused.discard(sandbox_id)
+            raise
+        return self._info(self.store.transition(sandbox_id, S.PAUSED, "paused by its client"))
+
+    def resume(self, sandbox_id: str, ttl_sec: float | None = None) -> SandboxInfo:
+        """Let a paused sandbox go on, its timeout started again (``ttl_sec``, or its
+        spec's)."""
+        record = self._record(sandbox_id)
+        with self._lock:
+            box = self._boxes.get(sandbox_id) if sandbox_id in self._paused else None
+        if record.state != S.PAUSED or box is None:
+            raise SandboxConflict(f"sandbox {sandbox_id} is {record.state}, not paused.")
+        box.resume()
+        self.store.transition(sandbox_id, S.BUSY, "resumed by its client")
+        with self._lock:
+            self._paused.discard(sandbox_id)
+        ttl = (
+            ttl_sec if ttl_sec is not None else SandboxSpec.model_validate(record.spec_json).ttl_sec
+        )
+        return self._info(self.store.set_expiry(sandbox_id, ttl))
 
     def stop(self, sandbox_id: str) -> SandboxInfo:
         box = self._box(sandbox_id, allow_stopped=True)
@@ -509,9 +548,15 @@ class SandboxManager(PoolsMixin, UpkeepMixin):
             box = self._boxes.get(sandbox_id)
             waiting = any(sandbox_id in pool.idle for pool in self._pools.values())
             stopped = sandbox_id in self._stopped
-        if box is not None and not waiting and (allow_stopped or not stopped):
+            paused = sandbox_id in self._paused
+        if box is not None and not waiting and not paused and (allow_stopped or not stopped):
             return box
         record = self._record(sandbox_id)
+        if paused:
+            raise SandboxConflict(
+                f"sandbox {sandbox_id} is paused; resume it first ('rock sandbox resume "
+                f"{sandbox_id}', or E2B's connect)."
+            )
         if waiting:
             raise SandboxConflict(
                 f"sandbox {sandbox_id} is waiting in pool {record.pool_key}; "
@@ -545,6 +590,7 @@ class SandboxManager(PoolsMixin, UpkeepMixin):
         with self._lock:
             box = self._boxes.pop(sandbox_id, None)
             self._stopped.discard(sandbox_id)
+            self._paused.discard(sandbox_id)
             for pool in self._pools.values():
                 pool.members.discard(sandbox_id)
                 with contextlib.suppress(ValueError):

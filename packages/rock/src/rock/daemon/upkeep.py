@@ -30,6 +30,7 @@ class UpkeepMixin:
     _pools: dict[str, _Pool]
     _boxes: dict[str, Sandbox]
     _stopped: set[str]
+    _paused: set[str]
     _stop: threading.Event
     _wake: threading.Event
     _last_liveness: float
@@ -69,13 +70,14 @@ class UpkeepMixin:
                 self._quiet_delete(box)
                 counts["removed"] += 1
                 continue
-            if row.state not in (S.READY, S.BUSY, S.STOPPED):
+            if row.state not in (S.READY, S.BUSY, S.PAUSED, S.STOPPED):
                 self._quiet_delete(box)
                 self._move(row.id, S.DELETED, f"the daemon stopped while it was {row.state}")
                 counts["closed"] += 1
                 continue
             status = box.status()
-            if row.state != S.STOPPED and status.get("state") != "running":
+            expected = "paused" if row.state == S.PAUSED else "running"
+            if row.state != S.STOPPED and status.get("state") != expected:
                 self._quiet_delete(box)
                 self._move(
                     row.id,
@@ -97,6 +99,8 @@ class UpkeepMixin:
                 self._boxes[row.id] = box
                 if row.state == S.STOPPED:
                     self._stopped.add(row.id)
+                if row.state == S.PAUSED:
+                    self._paused.add(row.id)
                 if pool is not None:
                     pool.members.add(row.id)
                     if row.state == S.READY:

@@ -41,6 +41,7 @@ class SandboxState(StrEnum):
     STARTING = "starting"
     READY = "ready"
     BUSY = "busy"
+    PAUSED = "paused"
     STOPPED = "stopped"
     DELETED = "deleted"
     ERROR = "error"
@@ -52,7 +53,8 @@ ALLOWED_TRANSITIONS: dict[SandboxState, frozenset[SandboxState]] = {
     _S.PENDING: frozenset({_S.STARTING, _S.ERROR, _S.DELETED}),
     _S.STARTING: frozenset({_S.READY, _S.ERROR, _S.DELETED}),
     _S.READY: frozenset({_S.BUSY, _S.STOPPED, _S.DELETED, _S.ERROR}),
-    _S.BUSY: frozenset({_S.READY, _S.STOPPED, _S.DELETED, _S.ERROR}),
+    _S.BUSY: frozenset({_S.READY, _S.PAUSED, _S.STOPPED, _S.DELETED, _S.ERROR}),
+    _S.PAUSED: frozenset({_S.BUSY, _S.DELETED, _S.ERROR}),
     _S.STOPPED: frozenset({_S.READY, _S.DELETED, _S.ERROR}),
     _S.ERROR: frozenset({_S.DELETED}),
     _S.DELETED: frozenset(),
@@ -66,7 +68,9 @@ REAPABLE_STATES = frozenset({_S.READY, _S.BUSY, _S.STOPPED})
 """States in which a sandbox can expire by TTL or, when it has one, by idle timeout.
 
 Ready means started and not handed out (a warm pool's idle member); busy means handed
-to a client (leased). Every command or file operation counts as use.
+to a client (leased). Every command or file operation counts as use. A paused sandbox
+(its processes frozen by its client) is kept until it is resumed or deleted, as E2B keeps
+one; resuming starts its timeout again.
 """
 
 
