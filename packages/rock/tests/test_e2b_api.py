@@ -236,8 +236,8 @@ def test_a_route_rock_does_not_serve_answers_in_the_shape_of_its_api(e2b_env: Ru
     assert own.status_code == 404 and own.json()["error"]["type"] == "NotFound"
     sandbox = Sandbox.create()
     try:
-        with pytest.raises(SandboxException, match="does not serve POST /sandboxes/sb-"):
-            sandbox.create_snapshot()
+        with pytest.raises(SandboxException, match="does not serve POST /process.Process/List"):
+            sandbox.commands.list()
     finally:
         sandbox.kill()
 
@@ -311,3 +311,32 @@ def test_pause_then_connect_resumes_where_it_was(e2b_env: Running) -> None:
             await box.kill()
 
     asyncio.run(main())
+
+
+def test_snapshots_are_templates_a_sandbox_starts_from(e2b_env: Running) -> None:
+    """``create_snapshot`` commits the files of that moment; ``Sandbox.create`` with its id
+    starts from them; ``list_snapshots`` finds it by sandbox; ``delete_snapshot`` refuses
+    while a sandbox uses it, then removes it (False once gone)."""
+    sandbox = Sandbox.create()
+    child: Sandbox | None = None
+    try:
+        sandbox.files.write("/tmp/state", "at the snapshot\n")
+        snap = sandbox.create_snapshot(name="first")
+        assert snap.snapshot_id.endswith(f"{sandbox.sandbox_id}-first")
+        sandbox.files.write("/tmp/state", "after\n")
+        listed = Sandbox.list_snapshots(sandbox_id=sandbox.sandbox_id).next_items()
+        assert [s.snapshot_id for s in listed] == [snap.snapshot_id]
+        child = Sandbox.create(template=snap.snapshot_id)
+        assert child.files.read("/tmp/state") == "at the snapshot\n"
+        with pytest.raises(SandboxException, match="used by a sandbox"):
+            Sandbox.delete_snapshot(snap.snapshot_id)
+        child.kill()
+        child = None
+        assert Sandbox.delete_snapshot(snap.snapshot_id) is True
+        assert Sandbox.delete_snapshot(snap.snapshot_id) is False
+        with pytest.raises(SandboxException, match="is not allowed"):
+            sandbox.create_snapshot(name="no spaces")
+    finally:
+        if child is not None:
+            child.kill()
+        sandbox.kill()

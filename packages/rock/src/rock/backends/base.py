@@ -251,8 +251,8 @@ class Backend(abc.ABC):
         return []
 
     def remove_image(self, tag: str) -> None:
-        """Remove the image ``tag`` if no sandbox uses it (a snapshot nothing started
-        from); nothing where images are not this backend's to remove."""
+        """Remove the image ``tag`` (a snapshot); `SandboxConflict` while a sandbox uses
+        it; nothing where images are not this backend's to remove."""
         return None
 
 

@@ -34,6 +34,7 @@ from rock.backends.base import (
     Backend,
     ImageMissing,
     Sandbox,
+    SandboxConflict,
     SandboxError,
     SandboxNotFound,
 )
@@ -887,8 +888,16 @@ class DockerBackend(Backend):
         ]
 
     def remove_image(self, tag: str) -> None:
-        with contextlib.suppress(NotFound):  # (refused while a container uses it: APIError)
+        try:
             self.client.images.remove(tag, noprune=False)
+        except NotFound:
+            pass
+        except APIError as exc:
+            if exc.status_code != 409:
+                raise
+            raise SandboxConflict(
+                f"image {tag} is used by a sandbox; delete the sandboxes started from it first."
+            ) from None
 
 
 def _host_pids(spec: SandboxSpec) -> int:

@@ -354,6 +354,10 @@ class SandboxManager(PoolsMixin, UpkeepMixin):
         image = self._use(sandbox_id, lambda: box.snapshot(tag))
         return SnapshotInfo(image=image, tag=tag)
 
+    def remove_image(self, tag: str) -> None:
+        """Remove an image (a snapshot) from the engine, or every node's engine."""
+        self.backend.remove_image(tag)
+
     def fork(self, sandbox_id: str, count: int = 1) -> builtins.list[SandboxInfo]:
         """``count`` new sandboxes that start from this one's files as they are now (one
         snapshot for all of them, as E2B's fork): its file system saved as an image
