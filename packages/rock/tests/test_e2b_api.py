@@ -236,7 +236,7 @@ def test_a_route_rock_does_not_serve_answers_in_the_shape_of_its_api(e2b_env: Ru
     assert own.status_code == 404 and own.json()["error"]["type"] == "NotFound"
     sandbox = Sandbox.create()
     try:
-        with pytest.raises(SandboxException, match="does not serve POST /process.Process/List"):
+        with pytest.raises(SandboxException, match=r"does not serve POST /process\.Process/List"):
             sandbox.commands.list()
     finally:
         sandbox.kill()
