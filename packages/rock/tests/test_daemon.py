@@ -29,7 +29,13 @@ from rock.backends.base import (
     SandboxNotFound,
 )
 from rock.client import AsyncClient, Client
-from rock.errors import DaemonUnreachable, InvalidRequest, PoolExhausted, Unauthorized
+from rock.errors import (
+    DaemonUnreachable,
+    ImageBuildError,
+    InvalidRequest,
+    PoolExhausted,
+    Unauthorized,
+)
 from rock.models import SandboxSpec
 
 pytestmark = pytest.mark.docker
@@ -618,3 +624,39 @@ def test_a_paused_sandbox_keeps_its_processes_refuses_calls_and_outlives_its_ttl
             break
         time.sleep(0.5)
     assert client.info(box.id).state == "deleted"
+
+
+# --- images built from a context -----------------------------------------------------------
+
+
+def test_the_daemon_builds_an_image_from_a_context_and_sandboxes_start_from_it(
+    client: Client, tmp_path: Path, docker_client: docker.DockerClient
+) -> None:
+    """A Dockerfile whose base cannot be pulled (offline) maps to the local base image; the
+    same context again is a cache hit; a failing step, a missing Dockerfile and a body that
+    is no tar are one sentence each."""
+    for old in docker_client.images.list(name="rock-bench/daemon-build-test"):
+        docker_client.images.remove(old.id, force=True)  # (an earlier run's)
+    context = tmp_path / "ctx"
+    context.mkdir()
+    (context / "hello.txt").write_text("from the context\n")
+    (context / "Dockerfile").write_text(
+        "FROM debian:bookworm-slim\nCOPY hello.txt /opt/hello.txt\nRUN echo built > /opt/mark\n"
+    )
+    made = client.build_image(context, name="daemon-build-test")
+    assert made.built and made.tag.startswith("rock-bench/daemon-build-test:")
+    assert made.bases["debian:bookworm-slim"].startswith("rock/")  # a local image for it
+    assert client.build_image(context, name="daemon-build-test").built is False
+    with client.create(image=made.tag) as box:
+        assert box.exec("cat /opt/hello.txt /opt/mark").stdout == b"from the context\nbuilt\n"
+    (context / "Dockerfile").write_text("FROM debian:bookworm-slim\nRUN echo broken >&2; exit 3\n")
+    with pytest.raises(ImageBuildError, match="docker build of rock-bench/daemon-build-test:"):
+        client.build_image(context, name="daemon-build-test")
+    with pytest.raises(ImageBuildError, match="there is no Dockerfile at Nope"):
+        client.build_image(context, dockerfile="Nope", name="daemon-build-test")
+    response = httpx.post(
+        f"{client.url}/v1/images/build",
+        content=b"not a tar",
+        headers={"Authorization": f"Bearer {client.token}"},
+    )
+    assert response.status_code == 422 and "is not a tar archive" in response.text

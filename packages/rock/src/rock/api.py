@@ -31,6 +31,7 @@ from rock.backends.base import (
 from rock.errors import (
     DaemonError,
     EngineUnavailable,
+    ImageBuildError,
     InvalidRequest,
     PoolExhausted,
     ShuttingDown,
@@ -43,6 +44,7 @@ from rock.models import (
     ExecResult,
     ForkRequest,
     Health,
+    ImageBuild,
     ImageInfo,
     Interrupted,
     InterruptRequest,
@@ -84,6 +86,7 @@ _KINDS: dict[str, type[Exception]] = {
     "PoolExhausted": PoolExhausted,
     "ShuttingDown": ShuttingDown,
     "EngineUnavailable": EngineUnavailable,
+    "ImageBuildError": ImageBuildError,
 }
 
 
@@ -225,6 +228,15 @@ class Api:
     @staticmethod
     def images() -> Call[builtins.list[ImageInfo]]:
         return Call("GET", "/v1/images", _as_list(ImageInfo))
+
+    @staticmethod
+    def build_image(context: bytes, dockerfile: str, name: str) -> Call[ImageBuild]:
+        options = {
+            "params": {"dockerfile": dockerfile, "name": name},
+            "content": context,
+            "timeout": httpx.Timeout(30.0, read=None),  # a build may take many minutes
+        }
+        return Call("POST", "/v1/images/build", _as(ImageBuild), options)
 
     # a sandbox's verbs
     @staticmethod

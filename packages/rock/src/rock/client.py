@@ -38,6 +38,7 @@ from rock.backends.base import (
 from rock.errors import (
     DaemonLost,
     DaemonUnreachable,
+    InvalidRequest,
     RockError,
     ShuttingDown,
 )
@@ -47,6 +48,7 @@ from rock.models import (
     ExecRequest,
     ExecResult,
     Health,
+    ImageBuild,
     ImageInfo,
     PoolInfo,
     SandboxInfo,
@@ -56,6 +58,13 @@ from rock.models import (
 from rock.store import default_home
 
 T = TypeVar("T")
+
+
+def context_tar(context: Path) -> bytes:
+    """A build context folder as the tar the daemon's image build takes."""
+    if not Path(context).is_dir():
+        raise InvalidRequest(f"build context {context} is not a folder; give the folder.")
+    return pack_upload(Path(context), ".")[0]
 
 
 def _settings(url: str | None, token: str | None, home: Path | None) -> tuple[str, str | None]:
@@ -242,6 +251,13 @@ class Client(_Connection):
 
     def images(self) -> builtins.list[ImageInfo]:
         return self.send(Api.images())
+
+    def build_image(
+        self, context: Path, *, dockerfile: str = "Dockerfile", name: str = "image"
+    ) -> ImageBuild:
+        """Build an image on the daemon's engine from the folder ``context`` (its
+        Dockerfile at ``dockerfile``, relative to it); sandboxes start from its ``tag``."""
+        return self.send(Api.build_image(context_tar(context), dockerfile, name))
 
     def close(self) -> None:
         self._http.close()
@@ -450,6 +466,12 @@ class AsyncClient(_Connection):
 
     async def images(self) -> builtins.list[ImageInfo]:
         return await self.send(Api.images())
+
+    async def build_image(
+        self, context: Path, *, dockerfile: str = "Dockerfile", name: str = "image"
+    ) -> ImageBuild:
+        data = await asyncio.to_thread(context_tar, context)
+        return await self.send(Api.build_image(data, dockerfile, name))
 
     async def aclose(self) -> None:
         await self._http.aclose()

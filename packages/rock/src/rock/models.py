@@ -293,6 +293,20 @@ class ImageInfo(_Model):
     created: str
 
 
+class ImageBuild(_Model):
+    """An image the daemon built from a build context (``POST /v1/images/build``)."""
+
+    tag: str
+    """The local image to start sandboxes from (``rock-bench/<name>:<digest>``)."""
+    built: bool
+    """False when an image of the same digest was there already (nothing was built)."""
+    duration_sec: float = 0.0
+    bases: dict[str, str] = Field(default_factory=dict)
+    """Each FROM reference of the Dockerfile and the local image used for it."""
+    log: str = ""
+    """What the build printed (empty when nothing was built)."""
+
+
 class Health(_Model):
     status: Literal["ok", "shutting-down"]
     version: str

@@ -357,17 +357,33 @@ class ImageBuilder:
 
     def prepare(self, task: Task) -> tuple[BuildPlan, str, str, dict[str, str]]:
         """(plan, rewritten Dockerfile, tag, bases) of ``task``; raises TaskImageError."""
-        plan = plan_build(task)
+        return self._prepare(plan_build(task), task.id)
+
+    def _prepare(self, plan: BuildPlan, name: str) -> tuple[BuildPlan, str, str, dict[str, str]]:
         text, bases = rewrite_dockerfile(plan.text, self.resolve)
         base_ids = {ref: self.ensure_base(image) for ref, image in bases.items()}
         digest = build_digest(plan, text, base_ids)
-        return plan, text, image_tag(task.id, digest), bases
+        return plan, text, image_tag(name, digest), bases
 
     def build(self, task: Task, *, force: bool = False) -> BuildResult:
         """The task's image, built unless an image with its digest exists."""
         if task.environment.image and task.environment.dockerfile is None:
             return self._prebuilt(task, task.environment.image)
-        plan, text, tag, bases = self.prepare(task)
+        timeout = task.environment.build_timeout_sec or 1800
+        return self._build(plan_build(task), task.id, timeout, force)
+
+    def build_dockerfile(
+        self, context: Path, dockerfile: Path, name: str, timeout: float = 1800
+    ) -> BuildResult:
+        """An image from a plain build context and its Dockerfile (what the daemon builds
+        for its clients: a Harbor environment, an E2B template), named after ``name`` and
+        cached by digest as a task's is."""
+        if not dockerfile.is_file():
+            raise TaskImageError(f"there is no Dockerfile at {dockerfile.name}; send one.")
+        return self._build(_plan(context, dockerfile), name, timeout, False)
+
+    def _build(self, plan: BuildPlan, name: str, timeout: float, force: bool) -> BuildResult:
+        plan, text, tag, bases = self._prepare(plan, name)
         digest = tag.rsplit(":", 1)[1]
         with self._lock(tag):
             if tag in self._failed and not force:
@@ -375,8 +391,7 @@ class ImageBuilder:
             if not force and self._image_id(tag) is not None:
                 return BuildResult(tag=tag, digest=digest, built=False, bases=bases)
             started = time.monotonic()
-            labels = {LABEL_DIGEST: digest, LABEL_TASK: task.id}
-            timeout = task.environment.build_timeout_sec or 1800
+            labels = {LABEL_DIGEST: digest, LABEL_TASK: name}
             try:
                 log = self._docker_build(
                     _context_tar(plan, text), plan.dockerfile, tag, labels, timeout

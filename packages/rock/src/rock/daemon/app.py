@@ -38,6 +38,7 @@ from rock.daemon.metrics import Metrics
 from rock.errors import (
     DaemonError,
     EngineUnavailable,
+    ImageBuildError,
     InvalidRequest,
     PoolExhausted,
     RockError,
@@ -54,6 +55,7 @@ from rock.models import (
     ExecResult,
     ForkRequest,
     Health,
+    ImageBuild,
     ImageInfo,
     Interrupted,
     InterruptRequest,
@@ -85,6 +87,7 @@ STATUS: list[tuple[type[BaseException], int]] = [
     (IllegalTransition, 409),
     (SessionError, 409),
     (InvalidRequest, 422),
+    (ImageBuildError, 422),
     (PoolExhausted, 429),
     (ShuttingDown, 503),
     (StoreUnavailable, 503),
@@ -470,3 +473,16 @@ def _pool_routes(api: APIRouter, manager: SandboxManager) -> None:
     @api.get("/v1/images", response_model=list[ImageInfo], tags=["images"])
     def images() -> list[ImageInfo]:
         return manager.images()
+
+    @api.post("/v1/images/build", response_model=ImageBuild, tags=["images"])
+    async def build_image(
+        request: Request,
+        name: Annotated[str, Query(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")] = "image",
+        dockerfile: str = "Dockerfile",
+    ) -> ImageBuild:
+        """Build an image from a build context sent as a tar (gzipped or not) with its
+        Dockerfile at ``dockerfile``: base images mapped to local ones as for a task, no
+        pulls unless the engine can reach a registry; cached by digest. The image is named
+        ``rock-bench/<name>:<digest>``; a build that fails is a 422 with its last lines."""
+        data = await request.body()
+        return await run_in_threadpool(manager.build_image, data, dockerfile, name)

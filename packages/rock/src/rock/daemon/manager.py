@@ -20,14 +20,18 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import io
 import logging
 import secrets
+import tarfile
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from rock.backends._shell import SessionError
 from rock.backends.base import (
@@ -42,12 +46,13 @@ from rock.backends.base import (
 )
 from rock.daemon.pools import PoolsMixin, _Pool
 from rock.daemon.upkeep import UpkeepMixin
-from rock.errors import ShuttingDown
+from rock.errors import ImageBuildError, InvalidRequest, ShuttingDown
 from rock.models import (
     CreateSandboxRequest,
     ExecLog,
     ExecRequest,
     ExecResult,
+    ImageBuild,
     ImageInfo,
     PoolSettings,
     SandboxInfo,
@@ -66,6 +71,9 @@ from rock.store import (
     StoreError,
     UnknownSandbox,
 )
+
+if TYPE_CHECKING:
+    from rock.bench.images import ImageBuilder
 
 log = logging.getLogger("rock.daemon")
 
@@ -100,6 +108,8 @@ class SandboxManager(PoolsMixin, UpkeepMixin):
         self._lock = threading.RLock()
         self._boxes: dict[str, Sandbox] = {}
         self._stopped: set[str] = set()
+        self._builder: ImageBuilder | None = None
+        """Builds the images clients send contexts for (made at the first build)."""
         self._paused: set[str] = set()
         """Sandboxes paused by their clients: refused every call until resumed."""
         self._pools: dict[str, _Pool] = {}
@@ -353,6 +363,41 @@ class SandboxManager(PoolsMixin, UpkeepMixin):
         box = self._box(sandbox_id, allow_stopped=True)
         image = self._use(sandbox_id, lambda: box.snapshot(tag))
         return SnapshotInfo(image=image, tag=tag)
+
+    def build_image(self, context: bytes, dockerfile: str, name: str) -> ImageBuild:
+        """Build an image from a build context (a tar, gzipped or not, with the Dockerfile at
+        ``dockerfile``) on the daemon's engine, base images mapped to local ones as for a
+        task (offline); cached by digest. Only the Docker backend builds."""
+        from rock.backends.docker import DockerBackend
+        from rock.bench.images import ImageBuilder, TaskImageError
+
+        if not isinstance(self.backend, DockerBackend):
+            raise SandboxConflict(
+                f"the {self.backend.name} backend does not build images; build the image on "
+                "its nodes' engines, or run the daemon with the docker backend."
+            )
+        with self._lock:
+            builder = self._builder = self._builder or ImageBuilder(self.backend.client)
+        with tempfile.TemporaryDirectory(prefix="rock-build-") as tmp:
+            root = Path(tmp)
+            try:
+                with tarfile.open(fileobj=io.BytesIO(context)) as tar:
+                    tar.extractall(root, filter="data")
+            except (tarfile.TarError, OSError) as exc:
+                raise InvalidRequest(
+                    f"the build context is not a tar archive ({exc}); send the context "
+                    "folder as a tar, gzipped or not."
+                ) from None
+            target = (root / dockerfile).resolve()
+            if not target.is_relative_to(root.resolve()):
+                raise InvalidRequest(f"dockerfile {dockerfile!r} is outside the context.")
+            try:
+                done = builder.build_dockerfile(root, target, name)
+            except TaskImageError as exc:
+                tail = " | ".join(exc.log.strip().splitlines()[-3:])
+                why = f"{exc}" + (f" (last lines: {tail})" if tail else "")
+                raise ImageBuildError(why) from None
+        return ImageBuild.model_validate(done.model_dump(include=set(ImageBuild.model_fields)))
 
     def remove_image(self, tag: str) -> None:
         """Remove an image (a snapshot) from the engine, or every node's engine."""
