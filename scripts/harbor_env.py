@@ -62,3 +62,25 @@ def ensure_harbor() -> Path:
         )
     ready.write_text(f"harbor=={HARBOR_VERSION}")
     return PYTHON
+
+
+def ensure_rock_in_harbor(root: Path) -> Path:
+    """Harbor's Python with this checkout's ale-core, task-families and rock installed beside
+    Harbor (editable, once per checkout), for ``--environment-import-path
+    rock.harbor:RockEnvironment``."""
+    python = ensure_harbor()
+    stamp = VENV / ".rock-checkout"
+    if stamp.is_file() and stamp.read_text() == str(root):
+        return python
+    packages = [str(root / "packages" / name) for name in ("ale-core", "task-families", "rock")]
+    print(f"installing {root}'s rock into {VENV}", flush=True)
+    args = [python, "-m", "pip", "install", "-q"] + [a for p in packages for a in ("-e", p)]
+    made = subprocess.run(args, capture_output=True, timeout=900)
+    if made.returncode != 0:
+        tail = made.stderr.decode(errors="replace").strip().splitlines()[-1:]
+        raise HarborUnavailable(
+            f"rock could not be installed beside Harbor in {VENV} "
+            f"({tail[0] if tail else 'no output'}); delete it and try again."
+        )
+    stamp.write_text(str(root))
+    return python

@@ -48,6 +48,7 @@ from rock.models import (
     ImageInfo,
     Interrupted,
     InterruptRequest,
+    NetworkRequest,
     PoolInfo,
     PoolSettings,
     SandboxInfo,
@@ -274,6 +275,11 @@ class Api:
         read = _as(SnapshotInfo)
         path = f"/v1/sandboxes/{sandbox_id}/snapshot"
         return Call("POST", path, lambda response: read(response).image, body)
+
+    @staticmethod
+    def set_network(sandbox_id: str, on: bool) -> Call[None]:
+        body = {"json": NetworkRequest(on=on).model_dump()}
+        return Call("POST", f"/v1/sandboxes/{sandbox_id}/network", _nothing, body)
 
     @staticmethod
     def fork(sandbox_id: str, count: int = 1) -> Call[builtins.list[SandboxInfo]]:

@@ -326,6 +326,9 @@ class RemoteSandbox(Sandbox):
     def logs(self, limit: int = 100) -> list[ExecLog]:
         return self.client.logs(self.id, limit)
 
+    def set_network(self, on: bool) -> None:
+        self.send(Api.set_network(self.id, on))
+
     def pause(self) -> None:
         """Freeze the sandbox (processes and memory kept) until :meth:`resume`."""
         self.info = self.send(Api.pause(self.id))
@@ -549,6 +552,10 @@ class AsyncSandbox:
     async def fork(self, count: int = 1) -> list[AsyncSandbox]:
         made = await self.client.send(Api.fork(self.id, count))
         return [AsyncSandbox(self.client, info) for info in made]
+
+    async def set_network(self, on: bool) -> None:
+        """Open or close the sandbox's network (one made with a network only)."""
+        await self.client.send(Api.set_network(self.id, on))
 
     async def pause(self) -> None:
         self.info = await self.client.send(Api.pause(self.id))

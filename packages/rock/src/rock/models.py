@@ -265,6 +265,12 @@ class ForkRequest(_Model):
     """How many sandboxes start from the one snapshot (1 to 20, as E2B allows)."""
 
 
+class NetworkRequest(_Model):
+    on: bool
+    """Open (True) or close the sandbox's network; a sandbox made without one has none to
+    open."""
+
+
 class SnapshotInfo(_Model):
     image: str
     """The new image's id (docker) or directory (local)."""

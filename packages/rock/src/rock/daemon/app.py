@@ -59,6 +59,7 @@ from rock.models import (
     ImageInfo,
     Interrupted,
     InterruptRequest,
+    NetworkRequest,
     PoolInfo,
     PoolSettings,
     SandboxInfo,
@@ -207,6 +208,7 @@ def create_app(
         return Response(metrics.render(), media_type="text/plain; version=0.0.4")
 
     _sandbox_routes(api, manager)
+    _state_routes(api, manager)
     _command_routes(api, manager)
     _file_routes(api, manager)
     _pool_routes(api, manager)
@@ -298,17 +300,6 @@ def _sandbox_routes(api: APIRouter, manager: SandboxManager) -> None:
         """Release a sandbox: it is deleted (a pool replaces it with a fresh one)."""
         return manager.delete(sandbox_id)
 
-    @api.post("/v1/sandboxes/{sandbox_id}/pause", response_model=SandboxInfo, tags=["sandboxes"])
-    def pause(sandbox_id: SandboxId) -> SandboxInfo:
-        """Freeze a sandbox in use, its processes and memory kept; it does not expire while
-        paused, and every call but resume and delete is refused (409)."""
-        return manager.pause(sandbox_id)
-
-    @api.post("/v1/sandboxes/{sandbox_id}/resume", response_model=SandboxInfo, tags=["sandboxes"])
-    def resume(sandbox_id: SandboxId) -> SandboxInfo:
-        """Let a paused sandbox go on; its timeout starts again."""
-        return manager.resume(sandbox_id)
-
     @api.post("/v1/sandboxes/{sandbox_id}/stop", response_model=SandboxInfo, tags=["sandboxes"])
     def stop_sandbox(sandbox_id: SandboxId) -> SandboxInfo:
         return manager.stop(sandbox_id)
@@ -334,6 +325,27 @@ def _sandbox_routes(api: APIRouter, manager: SandboxManager) -> None:
     ) -> list[ExecLog]:
         """The sandbox's recorded commands, newest first."""
         return manager.logs(sandbox_id, limit)
+
+
+def _state_routes(api: APIRouter, manager: SandboxManager) -> None:
+    """A running sandbox's state: its network, paused or not."""
+
+    @api.post("/v1/sandboxes/{sandbox_id}/network", status_code=204, tags=["sandboxes"])
+    def set_network(sandbox_id: SandboxId, request: NetworkRequest) -> Response:
+        """Open or close a running sandbox's network (one made with a network only)."""
+        manager.set_network(sandbox_id, request.on)
+        return Response(status_code=204)
+
+    @api.post("/v1/sandboxes/{sandbox_id}/pause", response_model=SandboxInfo, tags=["sandboxes"])
+    def pause(sandbox_id: SandboxId) -> SandboxInfo:
+        """Freeze a sandbox in use, its processes and memory kept; it does not expire while
+        paused, and every call but resume and delete is refused (409)."""
+        return manager.pause(sandbox_id)
+
+    @api.post("/v1/sandboxes/{sandbox_id}/resume", response_model=SandboxInfo, tags=["sandboxes"])
+    def resume(sandbox_id: SandboxId) -> SandboxInfo:
+        """Let a paused sandbox go on; its timeout starts again."""
+        return manager.resume(sandbox_id)
 
 
 def _command_routes(api: APIRouter, manager: SandboxManager) -> None:
