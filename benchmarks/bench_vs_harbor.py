@@ -40,7 +40,13 @@ How:
    from retrying a download this offline machine cannot make.
    Wall time: each harness's command from start to exit.
    Figure: rock's speed as a multiple of Harbor's (Harbor's wall time / rock's).
-5. Strict mode's cost: ``rock bench check DATASET`` (oracle and nop) against
+5. Harbor on rock: the same ``harbor run`` with ``--environment-import-path
+   rock.harbor:RockEnvironment --ek stand_ins=true`` (rock's native Harbor environment, its
+   sandboxes made by a ``rock serve`` of a scratch home, rock's offline stand-ins on PATH as
+   ``rock bench`` gives its verifiers), rock installed beside Harbor in its venv: Harbor's
+   own harness, rock's sandboxes. Its speed against Harbor's docker environment is printed
+   too.
+6. Strict mode's cost: ``rock bench check DATASET`` (oracle and nop) against
    ``rock bench check DATASET --strict`` (also the oracle's verifier without rock's
    stand-ins, network open) on the same tasks, as shipped, each at its default 2 trials at
    a time; the wall time of each, the ratio, and the tasks strict mode flags (and whether
@@ -57,6 +63,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import statistics
 import subprocess
 import sys
@@ -71,6 +78,8 @@ from pathlib import Path
 from typing import Any
 
 from _rockbench import machine
+
+from rock.synth.wiring import wait_for_daemon
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "scripts"))
@@ -159,9 +168,28 @@ def ensure_docker() -> None:
         raise SetupError(f"docker compose v2 was installed in {COMPOSE_PLUGIN} but does not run.")
 
 
+@contextmanager
+def rock_daemon(home: Path) -> Iterator[Path]:
+    """A ``rock serve`` of ``home`` on a free port for Harbor on rock; its home."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    home.mkdir(parents=True)
+    with (home.parent / "serve.log").open("wb") as log:
+        proc = subprocess.Popen(
+            [ROCK, "serve", "--home", home, "--port", str(port)], stdout=log, stderr=log
+        )
+    try:
+        wait_for_daemon(home, proc, timeout=120)
+        yield home
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(60)
+
+
 def ensure_harbor() -> None:
     try:
-        harbor_env.ensure_harbor()
+        harbor_env.ensure_rock_in_harbor(REPO)  # (Harbor first, then rock beside it)
     except harbor_env.HarborUnavailable as exc:
         raise SetupError(str(exc)) from None
     if not _ok([HARBOR, "--help"]):
@@ -319,17 +347,23 @@ def _time(text: str) -> datetime:
     return datetime.fromisoformat(text.replace("Z", "+00:00"))
 
 
-def run_harbor(dataset: Path, out: Path) -> Run:
+def run_harbor(dataset: Path, out: Path, rock_home: Path | None = None) -> Run:
+    """Harbor's own run: with its docker environment, or (``rock_home``) with rock's."""
     env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+    where = ["--env", "docker"]
+    if rock_home is not None:
+        env["ROCK_HOME"] = str(rock_home)
+        where = ["--environment-import-path", "rock.harbor:RockEnvironment",
+                 "--ek", "stand_ins=true"]  # fmt: skip
     wall = _timed(
-        [HARBOR, "run", "--path", dataset, "--agent", "oracle", "--env", "docker",
+        [HARBOR, "run", "--path", dataset, "--agent", "oracle", *where,
          "--n-concurrent", "1", "--jobs-dir", out / "jobs", "--job-name", "bench",
          "--yes", "--quiet"],
         out / "harbor.log",
         (0, 1),
         env,
     )  # fmt: skip
-    run = Run("Harbor 0.26.0", wall)
+    run = Run("Harbor 0.26.0" + (" on rock" if rock_home else ""), wall)
     for result in sorted((out / "jobs" / "bench").glob("*/result.json")):
         data = json.loads(result.read_text())
         rewards = (data.get("verifier_result") or {}).get("rewards") or {}
@@ -415,7 +449,7 @@ def main() -> None:
         ensure_docker()
         ensure_harbor()
         work = args.keep or Path(tempfile.mkdtemp(prefix="bench-vs-harbor-"))
-        for sub in ("tasks", "rock", "harbor", "check", "strict"):
+        for sub in ("tasks", "rock", "harbor", "harbor-rock", "check", "strict"):
             (work / sub).mkdir(parents=True, exist_ok=False)
         open_copy(tasks, work / "tasks")
         print(f"machine: {machine()}")
@@ -428,11 +462,13 @@ def main() -> None:
         with tagged(bases) as added:
             print(f"tagged for Harbor: {', '.join(added) or 'nothing (all present)'}", flush=True)
             harbor = run_harbor(work / "tasks", work / "harbor")
+        with rock_daemon(work / "harbor-rock" / "home") as home:
+            on_rock = run_harbor(work / "tasks", work / "harbor-rock", home)
     except SetupError as exc:
         print(f"bench_vs_harbor: {exc}", file=sys.stderr)
         sys.exit(1)
     print()
-    table([harbor, rock])
+    table([harbor, on_rock, rock])
     print()
     print(
         f"rock: {harbor.wall / rock.wall:.2f}x Harbor's speed (wall time {rock.wall:.1f} s vs "
@@ -449,7 +485,12 @@ def main() -> None:
             f"{after:.2f} s after its verifier (artifacts, compose down --rmi local, records), "
             f"{_mean([t.overhead for t in harbor.trials]) - before - after:.2f} s between phases"
         )
-    for run in (harbor, rock):
+    print(
+        f"Harbor on rock's environment: {harbor.wall / on_rock.wall:.2f}x the speed of Harbor "
+        f"on its docker environment ({on_rock.wall:.1f} s vs {harbor.wall:.1f} s); "
+        f"{sum(t.passed for t in on_rock.trials)} of {len(on_rock.trials)} passed"
+    )
+    for run in (harbor, on_rock, rock):
         print(f"{run.name}: {len(run.failed)} of {len(run.trials)} trials failed")
         for t in run.failed:
             print(f"  {t.task}: {t.why}")
