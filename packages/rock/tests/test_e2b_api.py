@@ -11,7 +11,15 @@ from pathlib import Path
 import docker
 import httpx
 import pytest
-from e2b import AsyncSandbox, CommandExitException, Sandbox, SandboxQuery, SandboxState
+from e2b import (
+    AsyncSandbox,
+    BuildException,
+    CommandExitException,
+    Sandbox,
+    SandboxQuery,
+    SandboxState,
+    Template,
+)
 from e2b.exceptions import (
     AuthenticationException,
     FileNotFoundException,
@@ -340,3 +348,44 @@ def test_snapshots_are_templates_a_sandbox_starts_from(e2b_env: Running) -> None
         if child is not None:
             child.kill()
         sandbox.kill()
+
+
+def test_a_template_built_from_a_dockerfile_with_the_sdk_starts_sandboxes(
+    e2b_env: Running, tmp_path: Path
+) -> None:
+    """``Template().from_dockerfile`` and ``Template.build`` build on rock, offline (the
+    Dockerfile's base maps to a local image); COPY, RUN, ENV, WORKDIR and the SDK's own
+    ``USER user`` arrive; ``alias_exists`` and ``get_tags`` see it; a sandbox from it has
+    its files, its user and the template's limits; a failing step is a BuildException with
+    its lines; an alias never built does not exist."""
+    (tmp_path / "app.py").write_text("print('from the template')\n")
+    (tmp_path / "Dockerfile").write_text(
+        "FROM python:3.11-slim\nENV GREETING=hello\nWORKDIR /srv\n"
+        "COPY app.py /srv/app.py\nRUN echo built > /srv/mark\n"
+    )
+    logs: list[str] = []
+    template = Template(file_context_path=str(tmp_path)).from_dockerfile(
+        str(tmp_path / "Dockerfile")
+    )
+    info = Template.build(
+        template, name="rock-test-tpl:v1", cpu_count=1, memory_mb=512,
+        on_build_logs=lambda entry: logs.append(entry.message),
+    )  # fmt: skip
+    assert info.template_id and any("is ready" in line for line in logs)
+    assert Template.alias_exists("rock-test-tpl") and not Template.alias_exists("rock-never")
+    assert [t.tag for t in Template.get_tags("rock-test-tpl")] == ["v1"]
+    sandbox = Sandbox.create(template="rock-test-tpl:v1")
+    try:
+        run = sandbox.commands.run("python3 /srv/app.py; cat /srv/mark; echo $GREETING; whoami")
+        assert run.stdout == "from the template\nbuilt\nhello\nuser\n"
+        assert sandbox.commands.run("pwd").stdout == "/srv\n"
+        (limits,) = sandbox.get_metrics()
+        assert limits.mem_total == 512 * 2**20
+    finally:
+        sandbox.kill()
+    (tmp_path / "Dockerfile").write_text(
+        "FROM python:3.11-slim\nRUN echo no-such-step >&2; exit 7\n"
+    )
+    broken = Template(file_context_path=str(tmp_path)).from_dockerfile(str(tmp_path / "Dockerfile"))
+    with pytest.raises(BuildException, match="no-such-step"):
+        Template.build(broken, name="rock-test-broken")

@@ -33,6 +33,7 @@ from rock.backends.base import (
     SandboxNotFound,
 )
 from rock.daemon.e2b import e2b_routes, from_e2b, unserved
+from rock.daemon.e2b_templates import template_routes
 from rock.daemon.manager import SandboxManager
 from rock.daemon.metrics import Metrics
 from rock.errors import (
@@ -213,7 +214,7 @@ def create_app(
     _file_routes(api, manager)
     _pool_routes(api, manager)
     app.include_router(api)
-    e2b_routes(app, manager, token)
+    template_routes(app, e2b_routes(app, manager, token))
     return app
 
 

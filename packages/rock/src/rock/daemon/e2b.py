@@ -32,6 +32,7 @@ import secrets
 import shlex
 import struct
 from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import parse_qsl, unquote
@@ -86,11 +87,22 @@ def access_token(token: str, sandbox_id: str) -> str:
     return hmac.new(token.encode(), sandbox_id.encode(), hashlib.sha256).hexdigest()[:40]
 
 
+@dataclass(frozen=True)
+class TemplateImage:
+    """What a template name stands for: the local image and the limits it was built for."""
+
+    image: str
+    cpus: float | None = None
+    memory_mb: int | None = None
+
+
 class _Gate:
     """What every E2B route needs: the manager, the key, and the shapes of answers."""
 
     def __init__(self, manager: SandboxManager, token: str) -> None:
         self.manager, self.token = manager, token
+        self.template_image: Callable[[str], TemplateImage | None] = lambda name: None
+        """The image of a template built through the template routes (None: not one)."""
         self.expected = token.encode()
         self.pids = itertools.count(1000)
         self.live: set[tuple[str, int]] = set()
@@ -160,7 +172,7 @@ class _Gate:
         return JSONResponse(rows[start : start + limit], headers=headers)
 
 
-def e2b_routes(app: FastAPI, manager: SandboxManager, token: str) -> None:
+def e2b_routes(app: FastAPI, manager: SandboxManager, token: str) -> _Gate:
     """Add the E2B routes to the daemon's ``app``, with envd's health check of a sandbox
     (the daemon's own ``/health`` answers the calls that name no sandbox)."""
     gate = _Gate(manager, token)
@@ -189,6 +201,7 @@ def e2b_routes(app: FastAPI, manager: SandboxManager, token: str) -> None:
     _filesystem_routes(app, gate)
     _filesystem_change_routes(app, gate)
     _process_routes(app, gate)
+    return gate
 
 
 def from_e2b(request: Request) -> bool:
@@ -218,7 +231,9 @@ def _rest_routes(app: FastAPI, gate: _Gate) -> None:
     async def create(request: Request) -> Response:
         async def answer() -> Response:
             gate.api_key(request)
-            spec = _spec_of(await _json(request))
+            body = await _json(request)
+            found = await run_in_threadpool(gate.template_image, str(body.get("templateID") or ""))
+            spec = _spec_of(body, found)
             try:
                 info = await run_in_threadpool(gate.manager.create, CreateSandboxRequest(spec=spec))
             except SandboxError as exc:  # an image that is not here, say
@@ -720,15 +735,22 @@ async def _process_events(
             return
 
 
-def _spec_of(body: dict[str, Any]) -> SandboxSpec:
-    """The rock spec of an E2B create request (template, envVars, metadata, timeout)."""
+def _spec_of(body: dict[str, Any], built: TemplateImage | None = None) -> SandboxSpec:
+    """The rock spec of an E2B create request (template, envVars, metadata, timeout): a
+    template built here starts from its image with its limits; ``base`` is rock's base
+    image, any other name a local image."""
     template = str(body.get("templateID") or "base")
     metadata = body.get("metadata") or {}
     labels = {LABEL: "1", f"{LABEL}.template": template}
+    limits: dict[str, Any] = {}
+    if built is not None:
+        limits = {"cpus": built.cpus, "memory_mb": built.memory_mb}
+        limits = {k: v for k, v in limits.items() if v}
     try:
         labels.update({f"{META}{k}": str(v) for k, v in metadata.items()})
         return SandboxSpec(
-            image=BASE_IMAGE if template == "base" else template,
+            **limits,
+            image=built.image if built else BASE_IMAGE if template == "base" else template,
             env={str(k): str(v) for k, v in (body.get("envVars") or {}).items()},
             network="bridge" if body.get("allow_internet_access") is True else "none",
             ttl_sec=float(body.get("timeout") or DEFAULT_TIMEOUT_SEC),

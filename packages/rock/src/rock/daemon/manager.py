@@ -73,6 +73,7 @@ from rock.store import (
 )
 
 if TYPE_CHECKING:
+    from rock.backends.docker import DockerBackend
     from rock.bench.images import ImageBuilder
 
 log = logging.getLogger("rock.daemon")
@@ -368,16 +369,6 @@ class SandboxManager(PoolsMixin, UpkeepMixin):
         """Build an image from a build context (a tar, gzipped or not, with the Dockerfile at
         ``dockerfile``) on the daemon's engine, base images mapped to local ones as for a
         task (offline); cached by digest. Only the Docker backend builds."""
-        from rock.backends.docker import DockerBackend
-        from rock.bench.images import ImageBuilder, TaskImageError
-
-        if not isinstance(self.backend, DockerBackend):
-            raise SandboxConflict(
-                f"the {self.backend.name} backend does not build images; build the image on "
-                "its nodes' engines, or run the daemon with the docker backend."
-            )
-        with self._lock:
-            builder = self._builder = self._builder or ImageBuilder(self.backend.client)
         with tempfile.TemporaryDirectory(prefix="rock-build-") as tmp:
             root = Path(tmp)
             try:
@@ -391,13 +382,36 @@ class SandboxManager(PoolsMixin, UpkeepMixin):
             target = (root / dockerfile).resolve()
             if not target.is_relative_to(root.resolve()):
                 raise InvalidRequest(f"dockerfile {dockerfile!r} is outside the context.")
-            try:
-                done = builder.build_dockerfile(root, target, name)
-            except TaskImageError as exc:
-                tail = " | ".join(exc.log.strip().splitlines()[-3:])
-                why = f"{exc}" + (f" (last lines: {tail})" if tail else "")
-                raise ImageBuildError(why) from None
+            return self.build_folder(root, target, name)
+
+    def build_folder(self, context: Path, dockerfile: Path, name: str) -> ImageBuild:
+        """:meth:`build_image` of a folder on this machine."""
+        from rock.bench.images import ImageBuilder, TaskImageError
+
+        with self._lock:
+            builder = self._builder = self._builder or ImageBuilder(self._docker().client)
+        try:
+            done = builder.build_dockerfile(context, dockerfile, name)
+        except TaskImageError as exc:
+            tail = " | ".join(exc.log.strip().splitlines()[-3:])
+            why = f"{exc}" + (f" (last lines: {tail})" if tail else "")
+            raise ImageBuildError(why) from None
         return ImageBuild.model_validate(done.model_dump(include=set(ImageBuild.model_fields)))
+
+    def tag_image(self, image: str, tag: str) -> None:
+        """Give ``image`` a second name, ``repository:tag`` (the Docker backend's engine)."""
+        repository, _, version = tag.rpartition(":")
+        self._docker().client.images.get(image).tag(repository, version)
+
+    def _docker(self) -> DockerBackend:
+        from rock.backends.docker import DockerBackend
+
+        if not isinstance(self.backend, DockerBackend):
+            raise SandboxConflict(
+                f"the {self.backend.name} backend does not build images; build the image on "
+                "its nodes' engines, or run the daemon with the docker backend."
+            )
+        return self.backend
 
     def remove_image(self, tag: str) -> None:
         """Remove an image (a snapshot) from the engine, or every node's engine."""
