@@ -17,6 +17,8 @@ VENV = (
     / f"harbor-{HARBOR_VERSION}"
 )
 PYTHON = VENV / "bin" / "python"
+E2B_EXTRA = ("e2b==2.63.0", "dockerfile-parse==2.0.1")
+"""Harbor's ``e2b`` extra, pinned to the versions its E2B environment was tested with."""
 HARBOR = VENV / "bin" / "harbor"
 
 
@@ -67,14 +69,16 @@ def ensure_harbor() -> Path:
 def ensure_rock_in_harbor(root: Path) -> Path:
     """Harbor's Python with this checkout's ale-core, task-families and rock installed beside
     Harbor (editable, once per checkout), for ``--environment-import-path
-    rock.harbor:RockEnvironment``."""
+    rock.harbor:RockEnvironment``, and what Harbor's own ``--env e2b`` needs (its ``e2b``
+    extra, at the versions tested)."""
     python = ensure_harbor()
     stamp = VENV / ".rock-checkout"
     if stamp.is_file() and stamp.read_text() == str(root):
         return python
     packages = [str(root / "packages" / name) for name in ("ale-core", "task-families", "rock")]
     print(f"installing {root}'s rock into {VENV}", flush=True)
-    args = [python, "-m", "pip", "install", "-q"] + [a for p in packages for a in ("-e", p)]
+    args = [python, "-m", "pip", "install", "-q", *E2B_EXTRA]
+    args += [a for p in packages for a in ("-e", p)]
     made = subprocess.run(args, capture_output=True, timeout=900)
     if made.returncode != 0:
         tail = made.stderr.decode(errors="replace").strip().splitlines()[-1:]

@@ -37,7 +37,17 @@ def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
         port = sock.getsockname()[1]
     log = (home.parent / "serve.log").open("wb")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "rock.cli", "serve", "--home", str(home), "--port", str(port)],
+        [
+            sys.executable,
+            "-m",
+            "rock.cli",
+            "serve",
+            "--home",
+            str(home),
+            "--port",
+            str(port),
+            "--e2b-stand-ins",
+        ],
         stdout=log,
         stderr=log,
     )
@@ -47,18 +57,27 @@ def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     proc.wait(60)
 
 
-def _harbor(home: Path, jobs: Path, agent: str, *names: str, path: Path = TASKS) -> list[dict]:
-    """``harbor run`` on rock: each trial's result.json."""
+def _harbor(
+    home: Path, jobs: Path, agent: str, *names: str, path: Path = TASKS, e2b: bool = False
+) -> list[dict]:
+    """``harbor run`` on rock (its native environment, or with ``e2b`` Harbor's E2B one
+    pointed at the daemon): each trial's result.json."""
     include = [a for n in names for a in ("-i", n)]
+    env = {**os.environ, "ROCK_HOME": str(home), "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+    where = ["--environment-import-path", "rock.harbor:RockEnvironment"]
+    if e2b:
+        url = json.loads((home / "daemon.json").read_text())["url"]
+        token = (home / "token").read_text().strip()
+        env |= {"E2B_API_URL": url, "E2B_SANDBOX_URL": url, "E2B_API_KEY": token}
+        where = ["--env", "e2b"]
+    job = f"{agent}-{'e2b' if e2b else 'rock'}"
     done = subprocess.run(
-        [HARBOR, "run", "--path", path, "--agent", agent, *include,
-         "--environment-import-path", "rock.harbor:RockEnvironment", "--n-concurrent", "2",
-         "--jobs-dir", jobs, "--job-name", agent, "--yes", "--quiet"],
-        env={**os.environ, "ROCK_HOME": str(home), "LITELLM_LOCAL_MODEL_COST_MAP": "True"},
-        capture_output=True, text=True, timeout=900, cwd=jobs.parent,
+        [HARBOR, "run", "--path", path, "--agent", agent, *include, *where,
+         "--n-concurrent", "2", "--jobs-dir", jobs, "--job-name", job, "--yes", "--quiet"],
+        env=env, capture_output=True, text=True, timeout=900, cwd=jobs.parent,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    return [json.loads(p.read_text()) for p in sorted((jobs / agent).glob("*/result.json"))]
+    return [json.loads(p.read_text()) for p in sorted((jobs / job).glob("*/result.json"))]
 
 
 def _reward(result: dict) -> float | None:
@@ -73,6 +92,21 @@ def test_harbor_runs_tasks_on_rock_and_leaves_nothing(daemon: Path, tmp_path: Pa
     assert sorted(r["task_name"] for r in solved) == sorted(names)
     assert [_reward(r) for r in solved] == [1.0, 1.0], [r.get("exception_info") for r in solved]
     idle = _harbor(daemon, tmp_path / "jobs", "nop", names[0])
+    assert [_reward(r) for r in idle] == [0.0]
+    with Client(home=daemon) as client:
+        assert client.list(state=["pending", "starting", "ready", "busy", "paused"]) == []
+
+
+def test_harbor_s_e2b_environment_runs_tasks_on_rock(daemon: Path, tmp_path: Path) -> None:
+    """``harbor run --env e2b`` with E2B's settings pointed at the daemon: Harbor builds an
+    E2B template from each task's Dockerfile through the SDK, starts a sandbox from it and
+    runs the trial through envd; the oracle passes both (the daemon's --e2b-stand-ins serve
+    the tests' pytest offline), doing nothing fails, and nothing is left running."""
+    names = ("csv-sales-report", "sudoku-solver")
+    solved = _harbor(daemon, tmp_path / "jobs", "oracle", *names, e2b=True)
+    assert sorted(r["task_name"] for r in solved) == sorted(names)
+    assert [_reward(r) for r in solved] == [1.0, 1.0], [r.get("exception_info") for r in solved]
+    idle = _harbor(daemon, tmp_path / "jobs", "nop", names[0], e2b=True)
     assert [_reward(r) for r in idle] == [0.0]
     with Client(home=daemon) as client:
         assert client.list(state=["pending", "starting", "ready", "busy", "paused"]) == []

@@ -118,6 +118,12 @@ def _is_loopback(host: str) -> bool:
     show_default=True,
 )
 @click.option(
+    "--e2b-stand-ins",
+    is_flag=True,
+    help="E2B sandboxes without a network get rock bench's offline stand-ins (pytest; pip, "
+    "uv, curl from its wheelhouse), as Terminal-Bench tasks run through E2B offline need.",
+)
+@click.option(
     "--allow-remote",
     is_flag=True,
     help="Allow a --host that is not a loopback address (anyone with the token runs commands).",
@@ -134,6 +140,7 @@ def serve(
     grace: float,
     cleanup: bool,
     log_level: Literal["critical", "error", "warning", "info", "debug"],
+    e2b_stand_ins: bool,
     allow_remote: bool,
 ) -> None:
     """Run the rock daemon until SIGTERM or Ctrl-C.
@@ -173,5 +180,6 @@ def serve(
         grace_sec=grace,
         cleanup=cleanup,
         log_level=log_level,
+        e2b_stand_ins=e2b_stand_ins,
     )
     run_daemon(config)

@@ -147,6 +147,7 @@ def create_app(
     metrics: Metrics | None = None,
     start: Callable[[], None] | None = None,
     stop: Callable[[], None] | None = None,
+    e2b_stand_ins: bool = False,
 ) -> FastAPI:
     """The API for ``manager``. ``start``/``stop`` run at the server's start and end."""
     metrics = metrics or manager.metrics or Metrics()
@@ -214,7 +215,7 @@ def create_app(
     _file_routes(api, manager)
     _pool_routes(api, manager)
     app.include_router(api)
-    template_routes(app, e2b_routes(app, manager, token))
+    template_routes(app, e2b_routes(app, manager, token, stand_ins=e2b_stand_ins))
     return app
 
 

@@ -43,6 +43,7 @@ from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
 
 from rock.backends.base import PathMissing, SandboxConflict, SandboxError, SandboxNotFound
+from rock.bench.verifier import toolchain
 from rock.daemon.manager import SandboxManager
 from rock.errors import PoolExhausted, RockError, ShuttingDown
 from rock.images.base import BASE_IMAGE
@@ -101,6 +102,8 @@ class _Gate:
 
     def __init__(self, manager: SandboxManager, token: str) -> None:
         self.manager, self.token = manager, token
+        self.stand_ins = False
+        """Whether sandboxes made without a network get the offline stand-ins."""
         self.template_image: Callable[[str], TemplateImage | None] = lambda name: None
         """The image of a template built through the template routes (None: not one)."""
         self.expected = token.encode()
@@ -172,10 +175,13 @@ class _Gate:
         return JSONResponse(rows[start : start + limit], headers=headers)
 
 
-def e2b_routes(app: FastAPI, manager: SandboxManager, token: str) -> _Gate:
+def e2b_routes(
+    app: FastAPI, manager: SandboxManager, token: str, *, stand_ins: bool = False
+) -> _Gate:
     """Add the E2B routes to the daemon's ``app``, with envd's health check of a sandbox
     (the daemon's own ``/health`` answers the calls that name no sandbox)."""
     gate = _Gate(manager, token)
+    gate.stand_ins = stand_ins
 
     @app.middleware("http")
     async def envd_health(request: Request, call_next: Callable[[Request], Any]) -> Response:
@@ -238,6 +244,8 @@ def _rest_routes(app: FastAPI, gate: _Gate) -> None:
                 info = await run_in_threadpool(gate.manager.create, CreateSandboxRequest(spec=spec))
             except SandboxError as exc:  # an image that is not here, say
                 raise _Failed(400, str(exc)) from None
+            if gate.stand_ins and spec.network == "none":
+                await run_in_threadpool(_give_stand_ins, gate.manager, info.id)
             return JSONResponse(gate.described(info), status_code=201)
 
         return await _rest(answer)
@@ -821,6 +829,15 @@ def _user(request: Request) -> str | None:
 def _metadata_query(raw: str) -> dict[str, str]:
     """The SDK's metadata filter: ``k=v&k2=v2``, each key and value quoted once more."""
     return {unquote(k): unquote(v) for k, v in parse_qsl(raw)}
+
+
+def _give_stand_ins(manager: SandboxManager, sandbox_id: str) -> None:
+    """rock bench's offline verifier toolchain in the sandbox, importable and first on a
+    login shell's PATH (the SDK runs commands with ``bash -l``)."""
+    manager.put_archive(sandbox_id, toolchain.TOOLCHAIN_DIR, toolchain.archive())
+    profile = f'export PATH="{toolchain.TOOLCHAIN_DIR}/bin:$PATH"\n'.encode()
+    manager.write_file(sandbox_id, "/etc/profile.d/rock-stand-ins.sh", profile, 0o644)
+    manager.exec(sandbox_id, ExecRequest(command=toolchain.PTH_SETUP, timeout=60))
 
 
 def _running(manager: SandboxManager, sandbox_id: str, paused_too: bool = False) -> SandboxInfo:

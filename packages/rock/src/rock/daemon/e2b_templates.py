@@ -49,6 +49,7 @@ DEFAULT_TAG = "default"
 _NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,99}$")
 _TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 _HASH = re.compile(r"^[A-Za-z0-9]{8,128}$")
+_UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
 
 
 @dataclass
@@ -115,6 +116,8 @@ class Templates:
             template.memory_mb = int(memory) if memory else template.memory_mb
             build = _Build(id=str(uuid.uuid4()), template_id=template.id, tag=",".join(tags))
             template.builds[build.id] = build
+            for tag in tags:  # a tag names its build from the start, as E2B's do
+                template.tags[tag] = build.id
         return template, build
 
     def _find(self, name_or_id: str) -> _Template | None:
@@ -145,15 +148,17 @@ class Templates:
         }
 
     def image(self, ref: str) -> TemplateImage | None:
-        """The image a create request's template names (``name``, ``name:tag`` or a
-        template id; the tag ``default`` when none is given)."""
+        """The image a create request's template names (``name``, ``name:tag`` or
+        ``name:build id``, the tag ``default`` when none is given, or a template id); None
+        when ``ref`` is no template (a plain image); E2B's 404 when the tag's build is not
+        ready (still building, or failed)."""
         name, _, tag = ref.partition(":")
         template = self.find(name)
         if template is None:
             return None
         tag = tag or DEFAULT_TAG
         if tag not in self._tags_on_engine(template.name):
-            return None
+            raise _Failed(404, f"tag '{tag}' does not exist for template '{template.name}'")
         image = f"{TEMPLATES}/{template.name}:{tag}"
         return TemplateImage(image=image, cpus=template.cpus, memory_mb=template.memory_mb)
 
@@ -161,15 +166,19 @@ class Templates:
         template = self.find(name_or_id)
         if template is None:
             raise _Failed(404, f"template '{name_or_id}' not found")
-        on_engine = self._tags_on_engine(template.name)
+        engine = self._tags_on_engine(template.name)
+        built_as = {image: tag for tag, image in engine.items() if _UUID.fullmatch(tag)}
+        """Each image and the build id it is also tagged with (its build, before a restart)."""
+        names = set(template.tags) | {t for t in engine if not _UUID.fullmatch(t)}
         return [
             {
                 "tag": tag,
                 "buildID": template.tags.get(tag)
+                or built_as.get(engine.get(tag, ""))
                 or str(uuid.uuid5(uuid.NAMESPACE_URL, f"{template.name}:{tag}")),
                 "createdAt": datetime.now(UTC).isoformat(),
             }
-            for tag in sorted(on_engine)
+            for tag in sorted(names)
         ]
 
     def build_of(self, template_id: str, build_id: str) -> _Build:
@@ -213,9 +222,8 @@ class Templates:
                 for line in made.log.splitlines():
                     if line.strip():
                         build.log(line.rstrip())
-                for tag in build.tag.split(","):
+                for tag in [*build.tag.split(","), build.id]:  # (its id names it too)
                     self.gate.manager.tag_image(made.tag, f"{TEMPLATES}/{template.name}:{tag}")
-                    template.tags[tag] = build.id
             except (RockError, _Failed, OSError, ValueError) as exc:
                 message = exc.message if isinstance(exc, _Failed) else str(exc)
                 build.log(message, "error")
@@ -400,9 +408,7 @@ def _name_routes(app: FastAPI, gate: _Gate, templates: Templates) -> None:
         async def answer() -> Response:
             gate.api_key(request)
             template = await run_in_threadpool(templates.find, alias)
-            if template is None or not await run_in_threadpool(
-                templates._tags_on_engine, template.name
-            ):
+            if template is None:
                 raise _Failed(404, f"template alias '{alias}' not found")
             return JSONResponse({"templateID": template.id, "public": False})
 

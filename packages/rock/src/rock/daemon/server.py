@@ -65,6 +65,9 @@ class ServeConfig(BaseModel):
     """Stop, as on SIGTERM, once this process is gone: a run's private daemon, so that a run
     killed outright (SIGKILL, a test's timeout) leaves no daemon and no sandbox running."""
     log_level: Literal["critical", "error", "warning", "info", "debug", "trace"] = "info"
+    e2b_stand_ins: bool = False
+    """E2B sandboxes made without a network get rock bench's offline stand-ins (pytest, and
+    pip, uv, curl that install from its wheelhouse), first on a login shell's PATH."""
 
 
 def load_or_create_token(home: Path) -> str:
@@ -257,7 +260,12 @@ class Daemon:
         self.url: str | None = None
         self.ready = threading.Event()
         self.app = create_app(
-            self.manager, self.token, metrics=self.metrics, start=self._start, stop=self._stop
+            self.manager,
+            self.token,
+            metrics=self.metrics,
+            start=self._start,
+            stop=self._stop,
+            e2b_stand_ins=config.e2b_stand_ins,
         )
         uv_config = uvicorn.Config(
             self.app,
