@@ -46,7 +46,13 @@ How:
    ``rock bench`` gives its verifiers), rock installed beside Harbor in its venv: Harbor's
    own harness, rock's sandboxes. Its speed against Harbor's docker environment is printed
    too.
-6. Strict mode's cost: ``rock bench check DATASET`` (oracle and nop) against
+6. Harbor's E2B environment on rock: ``harbor run --env e2b`` with ``E2B_API_URL``,
+   ``E2B_SANDBOX_URL`` and ``E2B_API_KEY`` pointed at a ``rock serve --e2b-stand-ins`` (Harbor
+   builds an E2B template from each task's Dockerfile through rock's template API, then runs
+   the trial through envd), on the tasks as shipped (closed: the daemon's stand-ins serve
+   what their tests fetch), Harbor's ``e2b`` extra installed beside it. Its per-trial time
+   against Harbor's docker environment is printed too.
+7. Strict mode's cost: ``rock bench check DATASET`` (oracle and nop) against
    ``rock bench check DATASET --strict`` (also the oracle's verifier without rock's
    stand-ins, network open) on the same tasks, as shipped, each at its default 2 trials at
    a time; the wall time of each, the ratio, and the tasks strict mode flags (and whether
@@ -169,7 +175,7 @@ def ensure_docker() -> None:
 
 
 @contextmanager
-def rock_daemon(home: Path) -> Iterator[Path]:
+def rock_daemon(home: Path, *options: str) -> Iterator[Path]:
     """A ``rock serve`` of ``home`` on a free port for Harbor on rock; its home."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -177,7 +183,9 @@ def rock_daemon(home: Path) -> Iterator[Path]:
     home.mkdir(parents=True)
     with (home.parent / "serve.log").open("wb") as log:
         proc = subprocess.Popen(
-            [ROCK, "serve", "--home", home, "--port", str(port)], stdout=log, stderr=log
+            [ROCK, "serve", "--home", home, "--port", str(port), *options],
+            stdout=log,
+            stderr=log,
         )
     try:
         wait_for_daemon(home, proc, timeout=120)
@@ -347,11 +355,19 @@ def _time(text: str) -> datetime:
     return datetime.fromisoformat(text.replace("Z", "+00:00"))
 
 
-def run_harbor(dataset: Path, out: Path, rock_home: Path | None = None) -> Run:
-    """Harbor's own run: with its docker environment, or (``rock_home``) with rock's."""
+def run_harbor(
+    dataset: Path, out: Path, rock_home: Path | None = None, *, e2b: bool = False
+) -> Run:
+    """Harbor's own run: with its docker environment, or (``rock_home``) with rock's, or
+    (``e2b``) with its E2B environment pointed at that daemon."""
     env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
     where = ["--env", "docker"]
-    if rock_home is not None:
+    if rock_home is not None and e2b:
+        url = json.loads((rock_home / "daemon.json").read_text())["url"]
+        token = (rock_home / "token").read_text().strip()
+        env |= {"E2B_API_URL": url, "E2B_SANDBOX_URL": url, "E2B_API_KEY": token}
+        where = ["--env", "e2b"]
+    elif rock_home is not None:
         env["ROCK_HOME"] = str(rock_home)
         where = ["--environment-import-path", "rock.harbor:RockEnvironment",
                  "--ek", "stand_ins=true"]  # fmt: skip
@@ -363,7 +379,8 @@ def run_harbor(dataset: Path, out: Path, rock_home: Path | None = None) -> Run:
         (0, 1),
         env,
     )  # fmt: skip
-    run = Run("Harbor 0.26.0" + (" on rock" if rock_home else ""), wall)
+    where_run = " e2b on rock" if e2b else " on rock" if rock_home else ""
+    run = Run("Harbor 0.26.0" + where_run, wall)
     for result in sorted((out / "jobs" / "bench").glob("*/result.json")):
         data = json.loads(result.read_text())
         rewards = (data.get("verifier_result") or {}).get("rewards") or {}
@@ -449,7 +466,7 @@ def main() -> None:
         ensure_docker()
         ensure_harbor()
         work = args.keep or Path(tempfile.mkdtemp(prefix="bench-vs-harbor-"))
-        for sub in ("tasks", "rock", "harbor", "harbor-rock", "check", "strict"):
+        for sub in ("tasks", "rock", "harbor", "harbor-rock", "harbor-e2b", "check", "strict"):
             (work / sub).mkdir(parents=True, exist_ok=False)
         open_copy(tasks, work / "tasks")
         print(f"machine: {machine()}")
@@ -464,11 +481,17 @@ def main() -> None:
             harbor = run_harbor(work / "tasks", work / "harbor")
         with rock_daemon(work / "harbor-rock" / "home") as home:
             on_rock = run_harbor(work / "tasks", work / "harbor-rock", home)
+        shipped = work / "shipped"
+        shutil.copytree(DATASET, shipped, ignore=lambda d, names: [
+            n for n in names if d == str(DATASET) and n not in tasks
+        ])  # fmt: skip
+        with rock_daemon(work / "harbor-e2b" / "home", "--e2b-stand-ins") as home:
+            via_e2b = run_harbor(shipped, work / "harbor-e2b", home, e2b=True)
     except SetupError as exc:
         print(f"bench_vs_harbor: {exc}", file=sys.stderr)
         sys.exit(1)
     print()
-    table([harbor, on_rock, rock])
+    table([harbor, on_rock, via_e2b, rock])
     print()
     print(
         f"rock: {harbor.wall / rock.wall:.2f}x Harbor's speed (wall time {rock.wall:.1f} s vs "
@@ -490,7 +513,14 @@ def main() -> None:
         f"on its docker environment ({on_rock.wall:.1f} s vs {harbor.wall:.1f} s); "
         f"{sum(t.passed for t in on_rock.trials)} of {len(on_rock.trials)} passed"
     )
-    for run in (harbor, on_rock, rock):
+    print(
+        f"Harbor's e2b environment on rock: {harbor.wall / via_e2b.wall:.2f}x the speed of "
+        f"Harbor on its docker environment ({via_e2b.wall:.1f} s vs {harbor.wall:.1f} s; mean "
+        f"per trial {_mean([t.wall for t in via_e2b.trials]):.2f} s vs "
+        f"{_mean([t.wall for t in harbor.trials]):.2f} s); "
+        f"{sum(t.passed for t in via_e2b.trials)} of {len(via_e2b.trials)} passed"
+    )
+    for run in (harbor, on_rock, via_e2b, rock):
         print(f"{run.name}: {len(run.failed)} of {len(run.trials)} trials failed")
         for t in run.failed:
             print(f"  {t.task}: {t.why}")

@@ -139,13 +139,7 @@ class Templates:
 
     def _tags_on_engine(self, name: str) -> dict[str, str]:
         """``tag: image id`` of the template images of ``name`` on the engine."""
-        prefix = f"{TEMPLATES}/{name}:"
-        return {
-            t[len(prefix) :]: image.id
-            for image in self.gate.manager.images()
-            for t in image.tags
-            if t.startswith(prefix)
-        }
+        return self.gate.manager.tags_of(f"{TEMPLATES}/{name}")
 
     def image(self, ref: str) -> TemplateImage | None:
         """The image a create request's template names (``name``, ``name:tag`` or
@@ -157,9 +151,9 @@ class Templates:
         if template is None:
             return None
         tag = tag or DEFAULT_TAG
-        if tag not in self._tags_on_engine(template.name):
-            raise _Failed(404, f"tag '{tag}' does not exist for template '{template.name}'")
         image = f"{TEMPLATES}/{template.name}:{tag}"
+        if not self.gate.manager.has_image(image):
+            raise _Failed(404, f"tag '{tag}' does not exist for template '{template.name}'")
         return TemplateImage(image=image, cpus=template.cpus, memory_mb=template.memory_mb)
 
     def tags(self, name_or_id: str) -> list[dict[str, Any]]:

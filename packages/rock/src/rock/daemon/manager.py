@@ -398,6 +398,31 @@ class SandboxManager(PoolsMixin, UpkeepMixin):
             raise ImageBuildError(why) from None
         return ImageBuild.model_validate(done.model_dump(include=set(ImageBuild.model_fields)))
 
+    def has_image(self, ref: str) -> bool:
+        """Whether the daemon's engine holds the image ``ref`` (the Docker backend's; the
+        images the backend lists otherwise)."""
+        from rock.backends.docker import DockerBackend
+
+        if isinstance(self.backend, DockerBackend):
+            try:
+                self.backend.client.images.get(ref)
+            except Exception:  # (NotFound, or a name the engine refuses)
+                return False
+            return True
+        return any(ref in image.tags for image in self.images())
+
+    def tags_of(self, repository: str) -> dict[str, str]:
+        """``tag: image id`` of the images named ``repository:…`` on the daemon's engine."""
+        from rock.backends.docker import DockerBackend
+
+        prefix = f"{repository}:"
+        if isinstance(self.backend, DockerBackend):
+            found = self.backend.client.images.list(name=repository)
+            pairs = [(t, str(image.id)) for image in found for t in image.tags]
+        else:
+            pairs = [(t, image.id) for image in self.images() for t in image.tags]
+        return {t[len(prefix) :]: i for t, i in pairs if t.startswith(prefix)}
+
     def tag_image(self, image: str, tag: str) -> None:
         """Give ``image`` a second name, ``repository:tag`` (the Docker backend's engine)."""
         repository, _, version = tag.rpartition(":")
