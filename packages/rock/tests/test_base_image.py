@@ -4,7 +4,14 @@ import docker
 import pytest
 
 from rock.errors import ImageBuildError
-from rock.images.base import BASE_IMAGE, BASE_LABEL, build_base, host_mirror, inspect_base
+from rock.images.base import (
+    BASE_IMAGE,
+    BASE_LABEL,
+    BASE_RECIPE,
+    build_base,
+    host_mirror,
+    inspect_base,
+)
 
 pytestmark = pytest.mark.docker
 
@@ -32,6 +39,31 @@ def test_base_image_has_the_promised_tools(docker_client: docker.DockerClient) -
         assert needle in out, out
     labels = docker_client.images.get(BASE_IMAGE).labels
     assert labels.get(BASE_LABEL) == "bookworm"
+    assert inspect_base(docker_client).recipe == BASE_RECIPE
+    assert _run(docker_client, "id -un user; echo ~user").split() == ["user", "/home/user"]
+
+
+def test_a_base_image_of_an_older_recipe_gets_the_new_layer_in_place(
+    docker_client: docker.DockerClient,
+) -> None:
+    """An image built before recipes (no recipe label, no E2B user): build-base adds the
+    layer under the same tag, offline and without a new debootstrap; then it is a no-op."""
+    old = "rock-test/base-recipe-1:bookworm"
+    container = docker_client.containers.create(BASE_IMAGE, command=["true"])
+    try:
+        container.commit(
+            repository=old.split(":")[0], tag="bookworm",
+            changes=["LABEL dev.ale.rock.base.recipe=1"],
+        )  # fmt: skip
+    finally:
+        container.remove()
+    try:
+        info, built = build_base(docker_client, tag=old)
+        assert built and info.recipe == BASE_RECIPE
+        again, rebuilt = build_base(docker_client, tag=old)
+        assert not rebuilt and again.id == info.id
+    finally:
+        docker_client.images.remove(old, force=True)
 
 
 @pytest.mark.slow

@@ -389,3 +389,19 @@ def test_a_template_built_from_a_dockerfile_with_the_sdk_starts_sandboxes(
     broken = Template(file_context_path=str(tmp_path)).from_dockerfile(str(tmp_path / "Dockerfile"))
     with pytest.raises(BuildException, match="no-such-step"):
         Template.build(broken, name="rock-test-broken")
+
+
+def test_e2b_s_user_runs_commands_and_owns_what_it_writes(e2b_env: Running) -> None:
+    """The base image has E2B's ``user`` (home /home/user): a command as ``user`` runs as it,
+    and a file written as ``user`` is its own; root stays the default, as rock documents."""
+    sandbox = Sandbox.create()
+    try:
+        assert (
+            sandbox.commands.run("whoami; echo $HOME", user="user").stdout == "user\n/home/user\n"
+        )
+        assert sandbox.commands.run("whoami").stdout == "root\n"
+        sandbox.files.write("/home/user/notes.txt", "mine\n", user="user")
+        owner = sandbox.commands.run("stat -c %U /home/user/notes.txt").stdout
+        assert owner == "user\n"
+    finally:
+        sandbox.kill()

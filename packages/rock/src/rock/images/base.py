@@ -9,10 +9,12 @@ exists, unless forced.
 
 from __future__ import annotations
 
+import io
 import os
 import re
 import shutil
 import subprocess
+import tarfile
 import tempfile
 import time
 from collections.abc import Callable
@@ -45,6 +47,15 @@ DEFAULT_MIRROR = "http://deb.debian.org/debian"
 HOST_CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
 IMAGE_CA_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
 BASE_LABEL = "dev.ale.rock.base"
+RECIPE_LABEL = "dev.ale.rock.base.recipe"
+BASE_RECIPE = "2"
+"""The version of what is layered on the Debian tree: 2 adds E2B's user ``user`` (home
+/home/user, bash), as E2B's base image has it. A base image of an older recipe gets the
+layer on its next ``build-base`` (seconds, offline), without a new debootstrap."""
+RECIPE_LAYER = f"""\
+RUN id -u user >/dev/null 2>&1 || useradd -m -s /bin/bash user
+LABEL {RECIPE_LABEL}={BASE_RECIPE}
+"""
 
 
 class BaseImageInfo(BaseModel):
@@ -55,6 +66,8 @@ class BaseImageInfo(BaseModel):
     id: str | None = None
     size_mb: float | None = None
     created: str | None = None
+    recipe: str | None = None
+    """The recipe the image was built with (see :data:`BASE_RECIPE`); None before recipes."""
 
 
 def inspect_base(client: docker.DockerClient, tag: str = BASE_IMAGE) -> BaseImageInfo:
@@ -69,7 +82,25 @@ def inspect_base(client: docker.DockerClient, tag: str = BASE_IMAGE) -> BaseImag
         id=image.short_id,
         size_mb=round(image.attrs.get("Size", 0) / 2**20, 1),
         created=image.attrs.get("Created"),
+        recipe=(image.labels or {}).get(RECIPE_LABEL),
     )
+
+
+def _layer(client: docker.DockerClient, tag: str) -> None:
+    """Put :data:`RECIPE_LAYER` on the image ``tag``, under the same tag."""
+    context = io.BytesIO()
+    with tarfile.open(fileobj=context, mode="w") as tar:
+        data = f"FROM {tag}\n{RECIPE_LAYER}".encode()
+        member = tarfile.TarInfo("Dockerfile")
+        member.size = len(data)
+        tar.addfile(member, io.BytesIO(data))
+    try:
+        client.images.build(
+            fileobj=io.BytesIO(context.getvalue()), custom_context=True, tag=tag, rm=True,
+            pull=False, network_mode="none",
+        )  # fmt: skip
+    except (docker.errors.BuildError, docker.errors.APIError) as exc:
+        raise ImageBuildError(f"the recipe layer of {tag} did not build: {exc}") from None
 
 
 def host_mirror() -> str:
@@ -133,8 +164,13 @@ def build_base(
     """Build the base image; return its info and whether anything was built."""
     existing = inspect_base(client, tag)
     if existing.exists and not force:
-        log(f"{tag} already exists ({existing.id}); nothing to do")
-        return existing, False
+        if existing.recipe == BASE_RECIPE:
+            log(f"{tag} already exists ({existing.id}); nothing to do")
+            return existing, False
+        log(f"{tag} ({existing.id}) is of recipe {existing.recipe or 1}: adding recipe "
+            f"{BASE_RECIPE}'s layer")  # fmt: skip
+        _layer(client, tag)
+        return inspect_base(client, tag), True
     if os.geteuid() != 0:
         raise ImageBuildError(
             "building the base image runs debootstrap, which needs root: run it as root."
@@ -189,6 +225,7 @@ def build_base(
             )
         except docker.errors.APIError as exc:
             raise ImageBuildError(f"docker import failed: {exc.explanation or exc}") from None
+    _layer(client, tag)
     info = inspect_base(client, tag)
     if not info.exists:
         raise ImageBuildError(
