@@ -660,3 +660,27 @@ def test_the_daemon_builds_an_image_from_a_context_and_sandboxes_start_from_it(
         headers={"Authorization": f"Bearer {client.token}"},
     )
     assert response.status_code == 422 and "is not a tar archive" in response.text
+
+
+def test_a_port_in_a_closed_sandbox_answers_through_the_daemon(client: Client) -> None:
+    """``/v1/sandboxes/ID/ports/PORT/PATH``: the request reaches a server inside a sandbox
+    without a network, its answer comes back whole; the bearer token is needed; a port
+    nothing listens on is 502 in one sentence."""
+    with client.create() as box:
+        box.exec(
+            "mkdir -p /tmp/www && echo served > /tmp/www/hello.txt && cd /tmp/www && "
+            "python3 -m http.server 8000 --bind 127.0.0.1 > /tmp/http.log 2>&1 &"
+        )
+        base = f"{client.url}/v1/sandboxes/{box.id}/ports"
+        auth = {"Authorization": f"Bearer {client.token}"}
+        for _ in range(50):
+            got = httpx.get(f"{base}/8000/hello.txt?x=1", headers=auth)
+            if got.status_code != 502:
+                break
+            time.sleep(0.2)
+        assert got.status_code == 200 and got.text == "served\n"
+        assert got.headers["content-type"].startswith("text/plain")
+        assert httpx.get(f"{base}/8000/nope.txt", headers=auth).status_code == 404
+        assert httpx.get(f"{base}/8000/hello.txt").status_code == 401
+        idle = httpx.get(f"{base}/9/", headers=auth)
+        assert idle.status_code == 502 and "nothing listens on port 9" in idle.text

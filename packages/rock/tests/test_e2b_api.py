@@ -405,3 +405,43 @@ def test_e2b_s_user_runs_commands_and_owns_what_it_writes(e2b_env: Running) -> N
         assert owner == "user\n"
     finally:
         sandbox.kill()
+
+
+_SERVE = "mkdir -p /tmp/www && echo served > /tmp/www/hello.txt && cd /tmp/www && "
+_SERVE += "python3 -m http.server {port} --bind 127.0.0.1 > /tmp/http.log 2>&1"
+
+
+def _served(sandbox: Sandbox, port: int) -> None:
+    sandbox.commands.run(_SERVE.format(port=port), background=True)
+    for _ in range(50):  # until it listens
+        probe = f"python3 -c \"import socket; socket.create_connection(('127.0.0.1', {port}))\""
+        if sandbox.commands.run(f"{probe} 2>/dev/null && echo up || true").stdout == "up\n":
+            return
+        time.sleep(0.2)
+    raise AssertionError("the web server in the sandbox did not start")
+
+
+def test_a_port_in_the_sandbox_answers_at_e2b_s_host_name(e2b_env: Running) -> None:
+    """``get_host(port)`` names ``{port}-{id}.{domain}``: a request with that Host reaches
+    the web server inside (its network closed), with the sandbox's traffic token, or with
+    none when it was made with public traffic; nothing listening is 502 in one sentence."""
+    sandbox = Sandbox.create()
+    public = Sandbox.create(network={"allow_public_traffic": True})
+    try:
+        _served(sandbox, 8000)
+        host = sandbox.get_host(8000)
+        assert host.startswith(f"8000-{sandbox.sandbox_id}.")
+        token = {"e2b-traffic-access-token": sandbox.traffic_access_token or ""}
+        got = httpx.get(f"{e2b_env.url}/hello.txt?x=1", headers={"Host": host, **token})
+        assert got.status_code == 200 and got.text == "served\n"
+        refused = httpx.get(f"{e2b_env.url}/hello.txt", headers={"Host": host})
+        assert refused.status_code == 403 and "traffic access token" in refused.json()["message"]
+        idle = httpx.get(f"{e2b_env.url}/", headers={"Host": sandbox.get_host(9), **token})
+        assert idle.status_code == 502
+        assert idle.json()["message"].startswith("nothing listens on port 9 in sandbox")
+        _served(public, 8080)
+        free = httpx.get(f"{e2b_env.url}/hello.txt", headers={"Host": public.get_host(8080)})
+        assert free.status_code == 200 and free.text == "served\n"
+    finally:
+        sandbox.kill()
+        public.kill()

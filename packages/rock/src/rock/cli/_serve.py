@@ -124,6 +124,12 @@ def _is_loopback(host: str) -> bool:
     "uv, curl from its wheelhouse), as Terminal-Bench tasks run through E2B offline need.",
 )
 @click.option(
+    "--e2b-domain",
+    metavar="DOMAIN",
+    help="The domain E2B's get_host(port) names a sandbox's ports under ({port}-{id}.DOMAIN), "
+    "one that reaches this daemon, e.g. localhost:7480.",
+)
+@click.option(
     "--allow-remote",
     is_flag=True,
     help="Allow a --host that is not a loopback address (anyone with the token runs commands).",
@@ -141,6 +147,7 @@ def serve(
     cleanup: bool,
     log_level: Literal["critical", "error", "warning", "info", "debug"],
     e2b_stand_ins: bool,
+    e2b_domain: str | None,
     allow_remote: bool,
 ) -> None:
     """Run the rock daemon until SIGTERM or Ctrl-C.
@@ -181,5 +188,6 @@ def serve(
         cleanup=cleanup,
         log_level=log_level,
         e2b_stand_ins=e2b_stand_ins,
+        e2b_domain=e2b_domain,
     )
     run_daemon(config)

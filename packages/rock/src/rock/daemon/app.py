@@ -36,6 +36,7 @@ from rock.daemon.e2b import e2b_routes, from_e2b, unserved
 from rock.daemon.e2b_templates import template_routes
 from rock.daemon.manager import SandboxManager
 from rock.daemon.metrics import Metrics
+from rock.daemon.ports import NothingListens, forward
 from rock.errors import (
     DaemonError,
     EngineUnavailable,
@@ -88,6 +89,7 @@ STATUS: list[tuple[type[BaseException], int]] = [
     (SandboxConflict, 409),
     (IllegalTransition, 409),
     (SessionError, 409),
+    (NothingListens, 502),
     (InvalidRequest, 422),
     (ImageBuildError, 422),
     (PoolExhausted, 429),
@@ -148,6 +150,7 @@ def create_app(
     start: Callable[[], None] | None = None,
     stop: Callable[[], None] | None = None,
     e2b_stand_ins: bool = False,
+    e2b_domain: str | None = None,
 ) -> FastAPI:
     """The API for ``manager``. ``start``/``stop`` run at the server's start and end."""
     metrics = metrics or manager.metrics or Metrics()
@@ -211,11 +214,13 @@ def create_app(
 
     _sandbox_routes(api, manager)
     _state_routes(api, manager)
+    _port_routes(api, manager)
     _command_routes(api, manager)
     _file_routes(api, manager)
     _pool_routes(api, manager)
     app.include_router(api)
-    template_routes(app, e2b_routes(app, manager, token, stand_ins=e2b_stand_ins))
+    gate = e2b_routes(app, manager, token, stand_ins=e2b_stand_ins, domain=e2b_domain)
+    template_routes(app, gate)
     return app
 
 
@@ -327,6 +332,23 @@ def _sandbox_routes(api: APIRouter, manager: SandboxManager) -> None:
     ) -> list[ExecLog]:
         """The sandbox's recorded commands, newest first."""
         return manager.logs(sandbox_id, limit)
+
+
+def _port_routes(api: APIRouter, manager: SandboxManager) -> None:
+    """A sandbox's ports, relayed through the daemon (:mod:`rock.daemon.ports`)."""
+    methods = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]
+
+    @api.api_route(
+        "/v1/sandboxes/{sandbox_id}/ports/{port}/{path:path}", methods=methods, tags=["ports"]
+    )
+    async def port(sandbox_id: SandboxId, port: int, path: str, request: Request) -> Response:
+        """An HTTP request to ``port`` inside the sandbox (its network may be closed): the
+        server's answer as it gave it; 502 when nothing listens there."""
+        return await forward(manager, sandbox_id, port, path, request)
+
+    @api.api_route("/v1/sandboxes/{sandbox_id}/ports/{port}", methods=methods, tags=["ports"])
+    async def port_root(sandbox_id: SandboxId, port: int, request: Request) -> Response:
+        return await forward(manager, sandbox_id, port, "", request)
 
 
 def _state_routes(api: APIRouter, manager: SandboxManager) -> None:

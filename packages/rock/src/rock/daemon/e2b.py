@@ -45,6 +45,7 @@ from starlette.concurrency import run_in_threadpool
 from rock.backends.base import PathMissing, SandboxConflict, SandboxError, SandboxNotFound
 from rock.bench.verifier import toolchain
 from rock.daemon.manager import SandboxManager
+from rock.daemon.ports import NothingListens, forward
 from rock.errors import PoolExhausted, RockError, ShuttingDown
 from rock.images.base import BASE_IMAGE
 from rock.models import CreateSandboxRequest, ExecRequest, ExecResult, SandboxInfo, SandboxSpec
@@ -59,6 +60,8 @@ SNAPSHOTS = "rock-e2b-snapshot"
 """The repository of E2B snapshots: ``rock-e2b-snapshot:<sandbox id>-<name>``."""
 _SNAPSHOT_NAME = re.compile(r"[A-Za-z0-9_.-]{1,60}")
 META = "e2b.metadata."
+_PORT_HOST = re.compile(r"^(\d{1,5})-(sb-[0-9a-f]{6,32})\.")
+"""E2B's host name of a sandbox's port: ``{port}-{sandbox id}.{domain}``."""
 """Labels holding a sandbox's E2B metadata, one per key."""
 _MISSING = (SandboxNotFound, UnknownSandbox)
 _CONNECT_STATUS = {
@@ -88,6 +91,12 @@ def access_token(token: str, sandbox_id: str) -> str:
     return hmac.new(token.encode(), sandbox_id.encode(), hashlib.sha256).hexdigest()[:40]
 
 
+def traffic_token(token: str, sandbox_id: str) -> str:
+    """The token a request to one of a sandbox's ports carries (``e2b-traffic-access-token``)
+    unless the sandbox was made with public traffic allowed."""
+    return access_token(token, f"traffic:{sandbox_id}")
+
+
 @dataclass(frozen=True)
 class TemplateImage:
     """What a template name stands for: the local image and the limits it was built for."""
@@ -104,6 +113,8 @@ class _Gate:
         self.manager, self.token = manager, token
         self.stand_ins = False
         """Whether sandboxes made without a network get the offline stand-ins."""
+        self.domain: str | None = None
+        """The domain E2B's ``get_host`` names ports under: ``{port}-{id}.{domain}``."""
         self.template_image: Callable[[str], TemplateImage | None] = lambda name: None
         """The image of a template built through the template routes (None: not one)."""
         self.expected = token.encode()
@@ -140,8 +151,9 @@ class _Gate:
             "clientID": self.manager.daemon_id,
             "envdVersion": ENVD_VERSION,
             "envdAccessToken": access_token(self.token, info.id),
+            "trafficAccessToken": traffic_token(self.token, info.id),
             "alias": template,
-            "domain": None,
+            "domain": self.domain,
         }
 
     def listed(self, info: SandboxInfo) -> dict[str, Any]:
@@ -176,12 +188,45 @@ class _Gate:
 
 
 def e2b_routes(
-    app: FastAPI, manager: SandboxManager, token: str, *, stand_ins: bool = False
+    app: FastAPI,
+    manager: SandboxManager,
+    token: str,
+    *,
+    stand_ins: bool = False,
+    domain: str | None = None,
 ) -> _Gate:
     """Add the E2B routes to the daemon's ``app``, with envd's health check of a sandbox
     (the daemon's own ``/health`` answers the calls that name no sandbox)."""
     gate = _Gate(manager, token)
-    gate.stand_ins = stand_ins
+    gate.stand_ins, gate.domain = stand_ins, domain
+
+    @app.middleware("http")
+    async def ports(request: Request, call_next: Callable[[Request], Any]) -> Response:
+        """``{port}-{id}.{domain}`` (E2B's ``get_host``): the request goes to that port of
+        that sandbox, with its traffic token unless the sandbox allows public traffic."""
+        found = _PORT_HOST.match(request.headers.get("host", ""))
+        if found is None:
+            response: Response = await call_next(request)
+            return response
+        port, sandbox_id = int(found[1]), found[2]
+
+        async def answer() -> Response:
+            info = await run_in_threadpool(_running, gate.manager, sandbox_id)
+            given = request.headers.get("e2b-traffic-access-token", "")
+            wanted = traffic_token(gate.token, sandbox_id)
+            public = info.labels.get(f"{LABEL}.public") == "1"
+            if not public and not hmac.compare_digest(given.encode(), wanted.encode()):
+                raise _Failed(
+                    403,
+                    f"sandbox {sandbox_id}'s ports need its traffic access token in the "
+                    "e2b-traffic-access-token header (or a sandbox made with public traffic).",
+                )
+            try:
+                return await forward(gate.manager, sandbox_id, port, request.url.path, request)
+            except NothingListens as exc:
+                raise _Failed(502, str(exc)) from None
+
+        return await _rest(answer)
 
     @app.middleware("http")
     async def envd_health(request: Request, call_next: Callable[[Request], Any]) -> Response:
@@ -750,6 +795,8 @@ def _spec_of(body: dict[str, Any], built: TemplateImage | None = None) -> Sandbo
     template = str(body.get("templateID") or "base")
     metadata = body.get("metadata") or {}
     labels = {LABEL: "1", f"{LABEL}.template": template}
+    if (body.get("network") or {}).get("allowPublicTraffic") is True:
+        labels[f"{LABEL}.public"] = "1"  # its ports answer without the traffic token
     limits: dict[str, Any] = {}
     if built is not None:
         limits = {"cpus": built.cpus, "memory_mb": built.memory_mb}

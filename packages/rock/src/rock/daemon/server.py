@@ -66,6 +66,9 @@ class ServeConfig(BaseModel):
     killed outright (SIGKILL, a test's timeout) leaves no daemon and no sandbox running."""
     log_level: Literal["critical", "error", "warning", "info", "debug", "trace"] = "info"
     e2b_stand_ins: bool = False
+    e2b_domain: str | None = None
+    """The domain E2B's ``get_host(port)`` names a sandbox's ports under
+    (``{port}-{id}.{domain}``); a name that reaches the daemon, such as ``localhost:7480``."""
     """E2B sandboxes made without a network get rock bench's offline stand-ins (pytest, and
     pip, uv, curl that install from its wheelhouse), first on a login shell's PATH."""
 
@@ -266,6 +269,7 @@ class Daemon:
             start=self._start,
             stop=self._stop,
             e2b_stand_ins=config.e2b_stand_ins,
+            e2b_domain=config.e2b_domain,
         )
         uv_config = uvicorn.Config(
             self.app,
