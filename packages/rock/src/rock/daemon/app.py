@@ -336,19 +336,26 @@ def _sandbox_routes(api: APIRouter, manager: SandboxManager) -> None:
 
 def _port_routes(api: APIRouter, manager: SandboxManager) -> None:
     """A sandbox's ports, relayed through the daemon (:mod:`rock.daemon.ports`)."""
-    methods = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]
 
-    @api.api_route(
-        "/v1/sandboxes/{sandbox_id}/ports/{port}/{path:path}", methods=methods, tags=["ports"]
-    )
     async def port(sandbox_id: SandboxId, port: int, path: str, request: Request) -> Response:
         """An HTTP request to ``port`` inside the sandbox (its network may be closed): the
         server's answer as it gave it; 502 when nothing listens there."""
         return await forward(manager, sandbox_id, port, path, request)
 
-    @api.api_route("/v1/sandboxes/{sandbox_id}/ports/{port}", methods=methods, tags=["ports"])
     async def port_root(sandbox_id: SandboxId, port: int, request: Request) -> Response:
+        """:func:`port` at the path ``/``."""
         return await forward(manager, sandbox_id, port, "", request)
+
+    base = "/v1/sandboxes/{sandbox_id}/ports/{port}"
+    for method in ("GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"):
+        name = method.lower()
+        api.add_api_route(
+            base + "/{path:path}", port, methods=[method], tags=["ports"],
+            operation_id=f"port_{name}",
+        )  # fmt: skip
+        api.add_api_route(
+            base, port_root, methods=[method], tags=["ports"], operation_id=f"port_root_{name}"
+        )
 
 
 def _state_routes(api: APIRouter, manager: SandboxManager) -> None:
