@@ -244,8 +244,8 @@ def test_a_route_rock_does_not_serve_answers_in_the_shape_of_its_api(e2b_env: Ru
     assert own.status_code == 404 and own.json()["error"]["type"] == "NotFound"
     sandbox = Sandbox.create()
     try:
-        with pytest.raises(SandboxException, match=r"does not serve POST /process\.Process/List"):
-            sandbox.commands.list()
+        with pytest.raises(SandboxException, match=r"does not serve POST /process\.Process/Send"):
+            sandbox.commands.send_stdin(1000, "x")
     finally:
         sandbox.kill()
 
@@ -445,3 +445,29 @@ def test_a_port_in_the_sandbox_answers_at_e2b_s_host_name(e2b_env: Running) -> N
     finally:
         sandbox.kill()
         public.kill()
+
+
+def test_a_background_command_is_listed_and_connected_to_from_another_handle(
+    e2b_env: Running,
+) -> None:
+    """``commands.list`` shows a running command as it was started; ``commands.connect(pid)``
+    gets what it printed before and what it prints after, and its end; once it ended it is
+    not listed."""
+    sandbox = Sandbox.create()
+    try:
+        handle = sandbox.commands.run(
+            "for i in 1 2 3 4 5 6; do echo line$i; sleep 0.3; done", background=True, cwd="/tmp"
+        )
+        time.sleep(0.7)
+        (listed,) = [p for p in sandbox.commands.list() if p.pid == handle.pid]
+        assert listed.cmd == "/bin/bash" and "line$i" in " ".join(listed.args)
+        assert listed.cwd == "/tmp"
+        again = sandbox.commands.connect(handle.pid)
+        result = again.wait()
+        assert result.exit_code == 0
+        assert result.stdout == "".join(f"line{i}\n" for i in range(1, 7))
+        assert handle.pid not in {p.pid for p in sandbox.commands.list()}
+        with pytest.raises(SandboxException, match="not found"):
+            sandbox.commands.connect(handle.pid)
+    finally:
+        sandbox.kill()

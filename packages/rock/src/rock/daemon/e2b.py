@@ -32,7 +32,7 @@ import secrets
 import shlex
 import struct
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import parse_qsl, unquote
@@ -119,8 +119,8 @@ class _Gate:
         """The image of a template built through the template routes (None: not one)."""
         self.expected = token.encode()
         self.pids = itertools.count(1000)
-        self.live: set[tuple[str, int]] = set()
-        """The processes started through Start and not ended yet: (sandbox, pid)."""
+        self.processes: dict[tuple[str, int], _Process] = {}
+        """The processes started through Start and not ended yet, by (sandbox, pid)."""
 
     def api_key(self, request: Request) -> None:
         given = request.headers.get("x-api-key", "")
@@ -252,6 +252,7 @@ def e2b_routes(
     _filesystem_routes(app, gate)
     _filesystem_change_routes(app, gate)
     _process_routes(app, gate)
+    _process_follow_routes(app, gate)
     return gate
 
 
@@ -666,8 +667,72 @@ def _filesystem_change_routes(app: FastAPI, gate: _Gate) -> None:
         return await _rpc(answer)
 
 
+@dataclass
+class _Process:
+    """A process started through Start: what it was started as, and its events so far (its
+    output and its end), for every stream that follows it (Start's, Connect's)."""
+
+    config: dict[str, Any]
+    tag: str | None
+    events: list[tuple[str, Any]] = field(default_factory=list)
+    followers: list[asyncio.Queue[tuple[str, Any]]] = field(default_factory=list)
+
+    def publish(self, kind: str, value: Any) -> None:
+        self.events.append((kind, value))
+        for queue in self.followers:
+            queue.put_nowait((kind, value))
+
+    def follow(self) -> asyncio.Queue[tuple[str, Any]]:
+        queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
+        for event in self.events:  # what it printed before, first
+            queue.put_nowait(event)
+        self.followers.append(queue)
+        return queue
+
+
+def _process_follow_routes(app: FastAPI, gate: _Gate) -> None:
+    """envd's process RPCs about processes already started: List and Connect."""
+
+    @app.post("/process.Process/List", include_in_schema=False)
+    async def list_processes(request: Request) -> Response:
+        """``commands.list``: the processes started through Start that still run."""
+
+        async def answer() -> Response:
+            sandbox_id = gate.sandbox_of(request)
+            rows = [
+                {"config": p.config, "pid": pid, **({"tag": p.tag} if p.tag else {})}
+                for (box, pid), p in sorted(gate.processes.items())
+                if box == sandbox_id
+            ]
+            return JSONResponse({"processes": rows})
+
+        return await _rpc(answer)
+
+    @app.post("/process.Process/Connect", include_in_schema=False)
+    async def connect(request: Request) -> Response:
+        """``commands.connect(pid)``: the process's output so far, then as it comes, then
+        its end, as Start streams them."""
+        try:
+            sandbox_id = gate.sandbox_of(request)
+            selector = _unenvelope(await request.body()).get("process") or {}
+            pid = int(selector.get("pid") or 0)
+            process = gate.processes.get((sandbox_id, pid))
+            if process is None:
+                raise _Failed(404, f"process with pid {pid} not found", "not_found")
+        except _Failed as failed:
+            return _connect_error(failed)
+        except (ValueError, TypeError) as exc:
+            return _connect_error(
+                _Failed(400, f"the request is not valid: {exc}", "invalid_argument")
+            )
+        return StreamingResponse(
+            _follow(process.follow(), sandbox_id, pid, None),
+            media_type="application/connect+json",
+        )
+
+
 def _process_routes(app: FastAPI, gate: _Gate) -> None:
-    """envd's process RPCs: Start (streamed) and SendSignal."""
+    """envd's process RPCs that start and stop: Start (streamed) and SendSignal."""
 
     @app.post("/process.Process/SendSignal", include_in_schema=False)
     async def send_signal(request: Request) -> Response:
@@ -677,7 +742,7 @@ def _process_routes(app: FastAPI, gate: _Gate) -> None:
             pid = int((body.get("process") or {}).get("pid") or 0)
             stopped = await run_in_threadpool(gate.manager.interrupt, sandbox_id, f"e2b-{pid}")
             for _ in range(30):  # a process just started may not be running in the sandbox yet
-                if stopped or (sandbox_id, pid) not in gate.live:
+                if stopped or (sandbox_id, pid) not in gate.processes:
                     break
                 await asyncio.sleep(0.1)
                 stopped = await run_in_threadpool(gate.manager.interrupt, sandbox_id, f"e2b-{pid}")
@@ -713,8 +778,15 @@ def _process_routes(app: FastAPI, gate: _Gate) -> None:
             )
         assert exec_request.tag is not None
         pid = int(exec_request.tag.removeprefix("e2b-"))
+        started = {
+            "cmd": argv[0],
+            "args": argv[1:],
+            "envs": exec_request.env,
+            **({"cwd": exec_request.cwd} if exec_request.cwd else {}),
+        }
+        process = _Process(config=started, tag=message.get("tag") or None)
         return StreamingResponse(
-            _process_events(gate, sandbox_id, exec_request, pid),
+            _process_events(gate, sandbox_id, exec_request, pid, process),
             media_type="application/connect+json",
         )
 
@@ -732,29 +804,41 @@ async def _on_path(gate: _Gate, request: Request, script: str) -> tuple[str, str
 
 
 async def _process_events(
-    gate: _Gate, sandbox_id: str, request: ExecRequest, pid: int
+    gate: _Gate, sandbox_id: str, request: ExecRequest, pid: int, process: _Process
 ) -> AsyncIterator[bytes]:
-    """The Connect stream of one process: start, its output as it comes, its end."""
+    """Start's Connect stream of one process: start, its output as it comes, its end (the
+    same events go to whoever connects to it meanwhile)."""
     manager = gate.manager
     loop = asyncio.get_running_loop()
-    queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
+
+    def publish(kind: str, value: Any) -> None:
+        process.publish(kind, value)
+        if kind in ("end", "failed"):
+            gate.processes.pop((sandbox_id, pid), None)
 
     def on_output(stream: int, data: bytes) -> None:
-        loop.call_soon_threadsafe(queue.put_nowait, ("stdout" if stream == 1 else "stderr", data))
+        loop.call_soon_threadsafe(publish, "stdout" if stream == 1 else "stderr", data)
 
     def work() -> None:
         try:
             result = manager.exec(sandbox_id, request, on_output)
         except Exception as exc:  # the sandbox's failure travels as the stream's error
-            loop.call_soon_threadsafe(queue.put_nowait, ("failed", exc))
+            loop.call_soon_threadsafe(publish, "failed", exc)
         else:
-            loop.call_soon_threadsafe(queue.put_nowait, ("end", result))
-        finally:
-            gate.live.discard((sandbox_id, pid))
+            loop.call_soon_threadsafe(publish, "end", result)
 
-    gate.live.add((sandbox_id, pid))
+    gate.processes[(sandbox_id, pid)] = process
+    queue = process.follow()
     # a client that goes away leaves the command running, as E2B does
     loop.run_in_executor(None, work)
+    async for chunk in _follow(queue, sandbox_id, pid, request.timeout):
+        yield chunk
+
+
+async def _follow(
+    queue: asyncio.Queue[tuple[str, Any]], sandbox_id: str, pid: int, timeout: float | None
+) -> AsyncIterator[bytes]:
+    """The Connect events of a followed process."""
     yield _envelope({"event": {"start": {"pid": pid}}})
     while True:
         kind, value = await queue.get()
@@ -765,7 +849,7 @@ async def _process_events(
             if value.timed_out:
                 yield _end_of_stream(
                     "deadline_exceeded",
-                    f"the command ran past its timeout of {request.timeout:g} s and was killed",
+                    f"the command ran past its timeout of {timeout or 0:g} s and was killed",
                 )
                 return
             code = value.exit_code
