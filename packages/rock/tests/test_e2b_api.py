@@ -15,6 +15,7 @@ from e2b import (
     AsyncSandbox,
     BuildException,
     CommandExitException,
+    PtySize,
     Sandbox,
     SandboxQuery,
     SandboxState,
@@ -244,8 +245,8 @@ def test_a_route_rock_does_not_serve_answers_in_the_shape_of_its_api(e2b_env: Ru
     assert own.status_code == 404 and own.json()["error"]["type"] == "NotFound"
     sandbox = Sandbox.create()
     try:
-        with pytest.raises(SandboxException, match=r"does not serve POST /process\.Process/Send"):
-            sandbox.commands.send_stdin(1000, "x")
+        with pytest.raises(SandboxException, match="does not serve a pty yet"):
+            sandbox.pty.create(PtySize(rows=24, cols=80))
     finally:
         sandbox.kill()
 
@@ -469,5 +470,27 @@ def test_a_background_command_is_listed_and_connected_to_from_another_handle(
         assert handle.pid not in {p.pid for p in sandbox.commands.list()}
         with pytest.raises(SandboxException, match="not found"):
             sandbox.commands.connect(handle.pid)
+    finally:
+        sandbox.kill()
+
+
+def test_a_command_started_with_stdin_reads_what_is_sent_until_it_is_closed(
+    e2b_env: Running,
+) -> None:
+    """``stdin=True``, ``send_stdin`` twice, ``close_stdin``: python reads both lines, then
+    its end of input, and exits; a command started without stdin refuses input in one
+    sentence."""
+    sandbox = Sandbox.create()
+    try:
+        handle = sandbox.commands.run("python3 -u", background=True, stdin=True)
+        sandbox.commands.send_stdin(handle.pid, "x = 6\n")
+        sandbox.commands.send_stdin(handle.pid, "print(x * 7)\n")
+        sandbox.commands.close_stdin(handle.pid)
+        result = handle.wait()
+        assert (result.exit_code, result.stdout) == (0, "42\n")
+        plain = sandbox.commands.run("sleep 20", background=True)
+        with pytest.raises(SandboxException, match="started without stdin"):
+            sandbox.commands.send_stdin(plain.pid, "x")
+        plain.kill()
     finally:
         sandbox.kill()

@@ -253,6 +253,7 @@ def e2b_routes(
     _filesystem_change_routes(app, gate)
     _process_routes(app, gate)
     _process_follow_routes(app, gate)
+    _process_input_routes(app, gate)
     return gate
 
 
@@ -674,6 +675,8 @@ class _Process:
 
     config: dict[str, Any]
     tag: str | None
+    stdin: str | None = None
+    """The FIFO its stdin reads (started with ``stdin=True``; see :data:`_STDIN_HOLDER`)."""
     events: list[tuple[str, Any]] = field(default_factory=list)
     followers: list[asyncio.Queue[tuple[str, Any]]] = field(default_factory=list)
 
@@ -688,6 +691,78 @@ class _Process:
             queue.put_nowait(event)
         self.followers.append(queue)
         return queue
+
+
+_STDIN_HOLDER = r"""
+f=$1; shift
+mkfifo -m 600 "$f" || exit 126
+echo $$ > "$f.pid"
+exec 3<>"$f"  # a writer held open: the command sees no end of input between two inputs
+trap 'exec 3>&-' USR1  # CloseStdin: the last writer goes, the command reads its end
+"$@" <"$f" 3>&- &
+child=$!
+while :; do wait "$child"; rc=$?; kill -0 "$child" 2>/dev/null || break; done
+rm -f "$f" "$f.pid"
+exit $rc
+"""
+"""How a command started with ``stdin=True`` runs: reading a FIFO in the sandbox, which
+each SendInput appends to (a command of its own, so any backend serves it) and CloseStdin
+ends."""
+
+
+def _process_input_routes(app: FastAPI, gate: _Gate) -> None:
+    """envd's process RPCs that feed a command's stdin: SendInput and CloseStdin."""
+
+    @app.post("/process.Process/SendInput", include_in_schema=False)
+    async def send_input(request: Request) -> Response:
+        async def answer() -> Response:
+            body = await _json(request)
+            sandbox_id, process = _fed(gate, request, body)
+            data = base64.b64decode(str((body.get("input") or {}).get("stdin") or ""))
+            feed = ExecRequest(
+                command=["sh", "-c", 'cat >> "$1"', "rock-input", str(process.stdin)],
+                stdin=data,
+                timeout=30,
+            )
+            await run_in_threadpool(gate.manager.exec, sandbox_id, feed)
+            return JSONResponse({})
+
+        return await _rpc(answer)
+
+    @app.post("/process.Process/CloseStdin", include_in_schema=False)
+    async def close_stdin(request: Request) -> Response:
+        async def answer() -> Response:
+            sandbox_id, process = _fed(gate, request, await _json(request))
+            close = ExecRequest(
+                command=[
+                    "sh",
+                    "-c",
+                    'kill -USR1 "$(cat "$1.pid")"',
+                    "rock-close",
+                    str(process.stdin),
+                ],
+                timeout=30,
+            )
+            await run_in_threadpool(gate.manager.exec, sandbox_id, close)
+            return JSONResponse({})
+
+        return await _rpc(answer)
+
+
+def _fed(gate: _Gate, request: Request, body: dict[str, Any]) -> tuple[str, _Process]:
+    """The sandbox and the running process an input call names, started with stdin."""
+    sandbox_id = gate.sandbox_of(request)
+    pid = int((body.get("process") or {}).get("pid") or 0)
+    process = gate.processes.get((sandbox_id, pid))
+    if process is None:
+        raise _Failed(404, f"process with pid {pid} not found", "not_found")
+    if process.stdin is None:
+        raise _Failed(
+            400,
+            f"process {pid} was started without stdin; start it with stdin=True to send it input.",
+            "invalid_argument",
+        )
+    return sandbox_id, process
 
 
 def _process_follow_routes(app: FastAPI, gate: _Gate) -> None:
@@ -761,6 +836,18 @@ def _process_routes(app: FastAPI, gate: _Gate) -> None:
             argv = [str(config.get("cmd") or "")] + [str(a) for a in config.get("args") or []]
             if not argv[0]:
                 raise _Failed(400, "the process has no cmd.", "invalid_argument")
+            if message.get("pty"):
+                raise _Failed(
+                    501,
+                    "rock's E2B API does not serve a pty yet; run the program with "
+                    "commands.run(..., stdin=True) and send_stdin.",
+                    "unimplemented",
+                )
+            given = argv
+            pid = next(gate.pids)
+            fifo = f"/tmp/.rock-e2b-stdin-{pid}" if message.get("stdin") else None
+            if fifo is not None:  # the command reads a FIFO that SendInput writes
+                argv = ["bash", "-c", _STDIN_HOLDER, "rock-stdin", fifo, *argv]
             limit = request.headers.get("connect-timeout-ms")
             exec_request = ExecRequest(
                 command=argv,
@@ -768,7 +855,7 @@ def _process_routes(app: FastAPI, gate: _Gate) -> None:
                 cwd=config.get("cwd") or None,
                 user=_user(request),
                 timeout=int(limit) / 1000 if limit and int(limit) > 0 else None,
-                tag=f"e2b-{next(gate.pids)}",
+                tag=f"e2b-{pid}",
             )
         except _Failed as failed:
             return _connect_error(failed)
@@ -776,15 +863,13 @@ def _process_routes(app: FastAPI, gate: _Gate) -> None:
             return _connect_error(
                 _Failed(400, f"the request is not valid: {exc}", "invalid_argument")
             )
-        assert exec_request.tag is not None
-        pid = int(exec_request.tag.removeprefix("e2b-"))
         started = {
-            "cmd": argv[0],
-            "args": argv[1:],
+            "cmd": given[0],
+            "args": given[1:],
             "envs": exec_request.env,
             **({"cwd": exec_request.cwd} if exec_request.cwd else {}),
         }
-        process = _Process(config=started, tag=message.get("tag") or None)
+        process = _Process(config=started, tag=message.get("tag") or None, stdin=fifo)
         return StreamingResponse(
             _process_events(gate, sandbox_id, exec_request, pid, process),
             media_type="application/connect+json",
