@@ -245,8 +245,10 @@ def test_a_route_rock_does_not_serve_answers_in_the_shape_of_its_api(e2b_env: Ru
     assert own.status_code == 404 and own.json()["error"]["type"] == "NotFound"
     sandbox = Sandbox.create()
     try:
-        with pytest.raises(SandboxException, match="does not serve a pty yet"):
-            sandbox.pty.create(PtySize(rows=24, cols=80))
+        with pytest.raises(
+            SandboxException, match=r"does not serve POST /filesystem\.Filesystem/CreateWatcher"
+        ):
+            sandbox.files.watch_dir("/tmp", lambda event: None)
     finally:
         sandbox.kill()
 
@@ -492,5 +494,29 @@ def test_a_command_started_with_stdin_reads_what_is_sent_until_it_is_closed(
         with pytest.raises(SandboxException, match="started without stdin"):
             sandbox.commands.send_stdin(plain.pid, "x")
         plain.kill()
+    finally:
+        sandbox.kill()
+
+
+def test_a_pty_runs_an_interactive_shell_and_resizes(e2b_env: Running) -> None:
+    """``pty.create`` starts bash in a terminal: what is typed is run (and echoed, as a
+    terminal does), ``resize`` changes the size the program sees, ``exit`` ends it; then a
+    program in the pty (python's REPL) answers what is typed."""
+    sandbox = Sandbox.create()
+    try:
+        term = sandbox.pty.create(PtySize(rows=24, cols=80))
+        sandbox.pty.send_stdin(term.pid, b"echo hello-$((6*7)); stty size\n")
+        time.sleep(1.5)  # (bash has run it at the first size before the resize)
+        sandbox.pty.resize(term.pid, PtySize(rows=30, cols=100))
+        sandbox.pty.send_stdin(term.pid, b"stty size; python3 -q\n")
+        time.sleep(1.5)
+        sandbox.pty.send_stdin(term.pid, b"print(6 * 7 + 1)\n")
+        sandbox.pty.send_stdin(term.pid, b"exit()\nexit\n")
+        seen: list[bytes] = []
+        result = term.wait(on_pty=seen.append)
+        text = b"".join(seen).decode(errors="replace")
+        assert result.exit_code == 0, text
+        assert "hello-42" in text and "24 80" in text and "30 100" in text, text
+        assert "\r\n43\r\n" in text, text  # the REPL's answer, with a terminal's line ends
     finally:
         sandbox.kill()

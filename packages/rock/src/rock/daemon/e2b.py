@@ -677,6 +677,8 @@ class _Process:
     tag: str | None
     stdin: str | None = None
     """The FIFO its stdin reads (started with ``stdin=True``; see :data:`_STDIN_HOLDER`)."""
+    pty: bool = False
+    """Started in a terminal: its output is the terminal's (see :data:`_PTY_HOLDER`)."""
     events: list[tuple[str, Any]] = field(default_factory=list)
     followers: list[asyncio.Queue[tuple[str, Any]]] = field(default_factory=list)
 
@@ -708,6 +710,22 @@ exit $rc
 """How a command started with ``stdin=True`` runs: reading a FIFO in the sandbox, which
 each SendInput appends to (a command of its own, so any backend serves it) and CloseStdin
 ends."""
+_PTY_HOLDER = r"""
+f=$1 rows=$2 cols=$3; shift 3
+mkfifo -m 600 "$f" || exit 126
+echo $$ > "$f.pid"
+exec 3<>"$f"
+trap 'exec 3>&-' USR1
+cmd=$(printf '%q ' "$@")
+script -qfec "tty > $f.tty; stty rows $rows cols $cols; exec $cmd" /dev/null <"$f" 3>&- &
+child=$!
+while :; do wait "$child"; rc=$?; kill -0 "$child" 2>/dev/null || break; done
+rm -f "$f" "$f.pid" "$f.tty"
+exit $rc
+"""
+"""How a pty runs: the program in a terminal ``script`` makes (util-linux, in any Debian
+image), its input the FIFO as above, its size set with ``stty`` (Update resizes it the same
+way, and the kernel tells the program with SIGWINCH)."""
 
 
 def _process_input_routes(app: FastAPI, gate: _Gate) -> None:
@@ -718,13 +736,35 @@ def _process_input_routes(app: FastAPI, gate: _Gate) -> None:
         async def answer() -> Response:
             body = await _json(request)
             sandbox_id, process = _fed(gate, request, body)
-            data = base64.b64decode(str((body.get("input") or {}).get("stdin") or ""))
+            given = body.get("input") or {}
+            data = base64.b64decode(str(given.get("stdin") or given.get("pty") or ""))
             feed = ExecRequest(
                 command=["sh", "-c", 'cat >> "$1"', "rock-input", str(process.stdin)],
                 stdin=data,
                 timeout=30,
             )
             await run_in_threadpool(gate.manager.exec, sandbox_id, feed)
+            return JSONResponse({})
+
+        return await _rpc(answer)
+
+    @app.post("/process.Process/Update", include_in_schema=False)
+    async def update(request: Request) -> Response:
+        """``pty.resize``: the terminal's rows and columns."""
+
+        async def answer() -> Response:
+            body = await _json(request)
+            sandbox_id, process = _fed(gate, request, body)
+            size = (body.get("pty") or {}).get("size") or {}
+            if not process.pty or not size:
+                raise _Failed(400, "only a pty's size can be updated.", "invalid_argument")
+            rows, cols = int(size.get("rows") or 24), int(size.get("cols") or 80)
+            resize = ExecRequest(
+                command=["sh", "-c", f'stty -F "$(cat "$1.tty")" rows {rows} cols {cols}',
+                         "rock-resize", str(process.stdin)],
+                timeout=30,
+            )  # fmt: skip
+            await run_in_threadpool(gate.manager.exec, sandbox_id, resize)
             return JSONResponse({})
 
         return await _rpc(answer)
@@ -836,17 +876,15 @@ def _process_routes(app: FastAPI, gate: _Gate) -> None:
             argv = [str(config.get("cmd") or "")] + [str(a) for a in config.get("args") or []]
             if not argv[0]:
                 raise _Failed(400, "the process has no cmd.", "invalid_argument")
-            if message.get("pty"):
-                raise _Failed(
-                    501,
-                    "rock's E2B API does not serve a pty yet; run the program with "
-                    "commands.run(..., stdin=True) and send_stdin.",
-                    "unimplemented",
-                )
             given = argv
             pid = next(gate.pids)
-            fifo = f"/tmp/.rock-e2b-stdin-{pid}" if message.get("stdin") else None
-            if fifo is not None:  # the command reads a FIFO that SendInput writes
+            pty = message.get("pty")
+            fifo = f"/tmp/.rock-e2b-stdin-{pid}" if message.get("stdin") or pty else None
+            if pty:  # a terminal (script's), reading a FIFO that SendInput writes
+                size = pty.get("size") or {}
+                rows, cols = str(int(size.get("rows") or 24)), str(int(size.get("cols") or 80))
+                argv = ["bash", "-c", _PTY_HOLDER, "rock-pty", str(fifo), rows, cols, *argv]
+            elif fifo is not None:  # the command reads a FIFO that SendInput writes
                 argv = ["bash", "-c", _STDIN_HOLDER, "rock-stdin", fifo, *argv]
             limit = request.headers.get("connect-timeout-ms")
             exec_request = ExecRequest(
@@ -869,7 +907,9 @@ def _process_routes(app: FastAPI, gate: _Gate) -> None:
             "envs": exec_request.env,
             **({"cwd": exec_request.cwd} if exec_request.cwd else {}),
         }
-        process = _Process(config=started, tag=message.get("tag") or None, stdin=fifo)
+        process = _Process(
+            config=started, tag=message.get("tag") or None, stdin=fifo, pty=bool(pty)
+        )
         return StreamingResponse(
             _process_events(gate, sandbox_id, exec_request, pid, process),
             media_type="application/connect+json",
@@ -901,8 +941,10 @@ async def _process_events(
         if kind in ("end", "failed"):
             gate.processes.pop((sandbox_id, pid), None)
 
+    out = "pty" if process.pty else "stdout"
+
     def on_output(stream: int, data: bytes) -> None:
-        loop.call_soon_threadsafe(publish, "stdout" if stream == 1 else "stderr", data)
+        loop.call_soon_threadsafe(publish, out if stream == 1 else "stderr", data)
 
     def work() -> None:
         try:
@@ -927,7 +969,7 @@ async def _follow(
     yield _envelope({"event": {"start": {"pid": pid}}})
     while True:
         kind, value = await queue.get()
-        if kind in ("stdout", "stderr"):
+        if kind in ("stdout", "stderr", "pty"):
             data = base64.b64encode(value).decode()
             yield _envelope({"event": {"data": {kind: data}}})
         elif kind == "end":
