@@ -245,10 +245,8 @@ def test_a_route_rock_does_not_serve_answers_in_the_shape_of_its_api(e2b_env: Ru
     assert own.status_code == 404 and own.json()["error"]["type"] == "NotFound"
     sandbox = Sandbox.create()
     try:
-        with pytest.raises(
-            SandboxException, match=r"does not serve POST /filesystem\.Filesystem/CreateWatcher"
-        ):
-            sandbox.files.watch_dir("/tmp", lambda event: None)
+        with pytest.raises(SandboxException, match="does not serve POST /templates/tags"):
+            Template.assign_tags("any-template:v1", ["new"])
     finally:
         sandbox.kill()
 
@@ -520,3 +518,44 @@ def test_a_pty_runs_an_interactive_shell_and_resizes(e2b_env: Running) -> None:
         assert "\r\n43\r\n" in text, text  # the REPL's answer, with a terminal's line ends
     finally:
         sandbox.kill()
+
+
+def test_a_folder_watch_reports_what_changed_sync_and_async(e2b_env: Running) -> None:
+    """``files.watch_dir``: files made, written, re-moded and removed are reported by name
+    (polled: a rename shows as a removal and a creation); the async SDK's stream too."""
+    sandbox = Sandbox.create()
+    try:
+        sandbox.files.make_dir("/tmp/w")
+        handle = sandbox.files.watch_dir("/tmp/w")
+        sandbox.files.write("/tmp/w/a.txt", "one\n")
+        made = handle.get_new_events()
+        assert [(e.name, e.type.name) for e in made] == [("a.txt", "CREATE")]
+        sandbox.commands.run("echo more >> /tmp/w/a.txt; chmod 600 /tmp/w/a.txt")
+        assert [e.type.name for e in handle.get_new_events()] == ["WRITE"]
+        sandbox.commands.run("chmod 644 /tmp/w/a.txt")
+        assert [e.type.name for e in handle.get_new_events()] == ["CHMOD"]
+        sandbox.files.remove("/tmp/w/a.txt")
+        assert [(e.name, e.type.name) for e in handle.get_new_events()] == [("a.txt", "REMOVE")]
+        handle.stop()
+    finally:
+        sandbox.kill()
+
+    async def main() -> None:
+        box = await AsyncSandbox.create()
+        try:
+            await box.files.make_dir("/tmp/w")
+            seen: list[tuple[str, str]] = []
+            watch = await box.files.watch_dir(
+                "/tmp/w", on_event=lambda e: seen.append((e.name, e.type.name))
+            )
+            await box.files.write("/tmp/w/b.txt", "b")
+            for _ in range(40):
+                if seen:
+                    break
+                await asyncio.sleep(0.1)
+            assert seen == [("b.txt", "CREATE")]
+            await watch.stop()
+        finally:
+            await box.kill()
+
+    asyncio.run(main())

@@ -10,12 +10,18 @@ for that sandbox (``X-Access-Token``, derived from the daemon's token). Errors t
 shapes: ``{"code": 404, "message": ...}`` for the REST API, Connect's
 ``{"code": "not_found", "message": ...}`` for envd.
 
+Served besides: pause and resume, snapshots, metrics, network updates, a sandbox's ports
+(host names ``{port}-{id}.{domain}``, :mod:`rock.daemon.ports`), processes with stdin and
+pty (a FIFO in the sandbox, ``script``'s terminal), listing and reconnecting to processes,
+directory watches (by polling), and templates (:mod:`rock.daemon.e2b_templates`).
+
 What rock does differently: a sandbox's network is closed unless the create request sets
-``allow_internet_access`` (E2B opens it by default); the template ``base`` is rock's base
-image and any other template names a local image; commands run as the image's user (root)
-unless the call names one; envd's version is reported as 0.5.7, and what later versions
-added (file metadata, directory watches) is not served. A call to a route rock does not
-serve is answered in the shape of the API it was meant for (:func:`unserved`).
+``allow_internet_access`` (E2B opens it by default), and its ports need the traffic token
+unless public traffic is asked for; the template ``base`` is rock's base image and any
+other template not built here names a local image; commands run as the image's user (root)
+unless the call names one; envd's version is reported as 0.5.7 (no file metadata). A call
+to a route rock does not serve is answered in the shape of the API it was meant for
+(:func:`unserved`).
 """
 
 from __future__ import annotations
@@ -59,6 +65,8 @@ LABEL = "dev.ale.rock.e2b"
 SNAPSHOTS = "rock-e2b-snapshot"
 """The repository of E2B snapshots: ``rock-e2b-snapshot:<sandbox id>-<name>``."""
 _SNAPSHOT_NAME = re.compile(r"[A-Za-z0-9_.-]{1,60}")
+WATCH_POLL_SEC = 0.5
+"""How often the async WatchDir stream looks at its folder."""
 META = "e2b.metadata."
 _PORT_HOST = re.compile(r"^(\d{1,5})-(sb-[0-9a-f]{6,32})\.")
 """E2B's host name of a sandbox's port: ``{port}-{sandbox id}.{domain}``."""
@@ -254,6 +262,8 @@ def e2b_routes(
     _process_routes(app, gate)
     _process_follow_routes(app, gate)
     _process_input_routes(app, gate)
+    _watch_routes(app, gate)
+    _watch_stream_route(app, gate)
     return gate
 
 
@@ -803,6 +813,129 @@ def _fed(gate: _Gate, request: Request, body: dict[str, Any]) -> tuple[str, _Pro
             "invalid_argument",
         )
     return sandbox_id, process
+
+
+_SNAPSHOT = (
+    'p=$1; [ -d "$p" ] || exit 3; '
+    'find "$p" -mindepth 1 $2 -printf "%y %s %T@ %m %P\\n" 2>/dev/null; exit 0'
+)
+"""What a watch compares: each entry under the folder (to depth 1 unless recursive) with its
+kind, size, modification time and mode."""
+
+
+@dataclass
+class _Watch:
+    """A folder watched by polling: its entries when last looked at."""
+
+    sandbox_id: str
+    path: str
+    recursive: bool
+    seen: dict[str, tuple[str, str, str]] = field(default_factory=dict)
+
+
+def _look(gate: _Gate, watch: _Watch) -> list[dict[str, Any]]:
+    """The events since the last look (CREATE, WRITE, CHMOD, REMOVE; a rename shows as a
+    REMOVE and a CREATE, as polling sees it), names relative to the folder."""
+    depth = "" if watch.recursive else "-maxdepth 1"
+    done = gate.manager.exec(
+        watch.sandbox_id,
+        ExecRequest(command=["sh", "-c", _SNAPSHOT, "rock-watch", watch.path, depth], timeout=30),
+    )
+    if done.exit_code == 3:
+        raise _Failed(404, f"path '{watch.path}' does not exist", "not_found")
+    now: dict[str, tuple[str, str, str]] = {}
+    for line in done.stdout_text.splitlines():
+        parts = line.split(" ", 4)
+        if len(parts) == 5:
+            now[parts[4]] = (parts[1], parts[2], parts[3])
+    events = []
+    for name, (size, mtime, mode) in sorted(now.items()):
+        before = watch.seen.get(name)
+        if before is None:
+            events.append({"name": name, "type": "EVENT_TYPE_CREATE"})
+        elif before[:2] != (size, mtime):
+            events.append({"name": name, "type": "EVENT_TYPE_WRITE"})
+        elif before[2] != mode:
+            events.append({"name": name, "type": "EVENT_TYPE_CHMOD"})
+    events += [{"name": n, "type": "EVENT_TYPE_REMOVE"} for n in sorted(watch.seen.keys() - now)]
+    watch.seen = now
+    return events
+
+
+def _watch_routes(app: FastAPI, gate: _Gate) -> None:
+    """envd's directory watches, by polling the folder's listing: the sync SDK's
+    CreateWatcher, GetWatcherEvents and RemoveWatcher."""
+    watches: dict[str, _Watch] = {}
+
+    @app.post("/filesystem.Filesystem/CreateWatcher", include_in_schema=False)
+    async def create_watcher(request: Request) -> Response:
+        async def answer() -> Response:
+            sandbox_id = gate.sandbox_of(request)
+            body = await _json(request)
+            watch = _Watch(
+                sandbox_id, _path(str(body.get("path", ""))), bool(body.get("recursive"))
+            )
+            await run_in_threadpool(_look, gate, watch)  # the starting point
+            watcher_id = f"w-{secrets.token_hex(8)}"
+            watches[watcher_id] = watch
+            return JSONResponse({"watcherId": watcher_id})
+
+        return await _rpc(answer)
+
+    @app.post("/filesystem.Filesystem/GetWatcherEvents", include_in_schema=False)
+    async def watcher_events(request: Request) -> Response:
+        async def answer() -> Response:
+            sandbox_id = gate.sandbox_of(request)
+            watch = watches.get(str((await _json(request)).get("watcherId") or ""))
+            if watch is None or watch.sandbox_id != sandbox_id:
+                raise _Failed(404, "watcher not found", "not_found")
+            return JSONResponse({"events": await run_in_threadpool(_look, gate, watch)})
+
+        return await _rpc(answer)
+
+    @app.post("/filesystem.Filesystem/RemoveWatcher", include_in_schema=False)
+    async def remove_watcher(request: Request) -> Response:
+        async def answer() -> Response:
+            sandbox_id = gate.sandbox_of(request)
+            key = str((await _json(request)).get("watcherId") or "")
+            if key not in watches or watches[key].sandbox_id != sandbox_id:
+                raise _Failed(404, "watcher not found", "not_found")
+            del watches[key]
+            return JSONResponse({})
+
+        return await _rpc(answer)
+
+
+def _watch_stream_route(app: FastAPI, gate: _Gate) -> None:
+    """The async SDK's directory watch: the WatchDir stream."""
+
+    @app.post("/filesystem.Filesystem/WatchDir", include_in_schema=False)
+    async def watch_dir(request: Request) -> Response:
+        try:
+            sandbox_id = gate.sandbox_of(request)
+            body = _unenvelope(await request.body())
+            watch = _Watch(
+                sandbox_id, _path(str(body.get("path", ""))), bool(body.get("recursive"))
+            )
+            await run_in_threadpool(_look, gate, watch)
+        except _Failed as failed:
+            return _connect_error(failed)
+
+        async def events() -> AsyncIterator[bytes]:
+            yield _envelope({"start": {}})  # (a oneof: its member is the field)
+            while True:
+                await asyncio.sleep(WATCH_POLL_SEC)
+                try:
+                    found = await run_in_threadpool(_look, gate, watch)
+                except (_Failed, RockError) as exc:
+                    yield _end_of_stream("not_found", str(exc))
+                    return
+                for event in found:
+                    yield _envelope({"filesystem": event})
+                if not found:
+                    yield _envelope({"keepalive": {}})
+
+        return StreamingResponse(events(), media_type="application/connect+json")
 
 
 def _process_follow_routes(app: FastAPI, gate: _Gate) -> None:
