@@ -33,6 +33,7 @@ from rock.backends.base import (
     SandboxNotFound,
 )
 from rock.daemon.e2b import e2b_routes, from_e2b, unserved
+from rock.daemon.e2b_envd import envd_routes
 from rock.daemon.e2b_templates import template_routes
 from rock.daemon.manager import SandboxManager
 from rock.daemon.metrics import Metrics
@@ -220,6 +221,7 @@ def create_app(
     _pool_routes(api, manager)
     app.include_router(api)
     gate = e2b_routes(app, manager, token, stand_ins=e2b_stand_ins, domain=e2b_domain)
+    envd_routes(app, gate)
     template_routes(app, gate)
     return app
 
