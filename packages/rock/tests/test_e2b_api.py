@@ -516,8 +516,14 @@ def test_a_pty_runs_an_interactive_shell_and_resizes(e2b_env: Running) -> None:
         assert result.exit_code == 0, text
         assert "hello-42" in text and "24 80" in text and "30 100" in text, text
         assert "\r\n43\r\n" in text, text  # the REPL's answer, with a terminal's line ends
+        idle = sandbox.pty.create(PtySize(rows=24, cols=80))
+        assert sandbox.pty.kill(idle.pid) is True
+        with pytest.raises(CommandExitException):
+            idle.wait()
     finally:
         sandbox.kill()
+    with pytest.raises(SandboxException, match=r"not running|not found"):  # a sandbox gone
+        sandbox.pty.create(PtySize(rows=24, cols=80))
 
 
 def test_a_folder_watch_reports_what_changed_sync_and_async(e2b_env: Running) -> None:
