@@ -565,3 +565,50 @@ def test_a_folder_watch_reports_what_changed_sync_and_async(e2b_env: Running) ->
             await box.kill()
 
     asyncio.run(main())
+
+
+def test_the_async_sdk_reaches_the_rest_of_it(e2b_env: Running, tmp_path: Path) -> None:
+    """The async SDK over the same routes: stdin, list and connect, a pty, metrics, a network
+    update, a snapshot a sandbox starts from, and a template built with AsyncTemplate."""
+    from e2b import AsyncTemplate
+
+    async def main() -> None:
+        box = await AsyncSandbox.create(allow_internet_access=True)
+        child: AsyncSandbox | None = None
+        try:
+            fed = await box.commands.run("python3 -u", background=True, stdin=True)
+            assert fed.pid in {p.pid for p in await box.commands.list()}
+            await box.commands.send_stdin(fed.pid, "print(40 + 2)\n")
+            follower = await box.commands.connect(fed.pid)  # (before it ends)
+            await box.commands.close_stdin(fed.pid)
+            assert (await follower.wait()).stdout == "42\n"
+            seen: list[bytes] = []
+            term = await box.pty.create(PtySize(rows=24, cols=80), on_data=seen.append)
+            await box.pty.send_stdin(term.pid, b"echo from-$((40+2)); exit\n")
+            assert (await term.wait()).exit_code == 0
+            assert b"from-42" in b"".join(seen)
+            (metric,) = await box.get_metrics()
+            assert metric.mem_total > 0
+            await box.update_network({"allow_internet_access": False})
+            links = "ls /sys/class/net | grep -v '^lo$' | wc -l"
+            assert (await box.commands.run(links)).stdout.strip() == "0"
+            await box.files.write("/tmp/kept", "snap\n")
+            snap = await box.create_snapshot()
+            child = await AsyncSandbox.create(template=snap.snapshot_id)
+            assert await child.files.read("/tmp/kept") == "snap\n"
+        finally:
+            if child is not None:
+                await child.kill()
+            await box.kill()
+        (tmp_path / "Dockerfile").write_text("FROM rock/base:bookworm\nRUN echo async > /x\n")
+        template = Template(file_context_path=str(tmp_path)).from_dockerfile(
+            str(tmp_path / "Dockerfile")
+        )
+        await AsyncTemplate.build(template, name="rock-test-async:v1")
+        built = await AsyncSandbox.create(template="rock-test-async:v1")
+        try:
+            assert (await built.commands.run("cat /x")).stdout == "async\n"
+        finally:
+            await built.kill()
+
+    asyncio.run(main())
