@@ -216,6 +216,13 @@ def test_rename_moves_a_file_or_folder_and_is_running_ends_with_kill(e2b_env: Ru
         sandbox.kill()
     assert sandbox.is_running() is False
 
+    short = Sandbox.create(timeout=2)  # and once its timeout removed it
+    for _ in range(60):
+        if not short.is_running():
+            break
+        time.sleep(0.5)
+    assert short.is_running() is False
+
     async def main() -> None:
         box = await AsyncSandbox.create()
         await box.files.write("/tmp/x", "x")

@@ -154,6 +154,15 @@ def test_a_pool_spreads_over_both_nodes_and_each_verb_reaches_the_owner(
             "or load it on the nodes (each node's engine has its own images)."
         )
 
+        # an image the daemon builds (a Harbor task's Dockerfile, say) goes to a node, and
+        # its sandboxes are placed on that node
+        context = tmp_path / "ctx"
+        context.mkdir()
+        (context / "Dockerfile").write_text("FROM rock/base:bookworm\nRUN echo on-a-node > /m\n")
+        built = client.build_image(context, name="ray-built")
+        with client.create(SandboxSpec(image=built.tag, memory_mb=256)) as on_node:
+            assert on_node.exec("cat /m").stdout == b"on-a-node\n"
+
         # streamed output crosses the cluster too (the E2B API streams)
         from e2b import Sandbox
 

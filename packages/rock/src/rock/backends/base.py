@@ -250,6 +250,14 @@ class Backend(abc.ABC):
         """Images sandboxes can start from: dicts with id, tags, size_mb, created."""
         return []
 
+    def build_image(self, context: bytes, dockerfile: str, name: str) -> dict[str, Any]:
+        """Build an image from a build context tar on this backend's engines (see the
+        daemon's ``build_image``): the fields of ``rock.models.ImageBuild``."""
+        raise SandboxConflict(
+            f"the {self.name} backend does not build images; build the image on its engine, "
+            "or run the daemon with the docker backend."
+        )
+
     def remove_image(self, tag: str) -> None:
         """Remove the image ``tag`` (a snapshot); `SandboxConflict` while a sandbox uses
         it; nothing where images are not this backend's to remove."""

@@ -379,6 +379,17 @@ class RayBackend(Backend):
                 seen.setdefault(image["id"], image)
         return builtins.list(seen.values())
 
+    def build_image(self, context: bytes, dockerfile: str, name: str) -> dict[str, Any]:
+        """Build on the node with the most room (sandboxes of the image are placed there:
+        placement tries the nodes until one has it)."""
+        node = self._place(SandboxSpec())
+        try:
+            built: dict[str, Any] = self.call(node, "build_image", context, dockerfile, name)
+        finally:
+            with self._lock:
+                node.starting -= 1
+        return built
+
     def remove_image(self, tag: str) -> None:
         for node in self._alive():  # (a snapshot is on the node of its sandbox)
             with contextlib.suppress(Exception):

@@ -67,6 +67,21 @@ class NodeAgent:
     def images(self) -> list[dict[str, Any]]:
         return self.backend.images()
 
+    def build_image(self, context: bytes, dockerfile: str, name: str) -> dict[str, Any]:
+        """Build an image on this node's engine from a context tar (see the daemon's
+        ``build_image``); rock's ImageBuildError or InvalidRequest when it cannot."""
+        from rock.bench.images import ImageBuilder, TaskImageError, build_context_tar
+        from rock.errors import ImageBuildError, InvalidRequest
+
+        try:
+            done = build_context_tar(ImageBuilder(self.backend.client), context, dockerfile, name)
+        except ValueError as exc:
+            raise InvalidRequest(str(exc)) from None
+        except TaskImageError as exc:
+            tail = " | ".join(exc.log.strip().splitlines()[-3:])
+            raise ImageBuildError(f"{exc}" + (f" (last lines: {tail})" if tail else "")) from None
+        return done.model_dump()
+
     def remove_image(self, tag: str) -> None:
         self.backend.remove_image(tag)
 

@@ -23,6 +23,7 @@ import io
 import os
 import re
 import tarfile
+import tempfile
 import threading
 import time
 import tomllib
@@ -253,6 +254,28 @@ def _context_tar(plan: BuildPlan, text: str) -> bytes:
         info.size, info.mode, info.mtime = len(data), 0o644, 0
         tar.addfile(info, io.BytesIO(data))
     return buf.getvalue()
+
+
+def build_context_tar(
+    builder: ImageBuilder, context: bytes, dockerfile: str, name: str
+) -> BuildResult:
+    """:meth:`ImageBuilder.build_dockerfile` of a build context sent as a tar (gzipped or
+    not), its Dockerfile at ``dockerfile`` in it; ValueError for a body that is no tar or a
+    Dockerfile outside it, TaskImageError for a build that fails."""
+    with tempfile.TemporaryDirectory(prefix="rock-build-") as tmp:
+        root = Path(tmp).resolve()
+        try:
+            with tarfile.open(fileobj=io.BytesIO(context)) as tar:
+                tar.extractall(root, filter="data")
+        except (tarfile.TarError, OSError) as exc:
+            raise ValueError(
+                f"the build context is not a tar archive ({exc}); send the context folder as "
+                "a tar, gzipped or not."
+            ) from None
+        target = (root / dockerfile).resolve()
+        if not target.is_relative_to(root):
+            raise ValueError(f"dockerfile {dockerfile!r} is outside the context.")
+        return builder.build_dockerfile(root, target, name)
 
 
 def image_tag(task_id: str, digest: str) -> str:

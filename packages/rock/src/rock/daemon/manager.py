@@ -20,11 +20,8 @@ from __future__ import annotations
 
 import builtins
 import contextlib
-import io
 import logging
 import secrets
-import tarfile
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -367,22 +364,24 @@ class SandboxManager(PoolsMixin, UpkeepMixin):
 
     def build_image(self, context: bytes, dockerfile: str, name: str) -> ImageBuild:
         """Build an image from a build context (a tar, gzipped or not, with the Dockerfile at
-        ``dockerfile``) on the daemon's engine, base images mapped to local ones as for a
-        task (offline); cached by digest. Only the Docker backend builds."""
-        with tempfile.TemporaryDirectory(prefix="rock-build-") as tmp:
-            root = Path(tmp)
-            try:
-                with tarfile.open(fileobj=io.BytesIO(context)) as tar:
-                    tar.extractall(root, filter="data")
-            except (tarfile.TarError, OSError) as exc:
-                raise InvalidRequest(
-                    f"the build context is not a tar archive ({exc}); send the context "
-                    "folder as a tar, gzipped or not."
-                ) from None
-            target = (root / dockerfile).resolve()
-            if not target.is_relative_to(root.resolve()):
-                raise InvalidRequest(f"dockerfile {dockerfile!r} is outside the context.")
-            return self.build_folder(root, target, name)
+        ``dockerfile``), base images mapped to local ones as for a task (offline), cached by
+        digest: on the daemon's engine, or on the node of a Ray cluster with the most room
+        (its sandboxes are placed where their image is)."""
+        from rock.backends.docker import DockerBackend
+        from rock.bench.images import ImageBuilder, TaskImageError, build_context_tar
+
+        if not isinstance(self.backend, DockerBackend):  # (a cluster's node builds it)
+            built = self.backend.build_image(context, dockerfile, name)
+            return ImageBuild.model_validate({k: built[k] for k in ImageBuild.model_fields})
+        with self._lock:
+            builder = self._builder = self._builder or ImageBuilder(self._docker().client)
+        try:
+            done = build_context_tar(builder, context, dockerfile, name)
+        except ValueError as exc:
+            raise InvalidRequest(str(exc)) from None
+        except TaskImageError as exc:
+            raise ImageBuildError(_build_failure(exc)) from None
+        return ImageBuild.model_validate(done.model_dump(include=set(ImageBuild.model_fields)))
 
     def build_folder(self, context: Path, dockerfile: Path, name: str) -> ImageBuild:
         """:meth:`build_image` of a folder on this machine."""
@@ -393,9 +392,7 @@ class SandboxManager(PoolsMixin, UpkeepMixin):
         try:
             done = builder.build_dockerfile(context, dockerfile, name)
         except TaskImageError as exc:
-            tail = " | ".join(exc.log.strip().splitlines()[-3:])
-            why = f"{exc}" + (f" (last lines: {tail})" if tail else "")
-            raise ImageBuildError(why) from None
+            raise ImageBuildError(_build_failure(exc)) from None
         return ImageBuild.model_validate(done.model_dump(include=set(ImageBuild.model_fields)))
 
     def has_image(self, ref: str) -> bool:
@@ -741,3 +738,9 @@ class SandboxManager(PoolsMixin, UpkeepMixin):
             expires_at=record.expires_at,
             labels=record.labels,
         )
+
+
+def _build_failure(exc: Exception) -> str:
+    """A failed build in one sentence, with the last lines it printed."""
+    tail = " | ".join(str(getattr(exc, "log", "")).strip().splitlines()[-3:])
+    return f"{exc}" + (f" (last lines: {tail})" if tail else "")
