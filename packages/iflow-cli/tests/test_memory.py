@@ -111,3 +111,25 @@ def test_home_inside_the_repository_is_not_read_twice(tmp_path: Path) -> None:
     write(cwd / "IFLOW.md", "once")
     files = load_memory(cwd, home)
     assert [(f.text, f.scope) for f in files] == [("once", "global")]
+
+
+def test_claude_code_s_and_gemini_cli_s_files_are_read_in_their_layers(
+    home: Path, repo: Path
+) -> None:
+    """A Claude Code or Gemini CLI user's files: ~/.claude/CLAUDE.md and ~/.gemini/GEMINI.md
+    (global), CLAUDE.md and GEMINI.md at the root and below, and the root's
+    .github/copilot-instructions.md, each after iflow's own names at the same layer."""
+    cwd = repo / "svc"
+    expected = [
+        (write(home / ".iflow" / "AGENTS.md", "g agents"), "global"),
+        (write(home / ".claude" / "CLAUDE.md", "g claude"), "global"),
+        (write(home / ".gemini" / "GEMINI.md", "g gemini"), "global"),
+        (write(repo / "AGENTS.md", "r agents"), "project"),
+        (write(repo / "CLAUDE.md", "r claude"), "project"),
+        (write(repo / "GEMINI.md", "r gemini"), "project"),
+        (write(repo / ".github" / "copilot-instructions.md", "r copilot"), "project"),
+        (write(cwd / "CLAUDE.md", "svc claude"), "directory"),
+    ]
+    write(cwd / ".github" / "copilot-instructions.md", "below the root: not read")
+    files = load_memory(cwd, home)
+    assert [(f.path, f.scope) for f in files] == expected

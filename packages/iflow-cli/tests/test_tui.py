@@ -52,7 +52,9 @@ async def tui(
             model=ScriptedModel(responses),
             store=store,
         )
-        app = IflowApp(agent=agent, recorder=recorder, store=store, settings=config, cwd=root)
+        app = IflowApp(
+            agent=agent, recorder=recorder, store=store, settings=config, cwd=root, home=tmp_path
+        )
         try:
             async with app.run_test(size=(110, 40)) as pilot:
                 await pilot.pause()
@@ -255,6 +257,23 @@ async def test_help_todo_model_and_unknown_commands(tmp_path: Path) -> None:
         await pilot.press("ctrl+l")
         await pilot.pause()
         assert not blocks(app, "help")
+
+
+async def test_memory_lists_the_files_read_most_general_first(tmp_path: Path) -> None:
+    """/memory: each file read into the prompt with its scope and size, a Claude Code
+    user's CLAUDE.md among them; with none, where iflow looks."""
+    async with tui(tmp_path, []) as (app, pilot):
+        await send(pilot, "/memory")
+        assert "No memory file was read" in blocks(app, "info-block")[-1]
+    (tmp_path / ".claude").mkdir()
+    (tmp_path / ".claude" / "CLAUDE.md").write_text("Prefer small commits.\n")
+    (tmp_path / "ws").mkdir(exist_ok=True)
+    (tmp_path / "ws" / "GEMINI.md").write_text("Run make test.\n")
+    async with tui(tmp_path, []) as (app, pilot):
+        await send(pilot, "/memory")
+        listing = blocks(app, "info-block")[-1].splitlines()
+        assert listing[1].split()[:2] == ["global", str(tmp_path / ".claude" / "CLAUDE.md")]
+        assert listing[2].split()[:2] == ["project", str(tmp_path / "ws" / "GEMINI.md")]
 
 
 async def test_ctrl_d_deletes_then_quits(tmp_path: Path) -> None:

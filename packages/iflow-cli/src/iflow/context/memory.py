@@ -1,12 +1,15 @@
-"""Memory files: ``IFLOW.md`` and ``AGENTS.md``, read hierarchically into the system prompt.
+"""Memory files: ``IFLOW.md``, ``AGENTS.md``, and the ``CLAUDE.md`` and ``GEMINI.md`` that
+Claude Code and Gemini CLI users already keep, read hierarchically into the system prompt.
 
 The order, most general first:
 
-1. ``<home>/.iflow/IFLOW.md`` then ``<home>/.iflow/AGENTS.md`` (scope ``global``);
+1. ``<home>/.iflow/IFLOW.md``, ``<home>/.iflow/AGENTS.md``, ``<home>/.claude/CLAUDE.md``
+   and ``<home>/.gemini/GEMINI.md`` (scope ``global``);
 2. the repository root (the nearest ancestor of the working directory holding
-   ``.git``; the working directory itself when there is none): its ``IFLOW.md`` then
-   its ``AGENTS.md`` (scope ``project``);
-3. each directory below the root down to the working directory, the same two names
+   ``.git``; the working directory itself when there is none): its ``IFLOW.md``,
+   ``AGENTS.md``, ``CLAUDE.md``, ``GEMINI.md`` and ``.github/copilot-instructions.md``
+   (scope ``project``);
+3. each directory below the root down to the working directory, the same four names
    in the same order (scope ``directory``).
 
 Later files are more specific and win where they disagree, so when the texts pass
@@ -28,8 +31,12 @@ from pydantic import BaseModel, ConfigDict, Field
 log = logging.getLogger(__name__)
 
 Scope = Literal["global", "project", "directory"]
-MEMORY_FILE_NAMES = ("IFLOW.md", "AGENTS.md")
+MEMORY_FILE_NAMES = ("IFLOW.md", "AGENTS.md", "CLAUDE.md", "GEMINI.md")
 """The names looked for in every directory, in the order they are read."""
+GLOBAL_FILES = (".iflow/IFLOW.md", ".iflow/AGENTS.md", ".claude/CLAUDE.md", ".gemini/GEMINI.md")
+"""The files read from the home directory, in order (each tool's own place)."""
+ROOT_ONLY_FILES = (".github/copilot-instructions.md",)
+"""Read at the repository root only, after its memory files."""
 DEFAULT_MAX_CHARS = 40000
 
 
@@ -62,14 +69,14 @@ def memory_paths(cwd: Path, home: Path | None = None) -> list[tuple[Path, Scope]
     cwd = cwd.expanduser().resolve()
     home = (Path.home() if home is None else home).expanduser().resolve()
     root = find_repo_root(cwd) or cwd
-    places: list[tuple[Path, Scope]] = [
-        (home / ".iflow" / name, "global") for name in MEMORY_FILE_NAMES
-    ]
+    places: list[tuple[Path, Scope]] = [(home / name, "global") for name in GLOBAL_FILES]
     chain = [cwd, *cwd.parents]
     directories = list(reversed(chain[: chain.index(root) + 1]))
     for directory in directories:
         scope: Scope = "project" if directory == root else "directory"
         places.extend((directory / name, scope) for name in MEMORY_FILE_NAMES)
+        if directory == root:
+            places.extend((directory / name, scope) for name in ROOT_ONLY_FILES)
     seen: set[Path] = set()
     unique: list[tuple[Path, Scope]] = []
     for path, scope in places:

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from iflow.approval import MODES, check_mode
+from iflow.context.memory import MEMORY_FILE_NAMES, load_memory
 from iflow.custom_commands import load_commands
 from iflow.errors import IflowError
 from iflow.tui.widgets import human_tokens
@@ -27,6 +28,8 @@ Commands
                    to that model (a directory for a local one), the conversation kept
   /todo            the agent's todo list
   /mcp             the MCP servers: their state and tools, or why they are not running
+  /memory          the memory files read into the prompt (IFLOW.md, AGENTS.md, CLAUDE.md,
+                   GEMINI.md, ...), in the order they were read
   /rewind [N]      list the turns; with N put the files and the conversation back to before turn N
   /save [PATH]     write the trajectory: ALE JSONL, or ATIF when PATH ends in .atif.json
                    (default: the sessions directory)
@@ -49,6 +52,7 @@ COMMAND_SUMMARY = {
     "model": "the model; /model NAME switches",
     "todo": "the agent's todo list",
     "mcp": "the MCP servers and their tools",
+    "memory": "the memory files read",
     "rewind": "list turns; /rewind N goes back",
     "save": "write the trajectory",
     "resume": "list or resume saved sessions",
@@ -77,6 +81,7 @@ class SlashCommands:
             "model": self.model,
             "todo": self.todo,
             "mcp": self.mcp,
+            "memory": self.memory,
             "rewind": self.rewind,
             "save": self.save,
             "resume": self.resume,
@@ -179,6 +184,23 @@ class SlashCommands:
         others = sorted(set(settings.sources) - {"provider", "model", "base_url", "api_key"})
         for name in others:
             lines.append(f"  {name} from {settings.source(name)}")
+        await self.app.conversation.text_block("\n".join(lines))
+
+    async def memory(self, arg: str) -> None:
+        """The memory files this session's prompt was built from, most general first."""
+        files = load_memory(self.app.cwd, self.app.home)
+        if not files:
+            places = ", ".join(MEMORY_FILE_NAMES)
+            await self.app.conversation.text_block(
+                f"No memory file was read. iflow reads {places} from ~/.iflow (and "
+                "~/.claude/CLAUDE.md, ~/.gemini/GEMINI.md), the repository root and the "
+                "folders down to this one."
+            )
+            return
+        lines = ["Memory files, most general first"]
+        for f in files:
+            cut = f" (cut: {f.cut} characters left out)" if f.cut else ""
+            lines.append(f"  {f.scope:<9} {f.path}  {len(f.text)} characters{cut}")
         await self.app.conversation.text_block("\n".join(lines))
 
     async def mcp(self, arg: str) -> None:
