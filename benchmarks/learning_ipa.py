@@ -106,11 +106,17 @@ def evaluate(
     new_tokens: int = 48,
     concurrent: int = 32,
 ) -> float:
-    """Held-out success of ``model`` (greedy, the demo's agent settings unless given)."""
+    """Held-out success of ``model`` (greedy, the demo's agent settings unless given); a run
+    cut short (a trial missing from its results) is resumed, not reused."""
     summary = out / "results.json"
-    if not summary.is_file():
-        shutil.rmtree(out, ignore_errors=True)
+    tasks = [p for p in (heldout / "tasks").iterdir() if p.is_dir()]
+    finished = summary.is_file() and len(json.loads(summary.read_text())["results"]) >= len(tasks)
+    if not finished:
+        resume = ["--resume"] if (out / "run.json").is_file() else []
+        if not resume:
+            shutil.rmtree(out, ignore_errors=True)
         run(BIN / "rock", "bench", "run", "--dataset", heldout / "tasks", "--agent", "roll-policy",
+            *resume,
             "--n-concurrent", concurrent, "--output", out, "--agent-kwarg", f"model_path={model}",
             "--agent-kwarg", "prompt_profile=compact", "--agent-kwarg", "tool_format=brief",
             "--agent-kwarg", "temperature=0", "--agent-kwarg", f"max_turns={turns}",

@@ -284,11 +284,16 @@ def bench(
     the model for all trials of the run, whose turns are decoded in batches (or, with
     ``served``, sent to that model's vLLM server, which batches them)."""
     summary = out / "results.json"
-    if not summary.is_file():
-        shutil.rmtree(out, ignore_errors=True)
+    tasks = [p for p in (OUT / "datasets" / "heldout" / "tasks").iterdir() if p.is_dir()]
+    trials = len(tasks) * attempts
+    if not summary.is_file() or len(json.loads(summary.read_text())["results"]) < trials:
+        resume = ["--resume"] if (out / "run.json").is_file() else []  # (a run cut short)
+        if not resume:
+            shutil.rmtree(out, ignore_errors=True)
         engine = ["--agent-kwarg", f"server_url={served.url()}"] if served else []
         run(
-            BIN / "rock", "bench", "run", "--dataset", OUT / "datasets" / "heldout" / "tasks",
+            BIN / "rock", "bench", "run", *resume,
+            "--dataset", OUT / "datasets" / "heldout" / "tasks",
             "--agent", "roll-policy", "--n-concurrent", str(BENCH_CONCURRENCY),
             "--n-attempts", str(attempts), "--output", out,
             "--agent-kwarg", f"model_path={model}", "--agent-kwarg", "prompt_profile=compact",
