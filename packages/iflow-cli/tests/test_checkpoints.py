@@ -153,6 +153,7 @@ def test_headless_resume_with_rewind(tmp_path: Path) -> None:
             [sys.executable, "-m", "iflow.cli", "--provider", "scripted", "--script", str(path),
              "-y", *args],
             env=env, cwd=work, capture_output=True, text=True, timeout=120,
+            stdin=subprocess.DEVNULL,  # (not the test runner's: iflow reads a piped stdin)
         )  # fmt: skip
 
     assert iflow("-p", "first", script=[write("f.txt", "1\n"), finish()]).returncode == 0

@@ -102,6 +102,7 @@ def test_headless_expands_a_custom_command(tmp_path: Path) -> None:
         capture_output=True,
         text=True,
         timeout=60,
+        stdin=subprocess.DEVNULL,  # (iflow reads a piped stdin)
     )
     assert r.returncode == 0, r.stderr
     data, _ = SessionStore(home / ".iflow" / "sessions").latest()

@@ -46,6 +46,7 @@ def iflow(args: list[str], env: dict[str, str], cwd: Path, stdin: str | None = N
         text=True,
         timeout=120,
         input=stdin,
+        stdin=subprocess.DEVNULL if stdin is None else None,  # (iflow reads a piped stdin)
     )
 
 
@@ -238,6 +239,30 @@ def test_prompt_from_stdin(tmp_path: Path, env, work: Path) -> None:
     s = script(tmp_path / "s.json", [finish("from stdin")])
     r = iflow(["--provider", "scripted", "--script", str(s)], env, work, stdin="do it\n")
     assert r.returncode == 0 and r.stdout.strip() == "from stdin"
+
+
+def test_piped_input_joins_a_p_prompt_and_a_long_one_is_cut_with_a_note(
+    tmp_path: Path, env, work: Path
+) -> None:
+    """``cat log | iflow -p "summarize"``: the model gets the prompt, then the log (Claude
+    Code's and Gemini CLI's habit); past the cap, the head of it and one line on stderr."""
+
+    def first_request(stdin: str) -> tuple[str, str]:
+        s = script(tmp_path / "s.json", [finish("ok")])
+        out = tmp_path / f"t{len(stdin)}.jsonl"
+        args = ["-p", "summarize", "--provider", "scripted", "--script", str(s)]
+        args += ["--context-limit", "300000"]  # (room for the whole capped input)
+        r = iflow([*args, "--trajectory", str(out)], env, work, stdin=stdin)
+        assert r.returncode == 0, r.stderr
+        [traj] = list(read_jsonl(out, Trajectory))
+        user = next(step.content for step in traj.steps if step.role.value == "user")
+        return str(user), r.stderr
+
+    prompt, errors = first_request("ERROR disk full\nWARN slow\n")
+    assert prompt == "summarize\n\nERROR disk full\nWARN slow" and "cut" not in errors
+    prompt, errors = first_request("x" * 250_000)
+    assert prompt == "summarize\n\n" + "x" * 200_000
+    assert "iflow: the piped input was cut to its first 200000 characters.\n" in errors
 
 
 def test_settings_files_are_used(tmp_path: Path, env, work: Path) -> None:

@@ -331,6 +331,7 @@ def test_headless_run_uses_mcp_tools_and_reports_a_failed_server(
         capture_output=True,
         text=True,
         timeout=120,
+        stdin=subprocess.DEVNULL,  # (iflow reads a piped stdin)
     )
     assert r.returncode == 0, r.stderr
     assert "iflow: MCP server 'gone' cannot start" in r.stderr and "Traceback" not in r.stderr

@@ -381,6 +381,7 @@ def test_iflow_pointed_at_the_server_works_as_with_any_server(
          "--base-url", vllm_server.url, "--api-key", "none", "-m", name, "--max-turns", "1",
          "--context-limit", str(VLLM_CONTEXT), "-o", "json", "-y"],
         env={**env, "HOME": str(home)}, cwd=work, capture_output=True, text=True, timeout=300,
+        stdin=subprocess.DEVNULL,  # (iflow reads a piped stdin)
     )  # fmt: skip
     assert "Traceback" not in run.stderr, run.stderr[-3000:]
     record = json.loads(run.stdout)

@@ -158,6 +158,10 @@ def main(
             raise ConfigError("--rewind N goes back within a session; give --resume [ID] too.")
         if prompt is None and not sys.stdin.isatty():
             prompt = sys.stdin.read().strip() or None
+        elif prompt is not None and not sys.stdin.isatty():
+            piped = _piped_input()  # `cat log | iflow -p "summarize"`: the log joins the prompt
+            if piped:
+                prompt = f"{prompt}\n\n{piped}"
         if prompt is None and not (sys.stdin.isatty() and sys.stdout.isatty()):
             click.echo(
                 "iflow: the TUI needs a terminal, and this one has none; run headless with "
@@ -189,6 +193,38 @@ def main(
         sys.exit(code)
     except IflowError as exc:
         raise click.ClickException(str(exc)) from exc
+
+
+PIPED_MAX_CHARS = 200_000
+"""The most of a piped stdin that joins a -p prompt (the rest is left out, with a note)."""
+
+
+def _piped_input() -> str:
+    """What was piped to iflow's stdin beside a -p prompt: a file or a pipe (not a terminal,
+    not /dev/null); a pipe only when data or its end comes within a moment (an inherited pipe
+    nobody writes to is not input); at most :data:`PIPED_MAX_CHARS`, with a one-line note
+    on stderr when cut."""
+    import select
+    import stat
+
+    try:
+        mode = os.fstat(sys.stdin.fileno()).st_mode
+    except (OSError, ValueError, AttributeError):
+        return ""
+    if stat.S_ISFIFO(mode):
+        ready, _, _ = select.select([sys.stdin], [], [], 0.5)
+        if not ready:
+            return ""
+    elif not stat.S_ISREG(mode):
+        return ""
+    text = sys.stdin.read(PIPED_MAX_CHARS + 1)
+    if len(text) > PIPED_MAX_CHARS:
+        text = text[:PIPED_MAX_CHARS]
+        click.echo(
+            f"iflow: the piped input was cut to its first {PIPED_MAX_CHARS} characters.",
+            err=True,
+        )
+    return text.strip()
 
 
 async def _headless(
