@@ -265,6 +265,29 @@ def test_piped_input_joins_a_p_prompt_and_a_long_one_is_cut_with_a_note(
     assert "iflow: the piped input was cut to its first 200000 characters.\n" in errors
 
 
+def test_sessions_belong_to_the_directory_they_started_in(tmp_path: Path, env) -> None:
+    """The issue's reproduction: after a session in proj2, ``--resume`` in proj finds no
+    session of proj and says which one there is (it does not run in proj2's); the lists
+    show this directory's (``--all``: every one's, with its directory); an id given resumes
+    that session wherever; in proj2 ``--resume`` goes on with its own."""
+    proj, proj2 = tmp_path / "proj", tmp_path / "proj2"
+    proj.mkdir(), proj2.mkdir()
+    s = script(tmp_path / "s.json", [shell("pwd"), finish("done")])
+    scripted = ["--provider", "scripted", "--script", str(s), "-y"]
+    assert iflow(["-p", "first", *scripted], env, proj2).returncode == 0
+    [summary] = SessionStore(tmp_path / "home" / ".iflow" / "sessions").list()[0]
+    refused = iflow(["--resume", "-p", "where am I", *scripted], env, proj)
+    assert refused.returncode == 1 and "Traceback" not in refused.stderr
+    assert f"there is no saved session of {proj}" in refused.stderr
+    assert f"iflow --resume {summary.id}" in refused.stderr
+    mine = iflow(["--list-sessions"], env, proj)
+    assert "No saved sessions" in mine.stdout and "--all" in mine.stdout
+    every = iflow(["--list-sessions", "--all"], env, proj)
+    assert summary.id in every.stdout and str(proj2) in every.stdout
+    assert iflow(["--resume", summary.id, "-p", "go on", *scripted], env, proj).returncode == 0
+    assert iflow(["--resume", "-p", "again", *scripted], env, proj2).returncode == 0
+
+
 def test_settings_files_are_used(tmp_path: Path, env, work: Path) -> None:
     s = script(tmp_path / "s.json", [shell("echo hi"), finish("ok")])
     (work / ".iflow").mkdir()

@@ -35,10 +35,16 @@ def shell(command: str, content: str = "") -> dict[str, Any]:
 
 @asynccontextmanager
 async def tui(
-    tmp_path: Path, responses: list[Any], *, mode: str = "default", **settings: Any
+    tmp_path: Path,
+    responses: list[Any],
+    *,
+    mode: str = "default",
+    folder: str = "ws",
+    **settings: Any,
 ) -> AsyncIterator[tuple[IflowApp, Pilot[int]]]:
-    """An app on a scripted agent working in ``tmp_path/ws``, sessions in ``tmp_path/sessions``."""
-    root = tmp_path / "ws"
+    """An app on a scripted agent working in ``tmp_path/ws`` (or ``folder``), sessions in
+    ``tmp_path/sessions``."""
+    root = tmp_path / folder
     root.mkdir(exist_ok=True)
     config = Settings(provider="scripted", approval_mode=mode, **settings)
     store = SessionStore(tmp_path / "sessions")
@@ -358,6 +364,24 @@ async def test_session_is_saved_and_resume_rerenders_it(tmp_path: Path) -> None:
         assert app.recorder is not None and app.recorder.data.id == session_id
         await send(pilot, "/resume nosuchsession")
         assert "no saved session matches" in notices(app)[-1]
+
+
+async def test_resume_of_another_directory_s_session_says_which_and_asks(tmp_path: Path) -> None:
+    """/resume lists this directory's sessions; a session of another directory is not
+    resumed until asked again with ``!``."""
+    async with tui(tmp_path, ["Done there."], mode="yolo", folder="proj2") as (app, pilot):
+        await run_prompt(pilot, "work in proj2")
+        assert app.recorder is not None
+        session_id = app.recorder.data.id
+    async with tui(tmp_path, [], folder="proj") as (app, pilot):
+        await send(pilot, "/resume")
+        assert session_id not in "\n".join(blocks(app, "info-block"))
+        await send(pilot, f"/resume {session_id}")
+        assert notices(app)[-1].startswith(f"Session {session_id} belongs to {tmp_path / 'proj2'}")
+        assert not app.query(UserMessage)
+        await send(pilot, f"/resume {session_id}!")
+        await wait_for(pilot, lambda: app.query(UserMessage))
+        assert [str(u.content) for u in app.query(UserMessage)] == ["› work in proj2"]
 
 
 async def test_save_writes_ale_jsonl_by_default_and_atif_by_suffix(tmp_path: Path) -> None:

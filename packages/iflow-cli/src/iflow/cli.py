@@ -21,26 +21,32 @@ def _settings(cwd: Path, home: Path, flags: dict[str, Any]) -> Settings:
     return load_settings(cwd=cwd, home=home, env=os.environ, flags=flags)
 
 
-def _resume(store: SessionStore, resume: str | None) -> SessionData | None:
+def _resume(store: SessionStore, resume: str | None, cwd: Path) -> SessionData | None:
+    """The session to go on with: the latest of this directory, or the one whose id is
+    given (from any directory: the id says which)."""
     if resume is None:
         return None
     if resume in ("", "latest"):
-        data, warnings = store.latest()
+        data, warnings = store.latest(cwd)
         for warning in warnings:
             click.echo(f"iflow: {warning}", err=True)
         return data
     return store.load(resume)
 
 
-def _list_sessions(store: SessionStore) -> None:
-    summaries, warnings = store.list()
+def _list_sessions(store: SessionStore, cwd: Path, everywhere: bool) -> None:
+    summaries, warnings = store.list(None if everywhere else cwd)
     for warning in warnings:
         click.echo(f"iflow: {warning}", err=True)
     if not summaries:
-        click.echo(f"No saved sessions in {store.root}.")
+        more = "" if everywhere else f" of {cwd} (--all lists every directory's)"
+        click.echo(f"No saved sessions in {store.root}{more}.")
         return
     for s in summaries:
-        click.echo(f"{s.id}  {s.updated_at:%Y-%m-%d %H:%M}  {s.turns:>4} turns  {s.title}")
+        where = f"  {s.cwd}" if everywhere else ""
+        click.echo(
+            f"{s.id}  {s.updated_at:%Y-%m-%d %H:%M}  {s.turns:>4} turns  {s.title}{where}"
+        )
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
@@ -96,7 +102,12 @@ def _list_sessions(store: SessionStore) -> None:
     metavar="N",
     help="With --resume: put the files and the conversation back to before turn N first.",
 )
-@click.option("--list-sessions", is_flag=True, help="List saved sessions and exit.")
+@click.option(
+    "--list-sessions", is_flag=True, help="List this directory's saved sessions and exit."
+)
+@click.option(
+    "--all", "all_dirs", is_flag=True, help="With --list-sessions: every directory's sessions."
+)
 @click.option(
     "--trajectory",
     type=click.Path(dir_okay=False, path_type=Path),
@@ -126,6 +137,7 @@ def main(
     resume: str | None,
     rewind: int | None,
     list_sessions: bool,
+    all_dirs: bool,
     trajectory: Path | None,
     atif: Path | None,
 ) -> None:
@@ -151,9 +163,9 @@ def main(
         settings = _settings(cwd, home, flags)
         store = SessionStore(sessions_root(settings, home))
         if list_sessions:
-            _list_sessions(store)
+            _list_sessions(store, cwd, all_dirs)
             return
-        resumed = _resume(store, resume)
+        resumed = _resume(store, resume, cwd)
         if rewind is not None and resumed is None:
             raise ConfigError("--rewind N goes back within a session; give --resume [ID] too.")
         if prompt is None and not sys.stdin.isatty():

@@ -45,6 +45,11 @@ _ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")
 _LIST_HINT = "see `iflow --list-sessions` for the saved sessions"
 
 
+def _same_dir(recorded: str, cwd: Path) -> bool:
+    """Whether a session recorded in ``recorded`` belongs to the directory ``cwd``."""
+    return Path(recorded).expanduser().resolve() == cwd.expanduser().resolve()
+
+
 def _now() -> datetime:
     return datetime.now(UTC)
 
@@ -198,18 +203,29 @@ class SessionStore:
             )
         return matches[0]
 
-    def latest(self) -> tuple[SessionData, builtins.list[str]]:
-        """The most recently saved readable session, and one warning per newer file that
-        could not be read (skipped, never touched)."""
+    def latest(self, cwd: Path | None = None) -> tuple[SessionData, builtins.list[str]]:
+        """The most recently saved readable session (of the directory ``cwd``, when given:
+        a session belongs to the project it started in), and one warning per newer file
+        that could not be read (skipped, never touched)."""
         paths = sorted(self._files(), key=lambda p: (_mtime(p), p.name), reverse=True)
         warnings: builtins.list[str] = []
+        elsewhere: SessionData | None = None
         for path in paths:
             data, problem = self._read(path)
+            if data is not None and cwd is not None and not _same_dir(data.cwd, cwd):
+                elsewhere = elsewhere or data
+                continue
             if data is not None:
                 if warnings:
                     warnings.append(f"resuming the older session {data.id} instead.")
                 return data, warnings
             warnings.append(f"{problem}; move or delete it to silence this warning.")
+        if elsewhere is not None:
+            raise SessionError(
+                f"there is no saved session of {cwd}; the latest one ({elsewhere.id}) is of "
+                f"{elsewhere.cwd}: resume it by its id (iflow --resume {elsewhere.id}), or see "
+                "them all with `iflow --list-sessions --all`."
+            )
         if warnings:
             raise SessionError(
                 f"no saved session in {self.root} can be read ({len(warnings)} unreadable); "
@@ -217,15 +233,19 @@ class SessionStore:
             )
         raise SessionError(f"there are no saved sessions in {self.root}; start one with `iflow`.")
 
-    def list(self) -> tuple[builtins.list[SessionSummary], builtins.list[str]]:
-        """Summaries of the readable sessions, newest first, and one warning sentence per
-        file that could not be read."""
+    def list(
+        self, cwd: Path | None = None
+    ) -> tuple[builtins.list[SessionSummary], builtins.list[str]]:
+        """Summaries of the readable sessions (of the directory ``cwd``, when given), newest
+        first, and one warning sentence per file that could not be read."""
         summaries: builtins.list[SessionSummary] = []
         warnings: builtins.list[str] = []
         for path in sorted(self._files()):
             data, problem = self._read(path)
             if data is None:
                 warnings.append(f"{problem}; move or delete it to silence this warning.")
+                continue
+            if cwd is not None and not _same_dir(data.cwd, cwd):
                 continue
             summaries.append(
                 SessionSummary(

@@ -33,7 +33,8 @@ Commands
   /rewind [N]      list the turns; with N put the files and the conversation back to before turn N
   /save [PATH]     write the trajectory: ALE JSONL, or ATIF when PATH ends in .atif.json
                    (default: the sessions directory)
-  /resume [ID]     list saved sessions; with an ID (or a unique prefix) resume that one
+  /resume [ID]     list this directory's saved sessions; with an ID (or a unique prefix)
+                   resume that one (another directory's asks first: /resume ID! goes ahead)
   /quit            quit (also Ctrl+D on an empty prompt, or Ctrl+C twice when idle)
 Keys
   Enter            send the prompt; while a run is going, prompts are queued and run in turn
@@ -356,10 +357,19 @@ class SlashCommands:
             return
         if not await self._idle("/resume"):
             return
+        confirmed = arg.endswith("!")
         try:
-            data = await asyncio.to_thread(store.load, arg)
+            data = await asyncio.to_thread(store.load, arg.rstrip("!"))
         except IflowError as exc:
             await self._say(str(exc), "error")
+            return
+        started = Path(data.cwd).expanduser().resolve()
+        if started != self.app.cwd.resolve() and not confirmed:
+            await self._say(
+                f"Session {data.id} belongs to {started}, not to this directory "
+                f"({self.app.cwd}); /resume {data.id}! resumes it here anyway.",
+                "warning",
+            )
             return
         agent.restore(
             history=data.history,
@@ -379,14 +389,14 @@ class SlashCommands:
     async def _list_sessions(self) -> None:
         store = self.app.store
         assert store is not None
-        summaries, warnings = await asyncio.to_thread(store.list)
+        summaries, warnings = await asyncio.to_thread(store.list, self.app.cwd)
         for warning in warnings:
             await self._say(warning, "warning")
         if not summaries:
-            await self._say(f"No saved sessions in {store.root}.")
+            await self._say(f"No saved sessions of {self.app.cwd} in {store.root}.")
             return
         current = self.app.recorder.data.id if self.app.recorder else None
-        lines = ["Saved sessions (newest first); /resume ID resumes one:"]
+        lines = [f"Saved sessions of {self.app.cwd} (newest first); /resume ID resumes one:"]
         for s in summaries[:20]:
             mark = "*" if s.id == current else " "
             lines.append(
