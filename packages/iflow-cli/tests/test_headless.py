@@ -288,6 +288,20 @@ def test_sessions_belong_to_the_directory_they_started_in(tmp_path: Path, env) -
     assert iflow(["--resume", "-p", "again", *scripted], env, proj2).returncode == 0
 
 
+def test_an_at_path_in_a_p_prompt_puts_the_file_in_the_turn(
+    tmp_path: Path, env, work: Path
+) -> None:
+    (work / "app.py").write_text("def add(a, b):\n    return a - b\n")
+    s = script(tmp_path / "s.json", [finish("it subtracts")])
+    out = tmp_path / "t.jsonl"
+    args = ["-p", "why is @app.py wrong?", "--provider", "scripted", "--script", str(s)]
+    r = iflow([*args, "--trajectory", str(out)], env, work)
+    assert r.returncode == 0, r.stderr
+    [traj] = list(read_jsonl(out, Trajectory))
+    user = str(next(step.content for step in traj.steps if step.role.value == "user"))
+    assert user.startswith("why is @app.py wrong?\n\n") and "return a - b" in user
+
+
 def test_settings_files_are_used(tmp_path: Path, env, work: Path) -> None:
     s = script(tmp_path / "s.json", [shell("echo hi"), finish("ok")])
     (work / ".iflow").mkdir()

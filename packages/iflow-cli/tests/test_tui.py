@@ -282,6 +282,25 @@ async def test_memory_lists_the_files_read_most_general_first(tmp_path: Path) ->
         assert listing[2].split()[:2] == ["project", str(tmp_path / "ws" / "GEMINI.md")]
 
 
+async def test_an_at_path_is_completed_attached_and_shown_as_typed(tmp_path: Path) -> None:
+    """Tab completes the path after ``@``; the conversation shows the prompt as typed and
+    says what was attached; the model's turn holds the file."""
+    (tmp_path / "ws").mkdir()
+    (tmp_path / "ws" / "notes.md").write_text("remember the milk\n")
+    async with tui(tmp_path, ["Read it."]) as (app, pilot):
+        app.prompt_input.value = "summarize @no"
+        await pilot.pause(0.2)
+        await pilot.press("tab")
+        assert app.prompt_input.value == "summarize @notes.md"
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: not app.busy and app.query(UserMessage))
+        assert [str(u.content) for u in app.query(UserMessage)] == ["› summarize @notes.md"]
+        assert "Attached @notes.md" in notices(app)
+        assert app.agent is not None
+        sent = [str(step.content) for step in app.agent.history if step.role.value == "user"]
+        assert "remember the milk" in sent[-1]
+
+
 async def test_ctrl_d_deletes_then_quits(tmp_path: Path) -> None:
     async with tui(tmp_path, []) as (app, pilot):
         app.prompt_input.value = "ab"

@@ -13,6 +13,7 @@ import click
 from iflow import __version__
 from iflow.custom_commands import expand_line
 from iflow.errors import ConfigError, IflowError
+from iflow.mentions import expand_mentions
 from iflow.sessions import SessionData, SessionStore, sessions_root
 from iflow.settings import Settings, load_settings
 
@@ -44,9 +45,7 @@ def _list_sessions(store: SessionStore, cwd: Path, everywhere: bool) -> None:
         return
     for s in summaries:
         where = f"  {s.cwd}" if everywhere else ""
-        click.echo(
-            f"{s.id}  {s.updated_at:%Y-%m-%d %H:%M}  {s.turns:>4} turns  {s.title}{where}"
-        )
+        click.echo(f"{s.id}  {s.updated_at:%Y-%m-%d %H:%M}  {s.turns:>4} turns  {s.title}{where}")
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
@@ -183,6 +182,9 @@ def main(
             sys.exit(2)
         if prompt is not None:
             prompt = expand_line(prompt, cwd, home) or prompt  # a custom /command's prompt
+            prompt, notes = expand_mentions(prompt, cwd)  # @app.py, @src/
+            for note in notes:
+                click.echo(f"iflow: {note}", err=True)
             for path, flag in ((trajectory, "--trajectory"), (atif, "--atif")):
                 if path is not None:
                     check_output_path(path, flag)

@@ -23,7 +23,6 @@ from textual.content import Content
 from textual.css.query import NoMatches
 from textual.message import Message
 from textual.reactive import reactive
-from textual.suggester import SuggestFromList
 from textual.widgets import Input, Static
 
 from iflow import __version__
@@ -43,12 +42,14 @@ from iflow.events import (
     ToolStarted,
     TurnStarted,
 )
+from iflow.mentions import as_typed, expand_mentions, mentioned
 from iflow.tui.commands import COMMAND_SUMMARY, SlashCommands
 from iflow.tui.conversation import Conversation
 from iflow.tui.widgets import (
     SLASH_SUGGESTIONS,
     ApprovalPanel,
     PromptInput,
+    PromptSuggester,
     StatusBar,
     ToolPanel,
 )
@@ -160,9 +161,8 @@ class IflowApp(App[int]):
         self.approval_panel.display = False
         self._custom = load_commands(self.cwd, self.home)
         self.query_one("#slash-hints", Static).display = False
-        if self._custom:  # Tab completes the user's own commands too
-            custom = [f"/{name}" for name in self._custom]
-            self.prompt_input.suggester = SuggestFromList([*SLASH_SUGGESTIONS, *custom])
+        custom = [f"/{name}" for name in self._custom]  # Tab completes the user's own too
+        self.prompt_input.suggester = PromptSuggester([*SLASH_SUGGESTIONS, *custom], self.cwd)
         self.prompt_input.focus()
         banner = Content.assemble(
             ("iflow ", "bold $accent"),
@@ -321,6 +321,11 @@ class IflowApp(App[int]):
     async def _run(self, prompt: str) -> None:
         assert self.agent is not None
         try:
+            prompt, notes = await asyncio.to_thread(expand_mentions, prompt, self.cwd)
+            for ref in mentioned(as_typed(prompt), self.cwd):
+                await self.conversation.notice(f"Attached @{ref[0]}")
+            for note in notes:
+                await self.conversation.notice(note, "warning")
             await self.agent.run(prompt)
         except Exception as exc:  # a bug rather than an end of the run: show it, keep the app
             await self.conversation.notice(f"The run failed unexpectedly: {exc!r}", "error")

@@ -40,7 +40,8 @@ Keys
   Enter            send the prompt; while a run is going, prompts are queued and run in turn
   Up / Down        recall earlier prompts of this session
   PgUp / PgDn      scroll the conversation (the mouse wheel too)
-  Tab              complete a /command
+  Tab              complete a /command, or the path after an @ (@app.py, @src/: the file or
+                   folder goes to the model with the prompt)
   Ctrl+C or Esc    interrupt the running turn; the session is kept and you can go on
   Ctrl+L           clear the view
   y / a / n        answer an approval: allow once, always allow, deny (also 1 / 2 / 3; Esc denies)"""

@@ -12,6 +12,7 @@ from textual.widget import Widget
 from textual.widgets import Collapsible, Static
 
 from ale.trajectory import Role, Step
+from iflow.mentions import as_typed
 from iflow.tui.widgets import NoticeLine, ToolPanel, UserMessage
 
 if TYPE_CHECKING:
@@ -64,7 +65,7 @@ class Conversation(VerticalScroll):
         if self.is_anchored:
             self.anchor()
         self._last_text = ""
-        await self.add(UserMessage(text))
+        await self.add(UserMessage(as_typed(text)))  # (the files of its @paths not shown)
 
     async def notice(self, text: str, level: str = "info") -> None:
         await self.add(NoticeLine(text, level))

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import shlex
 import time
+from pathlib import Path
 from typing import Any, ClassVar
 
 from textual import on
@@ -15,7 +16,7 @@ from textual.containers import Horizontal, Vertical
 from textual.content import Content
 from textual.message import Message
 from textual.reactive import reactive
-from textual.suggester import SuggestFromList
+from textual.suggester import Suggester
 from textual.widget import Widget
 from textual.widgets import Button, Collapsible, Input, Static
 
@@ -255,9 +256,41 @@ SLASH_SUGGESTIONS = [
 ]
 
 
+class PromptSuggester(Suggester):
+    """What Tab completes: a slash command at the start of the line, or the path after an
+    ``@`` at its end (a folder's name ends with ``/``; dot files only when asked for)."""
+
+    def __init__(self, commands: list[str], cwd: Path | None = None) -> None:
+        super().__init__(use_cache=False, case_sensitive=True)
+        self.commands = commands
+        self.cwd = cwd
+
+    async def get_suggestion(self, value: str) -> str | None:
+        if value.startswith("/") and " " not in value:
+            low = value.lower()
+            return next((c for c in self.commands if c.lower().startswith(low)), None)
+        head, _, last = value.rpartition(" ")
+        if self.cwd is None or not last.startswith("@"):
+            return None
+        partial = last[1:]
+        folder, _, stem = partial.rpartition("/")
+        where = (self.cwd / folder).resolve()
+        if not where.is_dir() or not where.is_relative_to(self.cwd.resolve()):
+            return None
+        try:
+            names = sorted(p.name + ("/" if p.is_dir() else "") for p in where.iterdir())
+        except OSError:
+            return None
+        for name in names:
+            if name.startswith(stem) and (stem.startswith(".") or not name.startswith(".")):
+                done = f"@{folder + '/' if folder else ''}{name}"
+                return f"{head} {done}" if head else done
+        return None
+
+
 class PromptInput(Input):
     """The prompt line: Enter sends, Up/Down recall this session's earlier prompts,
-    Tab completes a slash command."""
+    Tab completes a slash command or the path after an ``@``."""
 
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("up", "history(-1)", "Previous prompt", show=False),
@@ -266,7 +299,7 @@ class PromptInput(Input):
     ]
 
     def __init__(self, **kwargs: Any) -> None:
-        super().__init__(suggester=SuggestFromList(SLASH_SUGGESTIONS), **kwargs)
+        super().__init__(suggester=PromptSuggester(SLASH_SUGGESTIONS), **kwargs)
         self.history: list[str] = []
         self._index = 0
         self._draft = ""
