@@ -183,6 +183,52 @@ async def test_interrupt_keeps_the_session(ws) -> None:
     assert not agent.interrupt()
 
 
+class _SlowFirst(ScriptedModel):
+    """A model whose first answer never comes (the user interrupts it)."""
+
+    async def complete(self, *args: object, **kwargs: object):  # type: ignore[override]
+        if not getattr(self, "_waited", False):
+            self._waited = True
+            await asyncio.sleep(60)
+        return await super().complete(*args, **kwargs)
+
+
+ALTERNATING = (  # as strict chat templates check it (Mistral's, Gemma's)
+    "{% for m in messages %}{% if m['role'] in ('user', 'assistant') %}"
+    "{% if (m['role'] == 'user') == (loop.index0 is odd) %}"
+    "{{ raise_exception('Conversation roles must alternate user/assistant') }}"
+    "{% endif %}{% endif %}{% endfor %}"
+)
+
+
+async def test_an_answer_cut_off_leaves_roles_that_still_alternate(ws) -> None:
+    """Interrupted while the model was answering, then a new prompt: no two user messages
+    in a row (a template that requires alternating roles renders the next request)."""
+    import jinja2
+
+    agent = Agent(_SlowFirst(["the answer"]), ws, config=AgentConfig(approval_mode="yolo"))
+    task = asyncio.create_task(agent.run("first question"))
+    for _ in range(100):
+        await asyncio.sleep(0.02)
+        if agent.history[-1].role is Role.USER:
+            break
+    assert agent.interrupt()
+    assert (await asyncio.wait_for(task, 10)).failure_mode is FailureMode.INTERRUPTED
+    assert await agent.run("second question")
+    roles = [s.role.value for s in agent.history if s.role.value in ("user", "assistant")]
+    assert roles == ["user", "assistant", "user", "assistant"]
+
+    def boom(message: str) -> None:
+        raise ValueError(message)
+
+    env = jinja2.Environment()
+    env.globals["raise_exception"] = boom
+    template = env.from_string(ALTERNATING)
+    template.render(messages=[{"role": r} for r in roles])  # renders
+    with pytest.raises(ValueError, match="must alternate"):  # (what it refused before)
+        template.render(messages=[{"role": r} for r in ("user", "user", "assistant")])
+
+
 async def test_model_errors_end_the_run(ws) -> None:
     agent, _ = make(ws, [ModelError("the server is down; try later")])
     end = await agent.run("go")

@@ -74,6 +74,10 @@ from iflow.workspace.shell import ShellSession
 TurnHook = Callable[["Agent"], Awaitable[None] | None]
 
 
+INTERRUPTED_ANSWER = "(interrupted by the user before answering)"
+"""The answer a turn the user cut off leaves in the history."""
+
+
 class Agent:
     """One agent: a model, a workspace, tools, and the conversation so far."""
 
@@ -247,6 +251,11 @@ class Agent:
                 raise
             end = Interrupted("the run was interrupted; the session is kept and you can go on.")
             self._close_dangling_calls("interrupted by the user before it ran")
+            if self.history and self.history[-1].role is Role.USER:
+                # the model's answer was cut off: say so, so that the next prompt does not
+                # follow a user message with another, which chat templates requiring
+                # alternating roles refuse
+                self._append(Step(role=Role.ASSISTANT, content=INTERRUPTED_ANSWER))
         finally:
             self._inner = None
         self._record_end(end, started_at, time.monotonic() - started)
