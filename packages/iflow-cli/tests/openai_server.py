@@ -102,6 +102,8 @@ class FakeOpenAI:
         self.requests: list[dict[str, Any]] = []
         self.headers: list[dict[str, str]] = []
         self.reject_stream_options = False
+        self.reasoning_model = False
+        """Refuse ``max_tokens`` as OpenAI's reasoning models do."""
         self.base_url = ""
         self.gone = threading.Event()
         """Set when a client left an :class:`Endless` stream."""
@@ -114,6 +116,7 @@ class FakeOpenAI:
         self.requests.clear()
         self.headers.clear()
         self.reject_stream_options = False
+        self.reasoning_model = False
         self.gone.clear()
 
     def app(self) -> FastAPI:
@@ -131,6 +134,17 @@ class FakeOpenAI:
                         "Unrecognized request argument: stream_options",
                         param="stream_options",
                         type="invalid_request_error",
+                    )
+                )
+            if self.reasoning_model and "max_tokens" in body:
+                return _error(
+                    Fail(
+                        400,
+                        "Unsupported parameter: 'max_tokens' is not supported with this model. "
+                        "Use 'max_completion_tokens' instead.",
+                        param="max_tokens",
+                        type="invalid_request_error",
+                        code="unsupported_parameter",
                     )
                 )
             behaviour = self.behaviours.popleft() if self.behaviours else None

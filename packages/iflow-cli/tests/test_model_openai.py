@@ -328,6 +328,26 @@ async def test_an_output_cap_is_sent_by_default(server: FakeOpenAI) -> None:
     assert server.requests[0]["max_tokens"] == DEFAULT_OUTPUT_TOKENS
 
 
+async def test_a_reasoning_model_gets_max_completion_tokens_once_it_asks(
+    server: FakeOpenAI,
+) -> None:
+    """OpenAI's reasoning models answer 400 to ``max_tokens``: the call is made again with
+    ``max_completion_tokens``, and every later call sends that at once; no cap: neither."""
+    server.reasoning_model = True
+    server.push(Reply("first"), Reply("second"))
+    async with make(server) as model:
+        assert (await model.complete(MESSAGES, [])).content == "first"
+        assert (await model.complete(MESSAGES, [])).content == "second"
+    sent = [("max_tokens" in r, r.get("max_completion_tokens")) for r in server.requests]
+    assert sent == [(True, None), (False, DEFAULT_OUTPUT_TOKENS), (False, DEFAULT_OUTPUT_TOKENS)]
+    server.reset()
+    server.reasoning_model = True
+    server.push(Reply("uncapped"))
+    async with make(server, max_tokens=None) as model:
+        assert (await model.complete(MESSAGES, [])).content == "uncapped"
+    assert not {"max_tokens", "max_completion_tokens"} & set(server.requests[0])
+
+
 async def test_a_model_that_runs_on_is_cancelled_at_the_call_timeout(server: FakeOpenAI) -> None:
     server.push(Endless())
     started = time.monotonic()

@@ -252,3 +252,24 @@ def test_unknown_flag_is_an_error(home: Path, repo: Path) -> None:
 def test_settings_model_rejects_unknown_fields() -> None:
     with pytest.raises(ValueError, match="modle"):
         Settings.model_validate({"modle": "x"})
+
+
+def test_max_tokens_is_ambiguous_and_a_null_output_cap_sends_none(tmp_path: Path) -> None:
+    """``maxTokens`` could mean one answer or a whole run: refused, naming both; the run's
+    budget is ``maxRunTokens``; ``"maxOutputTokens": null`` sends no cap to the server."""
+    from iflow.runner import model_from
+
+    home, cwd = tmp_path / "home", tmp_path / "work"
+    (home / ".iflow").mkdir(parents=True)
+    cwd.mkdir()
+    settings_file = home / ".iflow" / "settings.json"
+    settings_file.write_text('{"maxTokens": 4096}')
+    with pytest.raises(ConfigError, match="'maxTokens' is ambiguous; write 'maxOutputTokens'"):
+        load_settings(cwd=cwd, home=home, env={})
+    settings_file.write_text('{"maxRunTokens": 50000}')
+    assert load_settings(cwd=cwd, home=home, env={}).max_tokens == 50000
+    base = '"provider": "openai", "model": "o4-mini", "baseUrl": "http://127.0.0.1:9/v1"'
+    settings_file.write_text("{" + base + ', "maxOutputTokens": null}')
+    assert model_from(load_settings(cwd=cwd, home=home, env={})).max_tokens is None  # type: ignore[attr-defined]
+    settings_file.write_text("{" + base + "}")
+    assert model_from(load_settings(cwd=cwd, home=home, env={})).max_tokens == 8192  # type: ignore[attr-defined]

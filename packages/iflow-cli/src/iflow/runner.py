@@ -62,7 +62,10 @@ def agent_config(settings: Settings, *, headless: bool) -> AgentConfig:
 
 def model_from(settings: Settings) -> Model:
     """The model the settings name; a :class:`ConfigError` naming what is missing."""
-    return make_model(
+    uncapped = "max_output_tokens" in settings.model_fields_set and (
+        settings.max_output_tokens is None
+    )  # "maxOutputTokens": null: no cap is sent
+    model = make_model(
         settings.provider,
         model=settings.model,
         base_url=settings.base_url,
@@ -75,6 +78,9 @@ def model_from(settings: Settings) -> Model:
         tool_format=settings.tool_format,
         **({"call_timeout": settings.model_timeout_sec} if settings.model_timeout_sec else {}),
     )
+    if uncapped and hasattr(model, "max_tokens"):
+        model.max_tokens = None
+    return model
 
 
 @dataclass

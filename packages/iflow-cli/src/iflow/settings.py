@@ -57,7 +57,16 @@ from iflow.mcp.config import McpServerConfig
 Provider = Literal["openai", "local", "scripted"]
 ToolFormat = Literal["native", "text", "brief"]
 
-_EXTRA_ALIASES = MappingProxyType({"model": ("modelName",), "max_turns": ("maxSessionTurns",)})
+_EXTRA_ALIASES = MappingProxyType(
+    {"model": ("modelName",), "max_turns": ("maxSessionTurns",), "max_tokens": ("maxRunTokens",)}
+)
+_AMBIGUOUS = MappingProxyType(
+    {
+        "maxTokens": "write 'maxOutputTokens' for the most tokens one answer may have, or "
+        "'maxRunTokens' for the most a whole run may spend"
+    }
+)
+"""Keys a settings file may not use, each with what to write instead."""
 _IGNORED_KEYS = frozenset({"theme", "selectedAuthType"})
 _PATH_FIELDS = ("model_path", "script", "sessions_dir")
 _MERGED = frozenset({"mcp_servers", "hooks"})
@@ -107,8 +116,9 @@ class Settings(BaseModel):
     temperature: float | None = Field(default=None, ge=0)
     """Sampling temperature; None: the server's default."""
     max_output_tokens: int | None = Field(default=None, gt=0)
-    """Most tokens one answer may have; None: 8192 for an OpenAI-compatible server (always
-    sent: a model that repeats itself must stop), the model's own for a local one."""
+    """Most tokens one answer may have; unset: 8192 for an OpenAI-compatible server (sent: a
+    model that repeats itself must stop), the model's own for a local one; ``null`` in a
+    settings file: none is sent (the server's own limit)."""
     model_timeout_sec: float | None = Field(default=None, gt=0)
     """Most seconds one model call may take, its stream included (past it the request is
     cancelled); None: 600 for an OpenAI-compatible server."""
@@ -120,7 +130,8 @@ class Settings(BaseModel):
     max_turns: int = Field(default=100, gt=0)
     """Most model calls in one run; also read from ``maxSessionTurns``."""
     max_tokens: int | None = Field(default=None, gt=0)
-    """Most tokens (prompt and completion) spent over one run; None: no limit."""
+    """Most tokens (prompt and completion) spent over one run (``maxRunTokens`` in a settings
+    file; ``maxTokens`` is refused as ambiguous); None: no limit."""
     max_wall_sec: float | None = Field(default=None, gt=0)
     """Most seconds one run may take; None: no limit."""
     max_cost_usd: float | None = Field(default=None, gt=0)
@@ -293,6 +304,8 @@ def _read_file(path: Path) -> dict[str, Any]:
     for key, value in data.items():
         if key in _IGNORED_KEYS:
             continue
+        if key in _AMBIGUOUS:
+            raise ConfigError(f"{path}: '{key}' is ambiguous; {_AMBIGUOUS[key]}.")
         if key not in table:
             guess = difflib.get_close_matches(key, list(table), n=1)
             hint = f" (did you mean '{guess[0]}'?)" if guess else ""

@@ -119,6 +119,9 @@ class OpenAIModel:
         self.backoff_max = backoff_max
         self.extra_body = dict(extra_body or {})
         self._stream_options = True
+        self.token_field = "max_tokens"
+        """How the output cap is sent: ``max_tokens``, or ``max_completion_tokens`` once the
+        server asked for it (OpenAI's reasoning models refuse ``max_tokens``)."""
         self._client = openai.AsyncOpenAI(
             api_key=api_key or os.environ.get("OPENAI_API_KEY") or "EMPTY",
             base_url=base_url,
@@ -157,7 +160,7 @@ class OpenAIModel:
         if self.temperature is not None:
             body["temperature"] = self.temperature
         if self.max_tokens is not None:
-            body["max_tokens"] = self.max_tokens
+            body[self.token_field] = self.max_tokens
         return body
 
     async def complete(
@@ -195,6 +198,14 @@ class OpenAIModel:
             except openai.APIStatusError as exc:
                 if exc.status_code in (400, 422) and self._stream_options and _about_stream(exc):
                     self._stream_options = False  # this server rejects stream_options
+                    continue
+                if (
+                    exc.status_code == 400
+                    and _asks_completion_tokens(exc)
+                    and (self.token_field == "max_tokens")
+                ):  # a reasoning model: the cap goes as max_completion_tokens from now on
+                    self.token_field = "max_completion_tokens"
+                    body = self.request_body(messages, tools)
                     continue
                 self._raise_final(exc, messages, tools)
                 failures += 1
@@ -295,7 +306,7 @@ class OpenAIModel:
         elif status == 403:
             hint = "check that the API key may use this model"
         else:
-            hint = "check the model settings (model name, temperature, maxTokens, toolFormat)"
+            hint = "check the model settings (model name, temperature, maxOutputTokens, toolFormat)"
         raise ModelError(
             f"the model server at {self.server} rejected the request with HTTP {status} "
             f"({message}); {hint}."
@@ -373,6 +384,11 @@ def _message(exc: openai.APIError) -> str:
         text = exc.message
     text = " ".join(str(text).split())
     return text if len(text) <= 300 else text[:297] + "..."
+
+
+def _asks_completion_tokens(exc: openai.APIStatusError) -> bool:
+    """The 400 of a server that wants ``max_completion_tokens`` instead of ``max_tokens``."""
+    return "max_completion_tokens" in _message(exc)
 
 
 def _about_stream(exc: openai.APIStatusError) -> bool:
