@@ -173,3 +173,43 @@ def test_hooks_of_every_settings_layer_run_and_unknown_events_are_kept(tmp_path:
     )
     with pytest.raises(Exception, match="hooks"):
         load_settings(cwd=work, home=home, env={})
+
+
+async def test_hooks_written_as_claude_code_s_docs_write_them(tmp_path: Path) -> None:
+    """A formatter hook reading ``.tool_input.file_path`` with jq (absolute, as Claude Code
+    sends it) formats the file the agent wrote; a hook reading ``.tool_response.stdout``
+    sees the shell's output; a Stop hook reads the session's transcript (JSONL) from
+    ``.transcript_path``."""
+    write = {
+        "tool_calls": [
+            {"name": "write_file", "arguments": {"path": "notes.txt", "content": "a   \nb  \n"}}
+        ]
+    }
+    stdout_seen, users = tmp_path / "stdout.txt", tmp_path / "users.txt"
+    runner = hooks(
+        tmp_path,
+        PostToolUse=[
+            ("Write|Edit", "f=$(jq -r '.tool_input.file_path')\n[ \"${f:0:1}\" = / ] || exit 1\n"
+                           "sed -i 's/[[:space:]]*$//' \"$f\"\n"),
+            ("Bash", f"jq -r '.tool_response.stdout' > {stdout_seen}\n"),
+        ],
+        Stop=[("", f"t=$(jq -r '.transcript_path')\n"
+                   f"jq -r 'select(.type == \"user\") | .message.content' \"$t\" > {users}\n")],
+    )  # fmt: skip
+    runner.transcript_dir = tmp_path / "transcripts"
+    events: list[Event] = []
+    async with LocalWorkspace(tmp_path) as ws:
+        agent = Agent(
+            ScriptedModel([write, shell("echo from-the-shell"), finish()]),
+            ws,
+            config=AgentConfig(headless=True, approval_mode="yolo"),
+            hooks=runner,
+            on_event=events.append,
+        )
+        runner.transcript = lambda: agent.history
+        assert isinstance(await agent.run("do the work"), Finished)
+        await agent.aclose()
+    assert (tmp_path / "notes.txt").read_text() == "a\nb\n"  # formatted by the hook
+    assert stdout_seen.read_text().startswith("from-the-shell")
+    assert users.read_text().splitlines()[0] == "do the work"
+    assert not [e for e in events if isinstance(e, Notice) and e.level == "warning"]

@@ -9,12 +9,13 @@ is remembered, and the tool runs. Every call ends with a :class:`ToolFinished` e
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 from ale.trajectory import ToolCall, ToolResult
 from iflow.approval import ApprovalPolicy, ApprovalRequest, Approver, denial_message
 from iflow.events import EventSink, Notice, ToolFinished, ToolStarted
-from iflow.hooks import HookEvent, HookRunner, HookVerdict, tool_input
+from iflow.hooks import HookEvent, HookRunner, HookVerdict, tool_input, tool_response
 from iflow.tools import ToolContext, ToolRegistry
 
 
@@ -105,11 +106,9 @@ class ToolGate:
         if self.before_change is not None and changes:
             await self.before_change()
         result = await offered.call(call, ctx)
-        after = await self._hooks(
-            "PostToolUse",
-            call,
-            {"tool_response": {"content": result.content, "is_error": result.is_error}},
-        )
+        cwd = self.hooks.cwd if self.hooks is not None else Path.cwd()
+        response = tool_response(call.name, call.arguments, result.content, result.is_error, cwd)
+        after = await self._hooks("PostToolUse", call, {"tool_response": response})
         if after is not None and after.decision == "block" and after.reason:
             result = result.model_copy(
                 update={"content": f"{result.content}\n\nA hook says: {after.reason}"}
@@ -122,7 +121,7 @@ class ToolGate:
     ) -> HookVerdict | None:
         if self.hooks is None or not self.hooks.wants(event, call.name):
             return None
-        payload = {"tool_input": tool_input(call.name, call.arguments), **extra}
+        payload = {"tool_input": tool_input(call.name, call.arguments, self.hooks.cwd), **extra}
         return await self.hooks.run(
             event,
             payload,

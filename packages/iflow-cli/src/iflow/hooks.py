@@ -38,6 +38,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ale.trajectory import Step
 from iflow.errors import StoppedByHook
 
 HookEvent = Literal["PreToolUse", "PostToolUse", "UserPromptSubmit", "Stop", "SessionStart"]
@@ -113,11 +114,17 @@ class HookRunner:
         cwd: Path,
         session_id: str = "",
         env: dict[str, str] | None = None,
+        transcript: Callable[[], list[Step]] | None = None,
+        transcript_dir: Path | None = None,
     ) -> None:
         self.config = config
         self.cwd = cwd
         self.session_id = session_id
         self.env = env
+        self.transcript = transcript
+        """The conversation so far, written where ``transcript_path`` points before each
+        hook runs (as Claude Code gives its hooks the session's transcript)."""
+        self.transcript_dir = transcript_dir
         self.stop_hook_active = False
         """A Stop hook sent the agent on and it has not stopped since (Claude Code's flag)."""
 
@@ -172,7 +179,7 @@ class HookRunner:
             return verdict
         body = {
             "session_id": self.session_id,
-            "transcript_path": "",
+            "transcript_path": await asyncio.to_thread(self._write_transcript),
             "cwd": str(self.cwd),
             "hook_event_name": event,
             **payload,
@@ -188,6 +195,43 @@ class HookRunner:
             for problem in verdict.problems:
                 warn(problem)
         return verdict
+
+    def _write_transcript(self) -> str:
+        """The conversation so far as a JSONL transcript (one message a line, as Claude
+        Code's transcripts hold them); its path, or "" when there is none to write."""
+        if self.transcript is None or self.transcript_dir is None:
+            return ""
+        path = self.transcript_dir / f"{self.session_id or 'run'}.jsonl"
+        lines = []
+        for step in self.transcript():
+            message: dict[str, Any] = {"role": step.role.value, "content": step.content}
+            if step.tool_calls:
+                message["tool_calls"] = [
+                    {"id": c.id, "name": c.name, "input": c.arguments} for c in step.tool_calls
+                ]
+            if step.tool_results:
+                message["tool_results"] = [
+                    {"tool_use_id": r.call_id, "content": r.content, "is_error": r.is_error}
+                    for r in step.tool_results
+                ]
+            stamp = step.timestamp.isoformat() if step.timestamp else None
+            lines.append(
+                json.dumps(
+                    {
+                        "type": step.role.value,
+                        "session_id": self.session_id,
+                        "cwd": str(self.cwd),
+                        "timestamp": stamp,
+                        "message": message,
+                    }
+                )
+            )
+        try:
+            self.transcript_dir.mkdir(parents=True, exist_ok=True)
+            path.write_text("\n".join(lines) + "\n")
+        except OSError:
+            return ""
+        return str(path)
 
     async def _one(
         self, event: HookEvent, command: HookCommand, data: bytes, verdict: HookVerdict
@@ -297,10 +341,31 @@ def _matches(matcher: str, tool: str) -> bool:
         return matcher in names
 
 
-def tool_input(tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
+_FILE_TOOLS = ("write_file", "replace", "read_file")
+
+
+def tool_input(tool: str, arguments: dict[str, Any], cwd: Path) -> dict[str, Any]:
     """A tool call's arguments as a hook sees them: iflow's, plus Claude Code's names for
-    the same values (``file_path`` for ``path``), so hooks written for either read them."""
+    the same values (``file_path``, absolute as Claude Code sends it, for ``path``), so
+    hooks written for either read them."""
     out = dict(arguments)
-    if "path" in out and tool in ("write_file", "replace", "read_file"):
-        out.setdefault("file_path", out["path"])
+    if isinstance(out.get("path"), str) and tool in _FILE_TOOLS:
+        out.setdefault("file_path", str((cwd / out["path"]).resolve()))
+    return out
+
+
+def tool_response(
+    tool: str, arguments: dict[str, Any], content: str, is_error: bool, cwd: Path
+) -> dict[str, Any]:
+    """A tool's result as a PostToolUse hook sees it: the tool's own result shape as Claude
+    Code sends it (a shell's ``stdout``; a file tool's ``filePath`` and ``success``), with
+    iflow's ``content`` and ``is_error`` beside it."""
+    out: dict[str, Any] = {"content": content, "is_error": is_error}
+    if tool == "run_shell_command":
+        out |= {"stdout": content, "stderr": "", "interrupted": False, "isImage": False}
+    elif tool in _FILE_TOOLS and isinstance(arguments.get("path"), str):
+        path = str((cwd / arguments["path"]).resolve())
+        out |= {"filePath": path, "success": not is_error}
+        if tool == "read_file":
+            out["file"] = {"filePath": path, "content": content}
     return out

@@ -22,7 +22,7 @@ from iflow.events import EventSink
 from iflow.hooks import HookRunner
 from iflow.models import make_model
 from iflow.models.base import Model
-from iflow.sessions import SessionData, SessionStore, clip_title
+from iflow.sessions import SessionData, SessionStore, clip_title, sessions_root
 from iflow.settings import Settings
 from iflow.workspace.base import Workspace
 
@@ -224,6 +224,12 @@ def build_agent(
         agent.checkpoints = Checkpoints(workspace, store.root / f"{data.id}.checkpoints")
         if agent.hooks is not None:
             agent.hooks.session_id = data.id
+            agent.hooks.transcript_dir = store.root / "transcripts"
+    if agent.hooks is not None:  # (hooks read the conversation as a transcript file)
+        agent.hooks.transcript = lambda: agent.history
+        agent.hooks.transcript_dir = agent.hooks.transcript_dir or (
+            sessions_root(settings, home) / "transcripts"
+        )
     return agent, recorder
 
 
