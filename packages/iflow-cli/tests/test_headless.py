@@ -302,6 +302,31 @@ def test_an_at_path_in_a_p_prompt_puts_the_file_in_the_turn(
     assert user.startswith("why is @app.py wrong?\n\n") and "return a - b" in user
 
 
+def test_the_trace_shows_every_call_refused_and_plan_mode_exits_as_denied(
+    tmp_path: Path, env, work: Path
+) -> None:
+    """An unknown tool, arguments that are not the tool's and a call that is not JSON each
+    get a line in the text trace; plan mode refusing a change is a denial (exit 3), as the
+    other modes' denials are."""
+    calls = [
+        {"tool_calls": [{"name": "launch_rockets", "arguments": {"count": 3}}]},
+        {"tool_calls": [{"name": "read_file", "arguments": {"nonsense": True}}]},
+        "<tool_call>{not json</tool_call>",
+        finish("tried"),
+    ]
+    s = script(tmp_path / "s.json", calls)
+    r = iflow(["-p", "go", "--provider", "scripted", "--script", str(s), "-y"], env, work)
+    lines = [x for x in r.stderr.splitlines() if x.startswith("✗")]
+    assert len(lines) == 3, r.stderr
+    assert "launch_rockets" in lines[0] and "read_file" in lines[1]
+    write = {"tool_calls": [{"name": "write_file", "arguments": {"path": "a", "content": "b"}}]}
+    s = script(tmp_path / "p.json", [write, finish("planned")])
+    args = ["-p", "go", "--provider", "scripted", "--script", str(s), "--approval-mode", "plan"]
+    planned = iflow(args, env, work)
+    assert planned.returncode == 3 and not (work / "a").exists()
+    assert "✗ denied: write_file is not available in plan mode" in planned.stderr
+
+
 def test_settings_files_are_used(tmp_path: Path, env, work: Path) -> None:
     s = script(tmp_path / "s.json", [shell("echo hi"), finish("ok")])
     (work / ".iflow").mkdir()

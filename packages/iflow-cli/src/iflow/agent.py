@@ -51,6 +51,7 @@ from iflow.events import (
     RunEnded,
     RunStarted,
     TokensUpdated,
+    ToolFinished,
     TurnStarted,
 )
 from iflow.gate import ToolGate
@@ -429,6 +430,13 @@ class Agent:
         if response.format_errors:
             self._format_errors += 1
             results += [ToolResult(content=e, is_error=True) for e in response.format_errors]
+            for error in response.format_errors:  # shown as the gate's rejections are
+                self.emit(
+                    ToolFinished(
+                        call_id="", name="(unparsed call)", content=error, is_error=True,
+                        metadata={"rejected": True},
+                    )
+                )  # fmt: skip
         elif not response.tool_calls and response.finish_reason == "length":
             # cut at the output limit: not an answer to finish on
             self._format_errors += 1

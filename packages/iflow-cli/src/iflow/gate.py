@@ -48,13 +48,17 @@ class ToolGate:
         agent has (a known tool outside the mode is refused with the mode named)."""
         checked = offered.validate(call)
         if isinstance(checked, ToolResult):
-            if call.name in every and call.name not in offered:
+            if call.name in every and call.name not in offered:  # refused by the mode: a denial
                 checked = ToolResult(
                     call_id=call.id,
                     is_error=True,
                     content=f"{call.name} is not available in {self.policy.mode} mode; "
                     "only read-only tools can be used now.",
+                    metadata={"denied": True, "mode": self.policy.mode},
                 )
+            else:  # an unknown tool, arguments that are not JSON or not the tool's
+                meta = {**checked.metadata, "rejected": True}
+                checked = checked.model_copy(update={"metadata": meta})
             self._finished(call, checked)
             return checked
         tool, _ = checked

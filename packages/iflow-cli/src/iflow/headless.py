@@ -52,6 +52,8 @@ class EventPrinter:
                 self.err.write(f"· {event.title}\n")
             elif isinstance(event, ToolFinished) and event.metadata.get("denied"):
                 self.err.write(f"✗ denied: {event.content}\n")
+            elif isinstance(event, ToolFinished) and event.metadata.get("rejected"):
+                self.err.write(f"✗ rejected {event.name}: {event.content}\n")
             elif isinstance(event, Notice) and event.level != "info":
                 self.err.write(f"! {event.text}\n")
 
