@@ -348,10 +348,20 @@ def test_text_mode_shows_each_denial_and_exits_non_zero(tmp_path: Path, env, wor
     s = script(tmp_path / "s.json", [write, finish("Fixed")])
     r = iflow(["-p", "fix calc.py", "--provider", "scripted", "--script", str(s)], env, work)
     assert r.returncode == 3
-    assert r.stdout.strip() == "Fixed"
-    assert "✗ denied: write_file needs approval" in r.stderr
+    assert r.stdout.splitlines() == [  # the model's claim, marked as not applied
+        "Fixed",
+        "[not applied: the denied call(s) to write_file did not run]",
+    ]
+    assert "✗ denied: write_file needs approval in default mode" in r.stderr
+    assert "--approval-mode auto-edit or --yolo allows it" in r.stderr
     assert "1 tool call(s) were denied (write_file)" in r.stderr and "Traceback" not in r.stderr
     assert (work / "calc.py").read_text() == "print(1 + 1)\n"
+    shell_call = {"tool_calls": [{"name": "run_shell_command", "arguments": {"command": "ls"}}]}
+    s = script(tmp_path / "t.json", [shell_call, finish("Listed")])
+    args = ["-p", "list", "--provider", "scripted", "--script", str(s)]
+    auto = iflow([*args, "--approval-mode", "auto-edit"], env, work)
+    assert "needs approval in auto-edit mode" in auto.stderr  # the mode that decided
+    assert "(--yolo allows it)" in auto.stderr and "auto-edit or --yolo" not in auto.stderr
 
 
 def test_without_a_terminal_and_without_a_prompt_it_says_to_use_p(

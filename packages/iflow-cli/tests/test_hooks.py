@@ -93,7 +93,9 @@ async def test_a_pre_tool_use_hook_allows_what_headless_would_deny_and_asks(tmp_
     runner = hooks(tmp_path, PreToolUse=[("Bash|Write", f"echo '{ask}'\n")])
     agent, _, _ = await run(tmp_path, runner, [shell("touch asked"), finish()], "yolo")
     assert not (tmp_path / "asked").exists()  # ask in yolo mode: headless cannot ask, denied
-    assert "needs approval" in results(agent)[0].content
+    said = results(agent)[0].content  # the hook decided: said so, and no mode is suggested
+    assert said.startswith("A PreToolUse hook asked for approval of this run_shell_command")
+    assert "--yolo" not in said
 
 
 async def test_post_tool_use_feedback_reaches_the_model(tmp_path: Path) -> None:

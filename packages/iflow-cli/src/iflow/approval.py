@@ -109,15 +109,29 @@ async def allow_all(request: ApprovalRequest) -> Decision:
     return "allow_once"
 
 
-def denial_message(request: ApprovalRequest, *, headless: bool) -> str:
-    if headless:
-        how = (
-            "rerun with --yolo"
-            if request.kind in ("execute", "mcp")
-            else "rerun with --approval-mode auto-edit or --yolo"
-        )
+def denial_message(
+    request: ApprovalRequest,
+    *,
+    headless: bool,
+    mode: Mode = "default",
+    hook_reason: str | None = None,
+) -> str:
+    """Why a call was not run, naming what decided: a hook that asked (and its reason), or
+    the approval mode, with the mode that would allow it."""
+    if not headless:
+        return f"The user denied this {request.tool} call; it was not run. Ask or try another way."
+    if hook_reason is not None:
         return (
-            f"{request.tool} needs approval, which a headless run cannot ask for; "
-            f"the call was not run ({how} to allow it)."
+            f"A PreToolUse hook asked for approval of this {request.tool} call "
+            f"({hook_reason or 'no reason given'}), which a headless run cannot give; the "
+            "call was not run."
         )
-    return f"The user denied this {request.tool} call; it was not run. Ask or try another way."
+    how = (
+        "--yolo allows it"
+        if request.kind in ("execute", "mcp") or mode == "auto-edit"
+        else "--approval-mode auto-edit or --yolo allows it"
+    )
+    return (
+        f"{request.tool} needs approval in {mode} mode, which a headless run cannot ask for; "
+        f"the call was not run ({how})."
+    )

@@ -99,8 +99,15 @@ class ToolGate:
                 denied = ToolResult(
                     call_id=call.id,
                     is_error=True,
-                    content=denial_message(request, headless=self.headless),
-                    metadata={"denied": True},
+                    content=denial_message(
+                        request,
+                        headless=self.headless,
+                        mode=self.policy.mode,
+                        hook_reason=(verdict.reason or "")
+                        if decided == "ask" and verdict
+                        else None,
+                    ),
+                    metadata={"denied": True, **({"hook": True} if decided == "ask" else {})},
                 )
                 self._finished(call, denied)
                 return denied

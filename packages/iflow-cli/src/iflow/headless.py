@@ -40,10 +40,13 @@ class EventPrinter:
         self.fmt, self.out, self.err = fmt, out, err
         self.denied: list[str] = []
         """The names of the tools whose calls were denied."""
+        self.reasons: list[str] = []
+        """Why each was: what decided (a hook and its reason, or the mode)."""
 
     def __call__(self, event: Event) -> None:
         if isinstance(event, ToolFinished) and event.metadata.get("denied"):
             self.denied.append(event.name)
+            self.reasons.append(event.content)
         if self.fmt == "stream-json":
             self.out.write(event.model_dump_json() + "\n")
             self.out.flush()
@@ -104,7 +107,7 @@ async def run_headless(
         record["denied"] = printer.denied
         record["message"] = (
             f"{len(printer.denied)} tool call(s) were denied ({tools}), so the work may not be "
-            "done; rerun with --approval-mode auto-edit or --yolo to allow them."
+            f"done; the first: {printer.reasons[0]}"
         )
     writers: list[tuple[Path | None, Callable[[Trajectory, Path], object]]] = [
         (trajectory_path, _jsonl),
@@ -121,6 +124,9 @@ async def run_headless(
     if fmt == "text":
         if agent.final_answer:
             out.write(agent.final_answer.rstrip() + "\n")
+            if printer.denied:  # the answer may claim what a denied call would have done
+                tools = ", ".join(sorted(set(printer.denied)))
+                out.write(f"[not applied: the denied call(s) to {tools} did not run]\n")
         if end.failure_mode is not None:
             err.write(f"iflow: {end}\n")
         elif code == DENIED_EXIT:
