@@ -190,4 +190,5 @@ async def test_the_tui_lists_turns_and_rewinds(tmp_path: Path) -> None:
         app.prompt_input.value = "/rewind 2"
         await pilot.press("enter")
         await wait_for(pilot, lambda: app.prompt_input.value == "bump t")
+        assert app.prompt_input.cursor_position == len("bump t")  # typing goes on at its end
         assert (tmp_path / "ws" / "t.txt").read_text() == "v1\n"

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 from textual.pilot import Pilot
-from textual.widgets import Static
+from textual.widgets import Button, Static
 
 from ale.atif import read_atif
 from ale.jsonl import read_jsonl
@@ -130,7 +130,7 @@ async def test_prompt_shows_the_shell_call_with_output_exit_code_and_status(
         assert str(panel.meta_view.content).startswith("exit 0 · ")
         assert texts(app) == ["Let me look.", "All **done**."]
         status = app.status_bar.plain
-        assert "scripted" in status and "mode yolo" in status and "turn 2" in status
+        assert "scripted" in status and "mode yolo" in status and "turn 1 · 2 model calls" in status
         assert f"/{app.status_bar.tokens_text.split('/')[1]}" in status
         assert app.status_bar.limit == 32768 and "/32.8k (" in status
         assert app.status_bar.used == app.agent.context_used() > 0  # type: ignore[union-attr]
@@ -379,7 +379,7 @@ async def test_session_is_saved_and_resume_rerenders_it(tmp_path: Path) -> None:
         (panel,) = panels(app)
         assert "saved-output" in panel.output and panel.exit_code == 0
         assert texts(app) == ["Checking.", "Finished the check."]
-        assert "turn 2" in app.status_bar.plain
+        assert "turn 1 · 2 model calls" in app.status_bar.plain  # (as /rewind counts turns)
         assert app.recorder is not None and app.recorder.data.id == session_id
         await send(pilot, "/resume nosuchsession")
         assert "no saved session matches" in notices(app)[-1]
@@ -533,8 +533,25 @@ async def test_model_switches_the_model_and_keeps_the_conversation(tmp_path: Pat
                 await wait_for(
                     pilot, lambda: any("Model: model-b" in b for b in blocks(app, "info-block"))
                 )
+                shown = [b for b in blocks(app, "info-block") if "Model: model-b" in b][-1]
+                assert "model from:    /model, in this session" in shown
             assert app.agent is not None
             await app.agent.aclose()
+
+
+async def test_an_approval_names_what_always_allows_and_cuts_long_arguments_visibly(
+    tmp_path: Path,
+) -> None:
+    """An MCP tool's "always" names the tool (not "edits"); an argument line longer than the
+    panel shows ends with an ellipsis."""
+    async with tui(tmp_path, []) as (app, pilot):
+        panel = app.approval_panel
+        panel.ask("git_status", "mcp", "git_status", {"repo": "r" * 400})
+        await pilot.pause()
+        label = str(panel.query_one("#allow_always", Button).label)
+        assert label == "Always allow git_status (a)"
+        detail = str(panel.query_one("#approval-detail", Static).render())
+        assert "r" * 300 + " …" in detail
 
 
 async def test_typing_a_slash_lists_the_commands_it_may_be(tmp_path: Path) -> None:

@@ -261,7 +261,8 @@ class IflowApp(App[int]):
         bar.mode = agent.policy.mode
         bar.used = agent.context_used()
         bar.limit = agent.model.context_limit
-        bar.turn = agent.turn
+        bar.turn = sum(1 for step in agent.history if step.role.value == "user")
+        bar.calls = agent.turn
 
     # -- prompts and runs ------------------------------------------------------------------
 
@@ -350,8 +351,9 @@ class IflowApp(App[int]):
         ev, view, bar = message.event, self.conversation, self.status_bar
         if isinstance(ev, RunStarted):
             await view.user(ev.prompt)
+            bar.turn += 1
         elif isinstance(ev, TurnStarted):
-            bar.turn = ev.turn
+            bar.calls = ev.turn
         elif isinstance(ev, AssistantDelta):
             await view.delta(ev.text)
         elif isinstance(ev, AssistantMessage):

@@ -264,6 +264,7 @@ class SlashCommands:
         await self.app.replay()
         self.app.refresh_status()
         self.app.prompt_input.value = prompt  # the prompt back in the input, to edit or send
+        self.app.prompt_input.cursor_position = len(prompt)  # (typing goes on at its end)
         await self._say(
             f"Rewound to before turn {arg}: {len(report.written)} file(s) restored, "
             f"{len(report.removed)} removed"
@@ -284,6 +285,7 @@ class SlashCommands:
             )
             return
         changed = settings.model_copy(update={field: name})
+        changed._sources = {**settings.sources, field: "/model, in this session"}
         try:
             runner: Any = importlib.import_module("iflow.runner")
             model = await asyncio.to_thread(runner.model_from, changed)

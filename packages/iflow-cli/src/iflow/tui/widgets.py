@@ -73,6 +73,11 @@ class NoticeLine(Static):
         self.text = text
 
 
+def _cut(row: str, chars: int = 300) -> str:
+    """One line of an argument, cut with an ellipsis when longer than ``chars``."""
+    return row if len(row) <= chars else row[:chars].rstrip() + " …"
+
+
 def _arguments_text(name: str, arguments: dict[str, Any]) -> str:
     lines: list[str] = []
     for key, value in arguments.items():
@@ -82,10 +87,10 @@ def _arguments_text(name: str, arguments: dict[str, Any]) -> str:
         text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
         rows = text.splitlines() or [""]
         if len(rows) == 1:
-            lines.append(f"{key}: {rows[0][:300]}")
+            lines.append(f"{key}: {_cut(rows[0])}")
         else:
             lines.append(f"{key}:")
-            lines += ["  " + row[:300] for row in rows[:ARG_LINES]]
+            lines += ["  " + _cut(row) for row in rows[:ARG_LINES]]
             if len(rows) > ARG_LINES:
                 lines.append(f"  … {len(rows) - ARG_LINES} more lines")
     return "\n".join(lines)
@@ -173,13 +178,15 @@ class ToolPanel(Collapsible):
 
 
 class StatusBar(Widget):
-    """The bottom line: model, approval mode, context use, turn, and whether a run is going."""
+    """The bottom line: model, approval mode, context use, the turn (prompts, as /rewind counts
+    them) and the model calls, and whether a run is going."""
 
     model_name: reactive[str] = reactive("starting…")
     mode: reactive[str] = reactive("default")
     used: reactive[int] = reactive(0)
     limit: reactive[int] = reactive(0)
     turn: reactive[int] = reactive(0)
+    calls: reactive[int] = reactive(0)
     working: reactive[bool] = reactive(False)
     queued: reactive[int] = reactive(0)
     frame: reactive[int] = reactive(0)
@@ -222,7 +229,7 @@ class StatusBar(Widget):
             "  ",
             f"ctx {self.tokens_text}",
             "  ",
-            f"turn {self.turn}",
+            f"turn {self.turn} · {self.calls} model call{'' if self.calls == 1 else 's'}",
         )
         if self.working:
             seconds = int(time.monotonic() - self._started) if hasattr(self, "_started") else 0
@@ -369,8 +376,10 @@ class ApprovalPanel(Vertical, can_focus=True):
         if kind == "execute":
             root = command_root(str(arguments.get("command", "")))
             always = f"Always allow `{root}` (a)" if root else "Always (a)"
-        else:
+        elif kind == "edit":
             always = "Always allow edits (a)"
+        else:  # an MCP tool, say: always this tool
+            always = f"Always allow {tool} (a)"
         self.query_one("#allow_always", Button).label = Content(always)
         self.display = True
         self.query_one("#allow_once", Button).focus()
