@@ -24,7 +24,8 @@ from harbor_env import HARBOR, ensure_rock_in_harbor
 
 ROOT = Path(__file__).resolve().parents[1]
 TASKS = ROOT / "datasets" / "terminal-bench-local"
-pytestmark = pytest.mark.docker
+# One worker runs the module: its daemon fixture, and the install into Harbor's venv, once.
+pytestmark = [pytest.mark.docker, pytest.mark.xdist_group("harbor-on-rock")]
 
 
 @pytest.fixture(scope="module")

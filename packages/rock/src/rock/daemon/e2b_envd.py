@@ -213,12 +213,17 @@ class Process:
         return queue
 
 
+_READY = 'i=0; while [ ! -e "$1.pid" ] && [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done; '
+"""Wait (up to 30 s) until the command's FIFO is made: Start answers as soon as the command
+is launched, and a client may send input before the sandbox has run that far (seen in CI:
+the input made a plain file where the FIFO was to be)."""
+_READY_TTY = _READY.replace("$1.pid", "$1.tty")
 _STDIN_HOLDER = r"""
 f=$1; shift
 mkfifo -m 600 "$f" || exit 126
-echo $$ > "$f.pid"
 exec 3<>"$f"  # a writer held open: the command sees no end of input between two inputs
 trap 'exec 3>&-' USR1  # CloseStdin: the last writer goes, the command reads its end
+echo $$ > "$f.pid"  # (last: input and CloseStdin wait for it)
 "$@" <"$f" 3>&- &
 child=$!
 while :; do wait "$child"; rc=$?; kill -0 "$child" 2>/dev/null || break; done
@@ -233,9 +238,9 @@ ends."""
 _PTY_HOLDER = r"""
 f=$1 rows=$2 cols=$3; shift 3
 mkfifo -m 600 "$f" || exit 126
-echo $$ > "$f.pid"
 exec 3<>"$f"
 trap 'exec 3>&-' USR1
+echo $$ > "$f.pid"
 cmd=$(printf '%q ' "$@")
 script -qfec "tty > $f.tty; stty rows $rows cols $cols; exec $cmd" /dev/null <"$f" 3>&- &
 child=$!
@@ -259,7 +264,13 @@ def _process_input_routes(app: FastAPI, gate: _Gate) -> None:
             given = body.get("input") or {}
             data = base64.b64decode(str(given.get("stdin") or given.get("pty") or ""))
             feed = ExecRequest(
-                command=["sh", "-c", 'cat >> "$1"', "rock-input", str(process.stdin)],
+                command=[
+                    "sh",
+                    "-c",
+                    _READY + '[ -p "$1" ] && cat >> "$1"',
+                    "rock-input",
+                    str(process.stdin),
+                ],
                 stdin=data,
                 timeout=30,
             )
@@ -280,7 +291,7 @@ def _process_input_routes(app: FastAPI, gate: _Gate) -> None:
                 raise _Failed(400, "only a pty's size can be updated.", "invalid_argument")
             rows, cols = int(size.get("rows") or 24), int(size.get("cols") or 80)
             resize = ExecRequest(
-                command=["sh", "-c", f'stty -F "$(cat "$1.tty")" rows {rows} cols {cols}',
+                command=["sh", "-c", _READY_TTY + f'stty -F "$(cat "$1.tty")" rows {rows} cols {cols}',
                          "rock-resize", str(process.stdin)],
                 timeout=30,
             )  # fmt: skip
@@ -297,7 +308,7 @@ def _process_input_routes(app: FastAPI, gate: _Gate) -> None:
                 command=[
                     "sh",
                     "-c",
-                    'kill -USR1 "$(cat "$1.pid")"',
+                    _READY + 'kill -USR1 "$(cat "$1.pid")"',
                     "rock-close",
                     str(process.stdin),
                 ],

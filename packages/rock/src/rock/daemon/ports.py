@@ -14,6 +14,8 @@ token), and E2B's host names ``{port}-{id}.{domain}`` (see :mod:`rock.daemon.e2b
 
 from __future__ import annotations
 
+from urllib.parse import quote
+
 from fastapi import Request, Response
 from starlette.concurrency import run_in_threadpool
 
@@ -49,13 +51,14 @@ async def forward(
     if not 1 <= port <= 65535:
         raise InvalidRequest(f"port {port} is not a TCP port; give one from 1 to 65535.")
     body = await request.body()
-    target = "/" + path.lstrip("/") + (f"?{request.url.query}" if request.url.query else "")
+    where = quote("/" + path.lstrip("/"), safe="/:@!$&'()*+,;=-._~%")  # (as the wire wants it)
+    target = where + (f"?{request.url.query}" if request.url.query else "")
     lines = [f"{request.method} {target} HTTP/1.0", f"Host: localhost:{port}"]
     for name, value in request.headers.items():
         if name.lower() not in _HOP | _DROPPED:
             lines.append(f"{name}: {value}")
     lines += ["Connection: close", f"Content-Length: {len(body)}", "", ""]
-    raw = "\r\n".join(lines).encode("latin-1") + body
+    raw = "\r\n".join(lines).encode("latin-1", errors="replace") + body
     relay = ExecRequest(
         command=["bash", "-c", _RELAY, "rock-port", str(port)],
         stdin=raw,
