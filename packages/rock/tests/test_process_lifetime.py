@@ -196,6 +196,38 @@ def test_an_interrupt_ends_one_command_s_processes_and_no_other_s(
     assert _settled(sandbox) == []
 
 
+def test_an_interrupt_before_the_command_has_started_still_ends_it(
+    sandbox: DockerSandbox, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An interrupt that comes while the engine is still creating the command (an E2B
+    ``kill()`` right after ``create``, on a loaded machine) ends it once it starts: seen in
+    CI, a pty killed that early ran on and its ``wait()`` timed out."""
+    created = threading.Event()
+    go_on = threading.Event()
+    exec_create = sandbox._api.exec_create
+
+    def slow_create(*args: object, **kwargs: object) -> dict[str, str]:
+        created.set()
+        go_on.wait(30)  # the interrupt lands here, before the command exists
+        return exec_create(*args, **kwargs)
+
+    monkeypatch.setattr(sandbox._api, "exec_create", slow_create)
+    results: list[ExecResult] = []
+    runner = threading.Thread(
+        target=lambda: results.append(
+            sandbox.run(ExecRequest(command="sleep 300", tag="early", timeout=240))
+        )
+    )
+    runner.start()
+    assert created.wait(30)
+    assert sandbox.interrupt("early") == 1
+    go_on.set()
+    runner.join(60)
+    assert not runner.is_alive(), "the command interrupted before it started ran on"
+    assert results[0].exit_code == 137 and not results[0].timed_out
+    assert _settled(sandbox) == []
+
+
 def test_a_session_s_timeout_ends_the_command_s_escapes_and_keeps_the_shell(
     sandbox: DockerSandbox,
 ) -> None:

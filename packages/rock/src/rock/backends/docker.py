@@ -168,11 +168,14 @@ class _ExecChannel:
 
 @dataclasses.dataclass
 class _Running:
-    """A command running now: its tag, the user it runs as, and its pid once known."""
+    """A command running now: its tag, the user it runs as, its pid once known, and whether
+    it was told to end (an interrupt that lands before its pid is known is carried out again
+    when the pid comes: the command did not exist yet when it was first reaped)."""
 
     tag: str | None
     user: str
     pid: int | None = None
+    ended: bool = False
 
 
 class DockerSandbox(Sandbox):
@@ -255,7 +258,13 @@ class DockerSandbox(Sandbox):
                 if words:
                     self._bash = words[1:] == [b"bash"]
                 if pid_box[0] > 0:
-                    running.pid = pid_box[0]
+                    with self._running_lock:
+                        running.pid = pid_box[0]
+                        late = running.ended
+                    if late:  # interrupted while the engine was still creating it
+                        threading.Thread(
+                            target=self._reap, args=(mark, running), daemon=True
+                        ).start()
                 if rest:
                     err.add(rest)
                     if on_output is not None:
@@ -410,7 +419,10 @@ class DockerSandbox(Sandbox):
 
     def _reap(self, mark: str, running: _Running) -> None:
         """End the command ``mark`` and every process it started, wherever they went."""
-        self._kill_tree(running.pid or 0, False, mark, user=running.user)
+        with self._running_lock:
+            running.ended = True
+            pid = running.pid or 0
+        self._kill_tree(pid, False, mark, user=running.user)
 
     def _kill_tree(self, pid: int, keep_root: bool, mark: str | None, *, user: str = "") -> None:
         """Kill the processes marked ``mark`` and the tree under ``pid`` (but ``pid`` itself
