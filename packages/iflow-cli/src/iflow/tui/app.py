@@ -23,7 +23,7 @@ from textual.content import Content
 from textual.css.query import NoMatches
 from textual.message import Message
 from textual.reactive import reactive
-from textual.widgets import Input, Static
+from textual.widgets import Static, TextArea
 
 from iflow import __version__
 from iflow.approval import ApprovalRequest, Decision
@@ -266,12 +266,12 @@ class IflowApp(App[int]):
 
     # -- prompts and runs ------------------------------------------------------------------
 
-    @on(Input.Changed, "#prompt")
-    def _typing(self, event: Input.Changed) -> None:
+    @on(TextArea.Changed, "#prompt")
+    def _typing(self, event: TextArea.Changed) -> None:
         """While a /command is being typed, the commands it may be, listed above the input."""
         hints = self.query_one("#slash-hints", Static)
-        text = event.value
-        if not text.startswith("/") or " " in text:
+        text = self.prompt_input.value
+        if not text.startswith("/") or any(ch.isspace() for ch in text):
             hints.display = False
             return
         known = {**COMMAND_SUMMARY, **{c.name: c.description for c in self._custom.values()}}
@@ -285,8 +285,8 @@ class IflowApp(App[int]):
         hints.update(Content("\n".join(lines)))
         hints.display = True
 
-    @on(Input.Submitted, "#prompt")
-    async def _submitted(self, event: Input.Submitted) -> None:
+    @on(PromptInput.Submitted, "#prompt")
+    async def _submitted(self, event: PromptInput.Submitted) -> None:
         text = event.value.strip()
         self.prompt_input.value = ""
         if not text:
@@ -310,7 +310,9 @@ class IflowApp(App[int]):
             self.queue.append(prompt)
             self.status_bar.queued = len(self.queue)
             when = "the model is ready" if self.agent is None else "the current run ends"
-            await self.conversation.notice(f"Queued; it runs when {when}: {prompt[:80]}")
+            first = (prompt.splitlines() or [""])[0]  # (several lines: the first, cut)
+            gist = first[:80] + (" …" if len(first) > 80 or "\n" in prompt else "")
+            await self.conversation.notice(f"Queued; it runs when {when}: {gist}")
             return
         self.start_run(prompt)
 

@@ -38,7 +38,10 @@ Commands
   /quit            quit (also Ctrl+D on an empty prompt, or Ctrl+C twice when idle)
 Keys
   Enter            send the prompt; while a run is going, prompts are queued and run in turn
-  Up / Down        recall earlier prompts of this session
+  Ctrl+J           start a new line in the prompt (Shift+Enter too, where the terminal
+                   tells it from Enter); a paste goes in whole, all its lines
+  Up / Down        move between the prompt's lines; on its first or last line, recall
+                   earlier prompts of this session
   PgUp / PgDn      scroll the conversation (the mouse wheel too)
   Tab              complete a /command, or the path after an @ (@app.py, @src/: the file or
                    folder goes to the model with the prompt)
@@ -92,7 +95,8 @@ class SlashCommands:
         }
 
     async def run(self, line: str) -> None:
-        name, _, arg = line.strip()[1:].partition(" ")
+        words = line.strip()[1:].split(maxsplit=1)  # (its argument may be on a new line)
+        name, arg = [*words, "", ""][:2]
         handler = self.table.get(name.lower())
         if handler is not None:
             await handler(arg.strip())
