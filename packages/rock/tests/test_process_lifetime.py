@@ -207,8 +207,9 @@ def test_an_interrupt_before_the_command_has_started_still_ends_it(
     exec_create = sandbox._api.exec_create
 
     def slow_create(*args: object, **kwargs: object) -> dict[str, str]:
-        created.set()
-        go_on.wait(30)  # the interrupt lands here, before the command exists
+        if not created.is_set():  # the command's (the reaper's own go through at once)
+            created.set()
+            go_on.wait(30)  # the interrupt lands here, before the command exists
         return exec_create(*args, **kwargs)
 
     monkeypatch.setattr(sandbox._api, "exec_create", slow_create)
