@@ -14,6 +14,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import ClassVar
 
 import docker
 
@@ -63,7 +64,11 @@ def _ports(*more: str) -> list[str]:
 class RayNodes:
     """Start with `head`, add nodes with `add`; `close` stops every node it started."""
 
+    running: ClassVar[list[RayNodes]] = []
+    """The clusters started and not closed yet (a failing test reports their workers' logs)."""
+
     def __init__(self) -> None:
+        RayNodes.running.append(self)
         self.temp = Path(tempfile.mkdtemp(prefix="rock-ray-", dir="/tmp"))  # unix socket paths
         self.port = free_port()
         self.address = f"127.0.0.1:{self.port}"
@@ -128,6 +133,17 @@ class RayNodes:
             time.sleep(1)
         raise RuntimeError(f"the cluster did not reach {count} nodes in {timeout:.0f}s")
 
+    def workers_that_died(self) -> str:
+        """What the logs of the cluster's workers say about one that ended abnormally (its
+        last lines), for a failing test's report: a node agent that "died unexpectedly" was
+        seen in CI, and its logs went with the cluster's temporary folder."""
+        found = []
+        for log in sorted(self.temp.glob("session_*/logs/*worker*")):
+            text = log.read_text(errors="replace")
+            if any(w in text for w in ("Fatal", "SIGSEGV", "SIGKILL", "Traceback", "exit")):
+                found.append(f"--- {log.name}\n" + "\n".join(text.splitlines()[-40:]))
+        return "\n".join(found[-6:]) or "(no worker log tells of a death)"
+
     def close(self) -> None:
         for proc in reversed(self.nodes):
             proc.send_signal(signal.SIGTERM)  # --block: ray stops what it started
@@ -137,6 +153,8 @@ class RayNodes:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
         shutil.rmtree(self.temp, ignore_errors=True)
+        with contextlib.suppress(ValueError):
+            RayNodes.running.remove(self)
 
 
 def agent_pids() -> dict[str, list[int]]:

@@ -96,6 +96,9 @@ def _daemon(
         yield serve
     except BaseException:  # what the daemon saw (its joins and placements), in the report
         print((serve.home / "daemon.log").read_text(errors="replace")[-20000:])
+        for nodes in RayNodes.running:
+            if nodes.address == address:
+                print(nodes.workers_that_died())
         raise
     finally:
         serve.stop()
