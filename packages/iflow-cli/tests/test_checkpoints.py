@@ -192,3 +192,27 @@ async def test_the_tui_lists_turns_and_rewinds(tmp_path: Path) -> None:
         await wait_for(pilot, lambda: app.prompt_input.value == "bump t")
         assert app.prompt_input.cursor_position == len("bump t")  # typing goes on at its end
         assert (tmp_path / "ws" / "t.txt").read_text() == "v1\n"
+
+
+async def test_rewind_shows_prompts_as_typed(tmp_path: Path) -> None:
+    """Seen with a real model in the TUI: the list showed a pasted stack trace's lines and an
+    @file prompt's attached file (``<file ...``) as turns of their own, and /rewind put the
+    attached file's text back into the input. Now one line a turn, the prompt as typed."""
+    from test_tui import blocks, run_prompt, tui, wait_for
+
+    async with tui(tmp_path, [finish(), finish()], mode="yolo") as (app, pilot):
+        (tmp_path / "ws" / "a.py").write_text("print('a')\n")
+        await run_prompt(pilot, "explain @a.py")
+        app.prompt_input.value = "why?\nTraceback (most recent call last):\nValueError"
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: not app.busy and app.runs == 2)
+        app.prompt_input.value = "/rewind"
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: blocks(app, "rewind"))
+        listing = blocks(app, "rewind")[-1]
+        assert len(listing.splitlines()) == 3, listing
+        assert "1  explain @a.py" in listing and "2  why? …" in listing
+        assert "<file" not in listing and "Traceback" not in listing
+        app.prompt_input.value = "/rewind 1"
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: app.prompt_input.value == "explain @a.py")

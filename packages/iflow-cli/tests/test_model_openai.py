@@ -348,6 +348,31 @@ async def test_a_reasoning_model_gets_max_completion_tokens_once_it_asks(
     assert not {"max_tokens", "max_completion_tokens"} & set(server.requests[0])
 
 
+async def test_a_server_without_a_tool_parser_gets_the_tools_in_the_prompt(
+    server: FakeOpenAI,
+) -> None:
+    """vLLM started without ``--enable-auto-tool-choice`` answers 400 to a ``tools`` parameter
+    (the first thing a user of a small local model met: every prompt failed): the call is made
+    again with the tools in the system prompt and calls read from ``<tool_call>`` markup, and
+    every later call sends them so at once."""
+    refusal = (
+        '"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set'
+    )
+    markup = '<tool_call>{"name": "read_file", "arguments": {"path": "README.md"}}</tool_call>'
+    server.push(
+        Fail(400, refusal, type="BadRequestError", openai_shape=False), Reply(markup), Reply("ok")
+    )
+    async with make(server) as model:
+        first = await model.complete(MESSAGES, TOOLS)
+        assert [(c.name, c.arguments) for c in first.tool_calls] == [
+            ("read_file", {"path": "README.md"})
+        ]
+        assert (await model.complete(MESSAGES, TOOLS)).content == "ok"
+        assert model.tool_format == "text"
+    assert ["tools" in r for r in server.requests] == [True, False, False]
+    assert "read_file" in server.requests[1]["messages"][0]["content"]
+
+
 async def test_a_model_that_runs_on_is_cancelled_at_the_call_timeout(server: FakeOpenAI) -> None:
     server.push(Endless())
     started = time.monotonic()

@@ -9,7 +9,8 @@ Tool calls come natively (``tools`` parameter, streamed ``tool_calls`` deltas) o
 ``tool_format="text"``, as ``<tool_call>`` markup in the text: no ``tools`` parameter is sent,
 the tool prompt is appended to the system message and earlier calls and results are written
 in the same markup. Markup in the text is parsed in both formats, since servers run without a
-tool parser return the model's markup as plain content.
+tool parser return the model's markup as plain content; a server that refuses the ``tools``
+parameter (vLLM without ``--enable-auto-tool-choice``) gets the text format from then on.
 """
 
 from __future__ import annotations
@@ -207,6 +208,12 @@ class OpenAIModel:
                     self.token_field = "max_completion_tokens"
                     body = self.request_body(messages, tools)
                     continue
+                if exc.status_code == 400 and "tools" in body and _refuses_tools(exc):
+                    # a server without a tool parser (vLLM without --enable-auto-tool-choice):
+                    # the tools go in the prompt and calls come as markup from now on
+                    self.tool_format = "text"
+                    body = self.request_body(messages, tools)
+                    continue
                 self._raise_final(exc, messages, tools)
                 failures += 1
                 if failures > self.max_retries:
@@ -389,6 +396,18 @@ def _message(exc: openai.APIError) -> str:
 def _asks_completion_tokens(exc: openai.APIStatusError) -> bool:
     """The 400 of a server that wants ``max_completion_tokens`` instead of ``max_tokens``."""
     return "max_completion_tokens" in _message(exc)
+
+
+_TOOLS_REFUSED = re.compile(
+    r"enable-auto-tool-choice|tool-call-parser|tool.choice|tools param|does not support tools",
+    re.IGNORECASE,
+)
+
+
+def _refuses_tools(exc: openai.APIStatusError) -> bool:
+    """The 400 of a server that takes no ``tools`` parameter (vLLM without a tool parser,
+    llama.cpp without ``--jinja``, Ollama's models without tool support)."""
+    return bool(_TOOLS_REFUSED.search(_message(exc))) or getattr(exc, "param", None) == "tools"
 
 
 def _about_stream(exc: openai.APIStatusError) -> bool:

@@ -12,6 +12,7 @@ from iflow.approval import MODES, check_mode
 from iflow.context.memory import MEMORY_FILE_NAMES, load_memory
 from iflow.custom_commands import load_commands
 from iflow.errors import IflowError
+from iflow.mentions import as_typed
 from iflow.tui.widgets import human_tokens
 
 if TYPE_CHECKING:
@@ -248,7 +249,10 @@ class SlashCommands:
             lines = ["Turns (/rewind N goes back to before turn N)"]
             for turn in turns:
                 files = "  files checkpointed" if turn.checkpoint else ""
-                lines.append(f"  {turn.number:>3}  {turn.prompt[:70]}{files}")
+                typed = as_typed(turn.prompt).strip()  # (not the @files it attached)
+                first = (typed.splitlines() or [""])[0]
+                more = " …" if len(first) > 70 or "\n" in typed else ""
+                lines.append(f"  {turn.number:>3}  {first[:70]}{more}{files}")
             await self.app.conversation.text_block("\n".join(lines), "rewind")
             return
         if not arg.isdigit():
@@ -256,7 +260,7 @@ class SlashCommands:
                 f"/rewind takes a turn number, not {arg!r}; /rewind lists them.", "warning"
             )
             return
-        prompt = turns[int(arg) - 1].prompt if 1 <= int(arg) <= len(turns) else ""
+        prompt = as_typed(turns[int(arg) - 1].prompt) if 1 <= int(arg) <= len(turns) else ""
         try:
             report = await agent.rewind(int(arg))
         except IflowError as exc:
