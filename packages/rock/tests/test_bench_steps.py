@@ -19,7 +19,9 @@ from rock.backends.docker import DockerBackend
 from rock.bench.harness import BenchOptions, Harness
 from rock.bench.images import ImageBuilder, ImageMap
 
-pytestmark = pytest.mark.docker
+# One worker runs the module: its oracle run (a bench run of several tasks, a minute) is a
+# module fixture, which every worker taking one of its tests would run again.
+pytestmark = [pytest.mark.docker, pytest.mark.xdist_group("bench-steps")]
 
 EXAMPLE = Path(__file__).parents[3] / "datasets" / "examples" / "hello-steps"
 APPEND_TEST = """\
