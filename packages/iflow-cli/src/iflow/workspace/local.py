@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 from typing import Any, cast
 
+from ale.capped import CappedOutput
 from iflow.errors import WorkspaceError
 from iflow.workspace import _fsops
 from iflow.workspace.base import ExecOutput, Workspace
@@ -36,23 +37,12 @@ def dropped_note(kept: int, total: int) -> str:
     return f"\n[iflow: output past {kept:,} bytes was dropped ({total:,} bytes in all)]\n"
 
 
-class _Capped:
-    def __init__(self, cap: int) -> None:
-        self.cap = cap
-        self.data = bytearray()
-        self.total = 0
-
-    def add(self, chunk: bytes) -> None:
-        self.total += len(chunk)
-        room = self.cap - len(self.data)
-        if room > 0:
-            self.data.extend(chunk[:room])
-
-    def text(self) -> str:
-        out = self.data.decode("utf-8", errors="replace")
-        if self.total > len(self.data):
-            out += dropped_note(len(self.data), self.total)
-        return out
+def _text(stream: CappedOutput) -> str:
+    """A stream's text, with a note of what was dropped past its cap."""
+    out = stream.data.decode("utf-8", errors="replace")
+    if stream.dropped:
+        out += dropped_note(len(stream.data), stream.total)
+    return out
 
 
 class _Collector(asyncio.SubprocessProtocol):
@@ -60,7 +50,7 @@ class _Collector(asyncio.SubprocessProtocol):
     (separately: background children may hold the pipes after the shell exits)."""
 
     def __init__(self, cap: int) -> None:
-        self.out, self.err = _Capped(cap), _Capped(cap)
+        self.out, self.err = CappedOutput(cap), CappedOutput(cap)
         self.exited = asyncio.Event()
         self.closed = asyncio.Event()
 
@@ -150,8 +140,8 @@ class LocalWorkspace(Workspace):
             code = 128 - code  # killed by a signal: report it as shells do
         return ExecOutput(
             exit_code=code,
-            stdout=proto.out.text(),
-            stderr=proto.err.text(),
+            stdout=_text(proto.out),
+            stderr=_text(proto.err),
             timed_out=timed_out,
             duration_sec=time.monotonic() - started,
         )

@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable, Collection, Iterable
 from typing import IO, Any
 
+from ale.capped import CappedOutput
 from rock.backends._shell import SessionError
 
 # Every command starts through this: no core files, then the command itself (same pid).
@@ -115,24 +116,11 @@ def kill_processes(
 # --- pipes -------------------------------------------------------------------
 
 
-class Capped:
-    def __init__(self, cap: int) -> None:
-        self.cap = cap
-        self.data = bytearray()
-        self.total = 0
-
-    def add(self, chunk: bytes) -> None:
-        self.total += len(chunk)
-        room = self.cap - len(self.data)
-        if room > 0:
-            self.data.extend(chunk[:room])
-
-
 class Pipes:
     """Feeds a child's stdin and reads its stdout and stderr (capped) in one thread."""
 
     def __init__(self, proc: subprocess.Popen[bytes], stdin: bytes | None, cap: int) -> None:
-        self.out, self.err = Capped(cap), Capped(cap)
+        self.out, self.err = CappedOutput(cap), CappedOutput(cap)
         self._sel = selectors.DefaultSelector()
         assert proc.stdout is not None and proc.stderr is not None
         self._sel.register(proc.stdout, selectors.EVENT_READ, self.out)

@@ -20,6 +20,7 @@ import docker
 from docker.errors import APIError, DockerException, ImageNotFound, NotFound
 from requests.exceptions import RequestException
 
+from ale.capped import CappedOutput
 from rock.backends import _copy
 from rock.backends._owner import EngineClaim
 from rock.backends._reap import KEEPALIVE, KILL_TREE, WRAP_BASH, WRAP_SH
@@ -126,19 +127,6 @@ def _frames(read: Callable[[int], bytes], on_frame: Callable[[int, bytes], None]
             on_frame(stream, payload)
 
 
-class _Capped:
-    def __init__(self, cap: int) -> None:
-        self.cap = cap
-        self.data = bytearray()
-        self.total = 0
-
-    def add(self, chunk: bytes) -> None:
-        self.total += len(chunk)
-        room = self.cap - len(self.data)
-        if room > 0:
-            self.data.extend(chunk[:room])
-
-
 class _ExecChannel:
     """A session's bash over a docker exec socket."""
 
@@ -243,7 +231,7 @@ class DockerSandbox(Sandbox):
                 f"sandbox {self.id} cannot run commands: {exc.explanation or exc}"
             ) from None
         sock = _stream(raw)
-        out, err = _Capped(request.max_output_bytes), _Capped(request.max_output_bytes)
+        out, err = CappedOutput(request.max_output_bytes), CappedOutput(request.max_output_bytes)
         pid_box: list[int] = []
         err_head = bytearray()
 
