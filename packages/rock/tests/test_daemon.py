@@ -36,7 +36,7 @@ from rock.errors import (
     PoolExhausted,
     Unauthorized,
 )
-from rock.models import SandboxSpec
+from rock.models import ExecRequest, SandboxSpec
 
 pytestmark = pytest.mark.docker
 
@@ -380,6 +380,46 @@ def test_async_client(daemon: Running) -> None:
 
     outs = asyncio.run(main())
     assert sorted(outs) == sorted(f"{i}\n".encode() for i in range(6) for _ in range(2))
+
+
+def test_the_async_client_s_other_verbs(daemon: Running) -> None:
+    """The verbs the async client lacked until the surface test: a pool waited on, a
+    command interrupted by its tag, a session's command interrupted, the status, the exec
+    log and the output handed on."""
+
+    async def main() -> None:
+        async with AsyncClient(daemon.url, daemon.token) as client:
+            await client.set_pool("async-warm", SandboxSpec(**SMALL), min_idle=1, max_total=2)
+            try:
+                assert (await client.wait_pool("async-warm", timeout=120)).idle >= 1
+            finally:
+                await client.delete_pool("async-warm")
+            box = await client.create(**SMALL)
+            try:
+                long = asyncio.create_task(
+                    box.run(ExecRequest(command="sleep 60", tag="long", timeout=90))
+                )
+                while not await box.interrupt("long"):
+                    await asyncio.sleep(0.1)
+                assert (await long).exit_code == 137
+                session = await box.session()
+                slow = asyncio.create_task(session.run("sleep 60; echo late", timeout=90))
+                await asyncio.sleep(1.0)
+                await session.interrupt()
+                assert b"late" not in (await slow).output
+                await session.close()
+                seen: list[tuple[int, bytes]] = []
+                done = await box.run_streaming(
+                    ExecRequest(command="echo out; echo err >&2"),
+                    lambda stream, data: seen.append((stream, data)),
+                )
+                assert done.exit_code == 0 and sorted(seen) == [(1, b"out\n"), (2, b"err\n")]
+                assert (await box.status())["state"] == "busy"  # (made for this client)
+                assert any("echo out" in str(log.command) for log in await box.logs())
+            finally:
+                await box.delete()
+
+    asyncio.run(main())
 
 
 # --- reaping and dead containers -----------------------------------------------------------

@@ -21,6 +21,7 @@ import itertools
 import json
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Self, TypeVar
@@ -242,11 +243,7 @@ class Client(_Connection):
             if info.idle >= (info.min_idle if idle is None else idle):
                 return info
             if time.monotonic() > deadline:
-                raise RockError(
-                    f"pool {name} has {info.idle} idle sandboxes after {timeout:g}s "
-                    f"(wanted {idle if idle is not None else info.min_idle}); check 'rock pool ls' "
-                    "and the daemon's log."
-                )
+                raise _pool_not_ready(name, info, idle, timeout)
             time.sleep(0.1)
 
     def images(self) -> builtins.list[ImageInfo]:
@@ -267,6 +264,14 @@ class Client(_Connection):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _pool_not_ready(name: str, info: PoolInfo, idle: int | None, timeout: float) -> RockError:
+    wanted = idle if idle is not None else info.min_idle
+    return RockError(
+        f"pool {name} has {info.idle} idle sandboxes after {timeout:g}s (wanted {wanted}); "
+        "check 'rock pool ls' and the daemon's log."
+    )
 
 
 class RemoteSandbox(Sandbox):
@@ -467,6 +472,19 @@ class AsyncClient(_Connection):
     async def delete_pool(self, name: str) -> None:
         await self.send(Api.delete_pool(name))
 
+    async def wait_pool(
+        self, name: str, idle: int | None = None, timeout: float = 120.0
+    ) -> PoolInfo:
+        """Wait until ``name`` has ``idle`` (default: its min_idle) sandboxes waiting."""
+        deadline = time.monotonic() + timeout
+        while True:
+            info = await self.pool(name)
+            if info.idle >= (info.min_idle if idle is None else idle):
+                return info
+            if time.monotonic() > deadline:
+                raise _pool_not_ready(name, info, idle, timeout)
+            await asyncio.sleep(0.1)
+
     async def images(self) -> builtins.list[ImageInfo]:
         return await self.send(Api.images())
 
@@ -494,9 +512,42 @@ class AsyncSandbox:
         self.id = info.id
         self.spec = info.spec
         self.info = info
+        self.daemon_lost: str | None = None
+        """As :attr:`RemoteSandbox.daemon_lost`."""
+
+    async def send(self, call: Call[T]) -> T:
+        """Send ``call`` for this sandbox, remembering a daemon that went away."""
+        try:
+            return await self.client.send(call)
+        except (DaemonUnreachable, ShuttingDown) as exc:
+            self.daemon_lost = self.daemon_lost or str(exc)
+            raise
 
     async def run(self, request: ExecRequest) -> ExecResult:
-        return await self.client.send(Api.run(self.id, request))
+        return await self.send(Api.run(self.id, request))
+
+    async def run_streaming(
+        self, request: ExecRequest, on_output: Callable[[int, bytes], None] | None
+    ) -> ExecResult:
+        """:meth:`run`, the output handed to ``on_output(stream, bytes)`` when it ends (the
+        daemon's API answers a command whole), as :meth:`RemoteSandbox.run_streaming`."""
+        result = await self.run(request)
+        if on_output is not None:
+            if result.stdout:
+                on_output(1, result.stdout)
+            if result.stderr:
+                on_output(2, result.stderr)
+        return result
+
+    async def interrupt(self, tag: str | None = None) -> int:
+        return (await self.send(Api.interrupt(self.id, tag))).interrupted
+
+    async def status(self) -> dict[str, Any]:
+        self.info = await self.send(Api.info(self.id))
+        return {"state": self.info.state, "reason": self.info.state_reason}
+
+    async def logs(self, limit: int = 100) -> list[ExecLog]:
+        return await self.client.logs(self.id, limit)
 
     async def exec(
         self,
@@ -520,20 +571,20 @@ class AsyncSandbox:
         )
 
     async def session(self) -> AsyncSession:
-        info = await self.client.send(Api.open_session(self.id))
+        info = await self.send(Api.open_session(self.id))
         return AsyncSession(self, info.id)
 
     async def read_file(self, path: str) -> bytes:
-        return await self.client.send(Api.read_file(self.id, path))
+        return await self.send(Api.read_file(self.id, path))
 
     async def write_file(self, path: str, data: bytes, mode: int = 0o644) -> None:
-        await self.client.send(Api.write_file(self.id, path, data, mode))
+        await self.send(Api.write_file(self.id, path, data, mode))
 
     async def put_archive(self, directory: str, data: bytes) -> None:
-        await self.client.send(Api.put_archive(self.id, directory, data))
+        await self.send(Api.put_archive(self.id, directory, data))
 
     async def get_archive(self, path: str) -> bytes:
-        return await self.client.send(Api.get_archive(self.id, path))
+        return await self.send(Api.get_archive(self.id, path))
 
     async def upload(self, local: Path, remote: str) -> None:
         local = Path(local)
@@ -547,24 +598,24 @@ class AsyncSandbox:
         await asyncio.to_thread(unpack_download, data, Path(local))
 
     async def snapshot(self, tag: str) -> str:
-        return await self.client.send(Api.snapshot(self.id, tag))
+        return await self.send(Api.snapshot(self.id, tag))
 
     async def fork(self, count: int = 1) -> list[AsyncSandbox]:
-        made = await self.client.send(Api.fork(self.id, count))
+        made = await self.send(Api.fork(self.id, count))
         return [AsyncSandbox(self.client, info) for info in made]
 
     async def set_network(self, on: bool) -> None:
         """Open or close the sandbox's network (one made with a network only)."""
-        await self.client.send(Api.set_network(self.id, on))
+        await self.send(Api.set_network(self.id, on))
 
     async def pause(self) -> None:
-        self.info = await self.client.send(Api.pause(self.id))
+        self.info = await self.send(Api.pause(self.id))
 
     async def resume(self) -> None:
-        self.info = await self.client.send(Api.resume(self.id))
+        self.info = await self.send(Api.resume(self.id))
 
     async def stop(self) -> None:
-        self.info = await self.client.send(Api.stop(self.id))
+        self.info = await self.send(Api.stop(self.id))
 
     async def delete(self) -> None:
         with contextlib.suppress(SandboxNotFound):
@@ -587,13 +638,16 @@ class AsyncSession:
 
     async def run(self, command: str, timeout: float | None = 60.0) -> SessionResult:
         call = Api.session_run(self.sandbox.id, self.id, command, timeout)
-        return await self.sandbox.client.send(call)
+        return await self.sandbox.send(call)
+
+    async def interrupt(self) -> None:
+        await self.sandbox.send(Api.session_interrupt(self.sandbox.id, self.id))
 
     async def close(self) -> None:
         if not self.closed:
             self.closed = True
             with contextlib.suppress(SandboxNotFound, SandboxError):
-                await self.sandbox.client.send(Api.session_close(self.sandbox.id, self.id))
+                await self.sandbox.send(Api.session_close(self.sandbox.id, self.id))
 
     async def __aenter__(self) -> Self:
         return self
