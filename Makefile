@@ -7,7 +7,7 @@ BIN   := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYPROJECTS := pyproject.toml constraints.txt $(wildcard packages/*/pyproject.toml)
 
-.PHONY: demo test setup vllm engine base-image postgres lint format bench clean
+.PHONY: demo test setup vllm engine base-image postgres lint format bench docs clean
 
 # make demo DEMO_ARGS=--tiny: the tiny model built from nothing instead of the real one;
 # DEMO_ARGS="--engine auto" (or vllm) samples with vLLM where it measured faster (make vllm).
@@ -52,8 +52,13 @@ format: setup
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format .
 
+# The documentation site (MkDocs, Material theme) from docs/ into site/; strict: a broken link
+# or a page missing from the navigation fails it. make test checks the same (tests/test_docs.py).
+docs: setup
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
+
 bench: setup engine base-image
 	@for b in benchmarks/[!_]*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
 
 clean:
-	rm -rf $(VENV) .venv-vllm .pytest_cache .ruff_cache .mypy_cache .hypothesis
+	rm -rf $(VENV) .venv-vllm .pytest_cache .ruff_cache .mypy_cache .hypothesis site
