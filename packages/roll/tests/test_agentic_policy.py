@@ -16,8 +16,8 @@ from iflow.models.tiny import build_tiny_model
 from iflow.runner import build_agent
 from iflow.settings import load_settings
 from iflow.workspace.local import LocalWorkspace
-from roll.agentic.policy import GenerationQueue, PolicyModel
 from roll.generation.base import Generation, SamplingParams
+from roll.policy import GenerationQueue, PolicyModel
 
 
 @pytest.fixture(scope="module")

@@ -22,10 +22,10 @@ from iflow.models.tiny import build_tiny_model
 from iflow.runner import build_agent
 from iflow.settings import load_settings
 from iflow.workspace.local import LocalWorkspace
-from roll.agentic.policy import GenerationQueue, PolicyModel
 from roll.gateway import Gateway, GatewayEpisodes
 from roll.generation import HFBackend
 from roll.generation.base import Generation, SamplingParams
+from roll.policy import GenerationQueue, PolicyModel
 
 
 @pytest.fixture(scope="module")

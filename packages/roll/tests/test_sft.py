@@ -225,7 +225,7 @@ async def test_compact_rendering_matches_the_compact_agent(tmp_path: Path, tiny:
 
 
 def test_brief_rendering_is_what_the_brief_policy_sees(tmp_path: Path, tiny: Path) -> None:
-    from roll.agentic.policy import PolicyModel
+    from roll.policy import PolicyModel
     from roll.sft import sft_samples
 
     tokenizer = AutoTokenizer.from_pretrained(tiny)

@@ -57,6 +57,7 @@ from iflow.events import (
 from iflow.gate import ToolGate
 from iflow.hooks import HookRunner
 from iflow.models.base import Model, ModelResponse
+from iflow.plan import TodoList
 from iflow.prompts import (
     COMPACT_TOOLS,
     FINISH_REMINDER,
@@ -65,7 +66,7 @@ from iflow.prompts import (
     system_prompt,
 )
 from iflow.tools import Tool, ToolContext, ToolRegistry, default_tools
-from iflow.tools.todo import TodoList
+from iflow.tools.base import SubAgent
 from iflow.workspace.base import Workspace
 
 if TYPE_CHECKING:
@@ -646,7 +647,7 @@ class Agent:
         sub.policy = self.policy
         return sub
 
-    def adopt_subagent(self, description: str, sub: Agent) -> None:
+    def adopt_subagent(self, description: str, sub: SubAgent) -> None:
         subs = self.trajectory.extra.setdefault("iflow", {}).setdefault("subagents", [])
         subs.append(
             {"description": description, "trajectory": sub.trajectory.model_dump(mode="json")}

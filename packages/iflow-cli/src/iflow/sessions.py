@@ -100,7 +100,7 @@ class SessionData(_Model):
     trajectory: Trajectory = Field(default_factory=_new_trajectory)
     """The full record of the session, every step as it happened."""
     todos: list[dict[str, str]] = Field(default_factory=list)
-    """The todo list, as :meth:`iflow.tools.todo.TodoList.dump` gives it."""
+    """The todo list, as :meth:`iflow.plan.TodoList.dump` gives it."""
     turns: int = Field(default=0, ge=0)
     """Model calls made so far."""
     tokens_used: int = Field(default=0, ge=0)

@@ -4,9 +4,9 @@ roll's batched generation, so a harness evaluates a policy exactly as ``roll tra
 ``rock bench run --agent iflow --agent-kwarg provider=local`` gives every trial a model of its
 own: loaded again for each trial and decoding alone. With ``--agent roll-policy`` every trial
 of a run shares one copy of the model behind one
-:class:`~roll.agentic.policy.GenerationQueue` (one per model, sampling setting and event
+:class:`~roll.policy.GenerationQueue` (one per model, sampling setting and event
 loop), so the turns of concurrent trials are decoded in batches; and each episode is rendered
-and sampled by :class:`~roll.agentic.policy.PolicyModel`, as in training (same prompt tokens,
+and sampled by :class:`~roll.policy.PolicyModel`, as in training (same prompt tokens,
 same sampler). On the 2-core CPU of the README that made held-out evaluation 1.78x as fast
 as a model per trial (``benchmarks/bench_policy_agent.py``, 32 trials in flight).
 
@@ -32,12 +32,12 @@ from ale.trajectory import Trajectory
 from iflow.bench import IflowAgent
 from iflow.errors import ConfigError as IflowConfigError
 from iflow.models.directory import check_model_directory
-from roll.agentic.policy import GenerationQueue, PolicyModel
 from roll.errors import RollError, first_line
 from roll.generation.base import GenerationBackend, SamplingParams
 from roll.generation.hf import HFBackend
 from roll.generation.server import ServerBackend
 from roll.generation.vllm_server import VLLMServer
+from roll.policy import GenerationQueue, PolicyModel
 
 
 @dataclass(frozen=True)

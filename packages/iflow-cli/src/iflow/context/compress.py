@@ -17,7 +17,7 @@ from typing import Literal
 from ale.trajectory import Role, Step
 from iflow.errors import IflowError
 from iflow.models.base import Model
-from iflow.tools.todo import TodoList
+from iflow.plan import TodoList
 
 SUMMARY_PROMPT = """\
 You are compressing the history of a coding agent's session so it can continue with a \

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from iflow.plan import TodoItem, TodoList
 from iflow.tools.base import (
     Params,
     Tool,
@@ -16,7 +17,7 @@ from iflow.tools.finish import Finish
 from iflow.tools.search import Glob, ListDirectory, SearchFileContent
 from iflow.tools.shell import DEFAULT_OUTPUT_LIMIT, RunShellCommand
 from iflow.tools.task import Task
-from iflow.tools.todo import TodoItem, TodoList, TodoRead, TodoWrite
+from iflow.tools.todo import TodoRead, TodoWrite
 
 __all__ = [
     "Params",

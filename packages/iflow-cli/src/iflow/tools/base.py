@@ -11,16 +11,16 @@ import json
 from collections.abc import Iterator
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from ale.trajectory import ToolCall, ToolResult
-from iflow.errors import IflowError
+from ale.trajectory import ToolCall, ToolResult, Trajectory
+from iflow.errors import AgentEnd, IflowError
 from iflow.models.base import INVALID_JSON_KEY
+from iflow.plan import TodoList
 
 if TYPE_CHECKING:
-    from iflow.tools.todo import TodoList
     from iflow.workspace.base import Workspace
     from iflow.workspace.shell import ShellSession
 
@@ -45,6 +45,30 @@ class ToolOutput:
     metadata: dict[str, Any] = field(default_factory=dict)
 
 
+class SubAgent(Protocol):
+    """What the ``task`` tool uses of a sub-agent: it runs one prompt and is closed; its
+    report, trajectory and token counts go to its parent."""
+
+    final_answer: str
+    turn: int
+    trajectory: Trajectory
+    prompt_tokens: int
+    completion_tokens: int
+
+    async def run(self, prompt: str) -> AgentEnd: ...
+
+    async def aclose(self) -> None: ...
+
+
+class SubAgentHost(Protocol):
+    """What a tool may ask of the agent running it: a sub-agent, and to keep its record.
+    (Tools get this much of :class:`iflow.agent.Agent`, not the agent itself.)"""
+
+    def spawn(self, *, max_turns: int) -> SubAgent: ...
+
+    def adopt_subagent(self, description: str, sub: SubAgent) -> None: ...
+
+
 @dataclass
 class ToolContext:
     """What tools act on. The agent makes one per run."""
@@ -52,8 +76,8 @@ class ToolContext:
     workspace: Workspace
     shell: ShellSession
     todos: TodoList
-    agent: Any = None
-    """The running :class:`iflow.agent.Agent` (the ``task`` tool spawns its sub-agent from it)."""
+    agent: SubAgentHost | None = None
+    """The running agent (the ``task`` tool spawns its sub-agent from it)."""
 
 
 class ToolFailed(IflowError):

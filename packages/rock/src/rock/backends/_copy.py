@@ -22,15 +22,25 @@ import secrets
 import tarfile
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from docker.errors import APIError, NotFound
+from docker.models.containers import Container
 
 from rock.backends.base import PathEscape, PathMissing, SandboxError
-from rock.models import ExecRequest, ExecResult
+from rock.models import ExecRequest, ExecResult, SandboxSpec
 
-if TYPE_CHECKING:
-    from rock.backends.docker import DockerSandbox
+
+class CopyTarget(Protocol):
+    """What a copy uses of a Docker sandbox (:class:`rock.backends.docker.DockerSandbox`):
+    its id, spec and container, and running a command in it."""
+
+    id: str
+    spec: SandboxSpec
+    container: Container
+
+    def run(self, request: ExecRequest) -> ExecResult: ...
+
 
 STAGE_PREFIX = ".rock-cp-"
 """Name prefix of the staging folder a copy lands in before it moves into place."""
@@ -220,7 +230,7 @@ def reason(stderr: str) -> str | None:
 class Copier:
     """The file verbs of one docker sandbox, as checked tar streams through its exec."""
 
-    def __init__(self, box: DockerSandbox) -> None:
+    def __init__(self, box: CopyTarget) -> None:
         self.box = box
 
     def read_file(self, path: str) -> bytes:

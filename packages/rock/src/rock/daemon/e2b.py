@@ -26,170 +26,45 @@ to a route rock does not serve is answered in the shape of the API it was meant 
 
 from __future__ import annotations
 
-import hashlib
 import hmac
-import itertools
-import json
 import re
 import secrets
-import struct
 from collections.abc import Callable
-from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any
-from urllib.parse import parse_qsl, unquote
+from datetime import UTC, datetime
+from typing import Any
 
 from fastapi import FastAPI, Request, Response
 from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
 
-from rock.backends.base import SandboxConflict, SandboxError, SandboxNotFound
+from rock.backends.base import SandboxConflict, SandboxError
 from rock.bench.verifier import toolchain
+from rock.daemon.e2b_gate import (
+    LABEL,
+    META,
+    MISSING,
+    Failed,
+    Gate,
+    TemplateImage,
+    access_token,
+    connect_error,
+    read_json,
+    rest,
+    traffic_token,
+)
 from rock.daemon.manager import SandboxManager
-
-if TYPE_CHECKING:
-    from rock.daemon.e2b_envd import Process
 from rock.daemon.ports import NothingListens, forward
-from rock.errors import PoolExhausted, RockError, ShuttingDown
 from rock.images.base import BASE_IMAGE
 from rock.models import CreateSandboxRequest, ExecRequest, SandboxInfo, SandboxSpec
-from rock.store import UnknownSandbox
 
-ENVD_VERSION = "0.5.7"
-"""The envd version reported: commands without stdin, uploads as octet-stream."""
 DEFAULT_TIMEOUT_SEC = 300
 """E2B's sandbox timeout when a create request gives none."""
-LABEL = "dev.ale.rock.e2b"
 SNAPSHOTS = "rock-e2b-snapshot"
 """The repository of E2B snapshots: ``rock-e2b-snapshot:<sandbox id>-<name>``."""
 _SNAPSHOT_NAME = re.compile(r"[A-Za-z0-9_.-]{1,60}")
-META = "e2b.metadata."
 _PORT_HOST = re.compile(r"^(\d{1,5})-(sb-[0-9a-f]{6,32})\.")
 """E2B's host name of a sandbox's port: ``{port}-{sandbox id}.{domain}``."""
-"""Labels holding a sandbox's E2B metadata, one per key."""
-_MISSING = (SandboxNotFound, UnknownSandbox)
-_CONNECT_STATUS = {
-    "invalid_argument": 400,
-    "unauthenticated": 401,
-    "permission_denied": 403,
-    "not_found": 404,
-    "already_exists": 409,
-    "resource_exhausted": 429,
-    "internal": 500,
-    "unimplemented": 501,
-    "unavailable": 503,
-    "deadline_exceeded": 504,
-}
-
-
-class _Failed(Exception):
-    """An answer other than success, in the shape of the API that was called."""
-
-    def __init__(self, status: int, message: str, code: str = "") -> None:
-        super().__init__(message)
-        self.status, self.message, self.code = status, message, code
-
-
-def access_token(token: str, sandbox_id: str) -> str:
-    """The envd access token of one sandbox: only the daemon's token holder can make it."""
-    return hmac.new(token.encode(), sandbox_id.encode(), hashlib.sha256).hexdigest()[:40]
-
-
-def traffic_token(token: str, sandbox_id: str) -> str:
-    """The token a request to one of a sandbox's ports carries (``e2b-traffic-access-token``)
-    unless the sandbox was made with public traffic allowed."""
-    return access_token(token, f"traffic:{sandbox_id}")
-
-
-@dataclass(frozen=True)
-class TemplateImage:
-    """What a template name stands for: the local image and the limits it was built for."""
-
-    image: str
-    cpus: float | None = None
-    memory_mb: int | None = None
-
-
-class _Gate:
-    """What every E2B route needs: the manager, the key, and the shapes of answers."""
-
-    def __init__(self, manager: SandboxManager, token: str) -> None:
-        self.manager, self.token = manager, token
-        self.stand_ins = False
-        """Whether sandboxes made without a network get the offline stand-ins."""
-        self.domain: str | None = None
-        """The domain E2B's ``get_host`` names ports under: ``{port}-{id}.{domain}``."""
-        self.template_image: Callable[[str], TemplateImage | None] = lambda name: None
-        """The image of a template built through the template routes (None: not one)."""
-        self.expected = token.encode()
-        self.pids = itertools.count(1000)
-        self.processes: dict[tuple[str, int], Process] = {}
-        """The processes started through Start and not ended yet, by (sandbox, pid)."""
-
-    def api_key(self, request: Request) -> None:
-        given = request.headers.get("x-api-key", "")
-        if not hmac.compare_digest(given.encode(), self.expected):
-            raise _Failed(401, "the API key is wrong; set E2B_API_KEY to the rock daemon's token.")
-
-    def sandbox_of(self, request: Request) -> str:
-        """The sandbox an envd call is for, its access token checked."""
-        sandbox_id = request.headers.get("e2b-sandbox-id", "")
-        if not sandbox_id:
-            raise _Failed(400, "no E2b-Sandbox-Id header names the sandbox.", "invalid_argument")
-        given = request.headers.get("x-access-token", "")
-        if not hmac.compare_digest(given.encode(), access_token(self.token, sandbox_id).encode()):
-            raise _Failed(401, "the sandbox's access token is wrong.", "unauthenticated")
-        try:
-            state = self.manager.get(sandbox_id).state
-        except _MISSING:
-            raise _Failed(502, f"sandbox {sandbox_id} was not found", "unavailable") from None
-        if state != "busy":
-            raise _Failed(502, f"sandbox {sandbox_id} was not found ({state})", "unavailable")
-        return sandbox_id
-
-    def described(self, info: SandboxInfo) -> dict[str, Any]:
-        template = info.labels.get(f"{LABEL}.template", "base")
-        return {
-            "templateID": template,
-            "sandboxID": info.id,
-            "clientID": self.manager.daemon_id,
-            "envdVersion": ENVD_VERSION,
-            "envdAccessToken": access_token(self.token, info.id),
-            "trafficAccessToken": traffic_token(self.token, info.id),
-            "alias": template,
-            "domain": self.domain,
-        }
-
-    def listed(self, info: SandboxInfo) -> dict[str, Any]:
-        ends = info.expires_at or (datetime.now(UTC) + timedelta(days=3650))
-        short = {
-            k: v for k, v in self.described(info).items() if k not in ("envdAccessToken", "domain")
-        }
-        return {
-            **short,
-            "startedAt": info.created_at.isoformat(),
-            "endAt": ends.isoformat(),
-            "cpuCount": max(1, round(info.spec.cpus)),
-            "memoryMB": info.spec.memory_mb,
-            "diskSizeMB": 0,
-            "state": "paused" if info.state == "paused" else "running",
-            "metadata": {k[len(META) :]: v for k, v in info.labels.items() if k.startswith(META)},
-        }
-
-    def page(self, rows: list[dict[str, Any]], request: Request) -> Response:
-        """One page of a listing, filtered by the SDK's ``metadata`` and ``state`` queries,
-        with ``x-next-token`` when more follow."""
-        query = request.query_params
-        wanted = _metadata_query(query.get("metadata", ""))
-        states = (query.get("state") or "running,paused").split(",")
-        rows = [r for r in rows if r["state"] in states]
-        rows = [r for r in rows if all(r["metadata"].get(k) == v for k, v in wanted.items())]
-        start = int(query.get("nextToken") or 0)
-        limit = int(query.get("limit") or 0) or len(rows) or 1
-        more = start + limit < len(rows)
-        headers = {"x-next-token": str(start + limit)} if more else {}
-        return JSONResponse(rows[start : start + limit], headers=headers)
 
 
 def e2b_routes(
@@ -199,10 +74,10 @@ def e2b_routes(
     *,
     stand_ins: bool = False,
     domain: str | None = None,
-) -> _Gate:
+) -> Gate:
     """Add the E2B routes to the daemon's ``app``, with envd's health check of a sandbox
     (the daemon's own ``/health`` answers the calls that name no sandbox)."""
-    gate = _Gate(manager, token)
+    gate = Gate(manager, token)
     gate.stand_ins, gate.domain = stand_ins, domain
 
     @app.middleware("http")
@@ -221,7 +96,7 @@ def e2b_routes(
             wanted = traffic_token(gate.token, sandbox_id)
             public = info.labels.get(f"{LABEL}.public") == "1"
             if not public and not hmac.compare_digest(given.encode(), wanted.encode()):
-                raise _Failed(
+                raise Failed(
                     403,
                     f"sandbox {sandbox_id}'s ports need its traffic access token in the "
                     "e2b-traffic-access-token header (or a sandbox made with public traffic).",
@@ -229,9 +104,9 @@ def e2b_routes(
             try:
                 return await forward(gate.manager, sandbox_id, port, request.url.path, request)
             except NothingListens as exc:
-                raise _Failed(502, str(exc)) from None
+                raise Failed(502, str(exc)) from None
 
-        return await _rest(answer)
+        return await rest(answer)
 
     @app.middleware("http")
     async def envd_health(request: Request, call_next: Callable[[Request], Any]) -> Response:
@@ -242,7 +117,7 @@ def e2b_routes(
             return response
         try:
             await run_in_threadpool(gate.sandbox_of, request)
-        except _Failed as failed:
+        except Failed as failed:
             return JSONResponse(
                 {"code": failed.status, "message": failed.message}, status_code=failed.status
             )
@@ -268,39 +143,39 @@ def unserved(request: Request) -> Response:
     reports as a sandbox not found)."""
     what = f"{request.method} {request.url.path}"
     if "e2b-sandbox-id" in request.headers:
-        return _connect_error(
-            _Failed(501, f"rock's E2B API does not serve {what} of envd.", "unimplemented")
+        return connect_error(
+            Failed(501, f"rock's E2B API does not serve {what} of envd.", "unimplemented")
         )
     return JSONResponse(
         {"code": 501, "message": f"rock's E2B API does not serve {what}."}, status_code=501
     )
 
 
-def _rest_routes(app: FastAPI, gate: _Gate) -> None:
+def _rest_routes(app: FastAPI, gate: Gate) -> None:
     """Create, connect and list sandboxes."""
 
     @app.post("/v2/sandboxes", include_in_schema=False)
     async def create(request: Request) -> Response:
         async def answer() -> Response:
             gate.api_key(request)
-            body = await _json(request)
+            body = await read_json(request)
             found = await run_in_threadpool(gate.template_image, str(body.get("templateID") or ""))
             spec = _spec_of(body, found)
             try:
                 info = await run_in_threadpool(gate.manager.create, CreateSandboxRequest(spec=spec))
             except SandboxError as exc:  # an image that is not here, say
-                raise _Failed(400, str(exc)) from None
+                raise Failed(400, str(exc)) from None
             if gate.stand_ins and spec.network == "none":
                 await run_in_threadpool(_give_stand_ins, gate.manager, info.id)
             return JSONResponse(gate.described(info), status_code=201)
 
-        return await _rest(answer)
+        return await rest(answer)
 
     @app.post("/v2/sandboxes/{sandbox_id}/connect", include_in_schema=False)
     async def connect(sandbox_id: str, request: Request) -> Response:
         async def answer() -> Response:
             gate.api_key(request)
-            body = await _json(request)
+            body = await read_json(request)
             info = await run_in_threadpool(_running, gate.manager, sandbox_id, True)
             if info.state == "paused":  # connecting resumes it, as E2B's connect does
                 seconds = body.get("timeout")
@@ -313,7 +188,7 @@ def _rest_routes(app: FastAPI, gate: _Gate) -> None:
                 )
             return JSONResponse(gate.described(info), status_code=200)
 
-        return await _rest(answer)
+        return await rest(answer)
 
     @app.get("/v2/sandboxes", include_in_schema=False)
     async def list_(request: Request) -> Response:
@@ -322,10 +197,10 @@ def _rest_routes(app: FastAPI, gate: _Gate) -> None:
             infos = await run_in_threadpool(gate.manager.list, states=["busy", "paused"])
             return gate.page([gate.listed(i) for i in infos], request)
 
-        return await _rest(answer)
+        return await rest(answer)
 
 
-def _lifetime_routes(app: FastAPI, gate: _Gate) -> None:
+def _lifetime_routes(app: FastAPI, gate: Gate) -> None:
     """Inspect, kill and time out one sandbox."""
 
     @app.get("/sandboxes/{sandbox_id}", include_in_schema=False)
@@ -337,7 +212,7 @@ def _lifetime_routes(app: FastAPI, gate: _Gate) -> None:
                 {**gate.listed(found), "envdAccessToken": access_token(gate.token, found.id)}
             )
 
-        return await _rest(answer)
+        return await rest(answer)
 
     @app.delete("/sandboxes/{sandbox_id}", include_in_schema=False)
     async def kill(sandbox_id: str, request: Request) -> Response:
@@ -347,7 +222,7 @@ def _lifetime_routes(app: FastAPI, gate: _Gate) -> None:
             await run_in_threadpool(gate.manager.delete, sandbox_id, "killed through the E2B API")
             return Response(status_code=204)
 
-        return await _rest(answer)
+        return await rest(answer)
 
     @app.post("/sandboxes/{sandbox_id}/fork", include_in_schema=False)
     async def fork(sandbox_id: str, request: Request) -> Response:
@@ -357,21 +232,21 @@ def _lifetime_routes(app: FastAPI, gate: _Gate) -> None:
 
         async def answer() -> Response:
             gate.api_key(request)
-            body = await _json(request)
+            body = await read_json(request)
             try:
                 count = int(body.get("count") or 1)
                 timeout = None if body.get("timeout") is None else float(body["timeout"])
             except (TypeError, ValueError):
-                raise _Failed(
+                raise Failed(
                     400, 'give count and timeout as numbers: {"count": 2, "timeout": 300}.'
                 ) from None
             if not 1 <= count <= 20:
-                raise _Failed(400, f"count must be between 1 and 20, not {count}.")
+                raise Failed(400, f"count must be between 1 and 20, not {count}.")
             await run_in_threadpool(_running, gate.manager, sandbox_id)
             try:
                 made = await run_in_threadpool(gate.manager.fork, sandbox_id, count)
             except SandboxError as exc:
-                raise _Failed(500, str(exc)) from None
+                raise Failed(500, str(exc)) from None
             if timeout is not None:
                 made = [
                     await run_in_threadpool(gate.manager.set_timeout, info.id, timeout)
@@ -379,25 +254,25 @@ def _lifetime_routes(app: FastAPI, gate: _Gate) -> None:
                 ]
             return JSONResponse([{"sandbox": gate.described(i)} for i in made], status_code=201)
 
-        return await _rest(answer)
+        return await rest(answer)
 
     @app.post("/sandboxes/{sandbox_id}/timeout", include_in_schema=False)
     async def set_timeout(sandbox_id: str, request: Request) -> Response:
         async def answer() -> Response:
             gate.api_key(request)
-            body = await _json(request)
+            body = await read_json(request)
             try:
                 seconds = float(body["timeout"])
             except (KeyError, TypeError, ValueError):
-                raise _Failed(400, 'give the timeout in seconds: {"timeout": 60}.') from None
+                raise Failed(400, 'give the timeout in seconds: {"timeout": 60}.') from None
             await run_in_threadpool(_running, gate.manager, sandbox_id)
             await run_in_threadpool(gate.manager.set_timeout, sandbox_id, seconds)
             return Response(status_code=204)
 
-        return await _rest(answer)
+        return await rest(answer)
 
 
-def _usage_routes(app: FastAPI, gate: _Gate) -> None:
+def _usage_routes(app: FastAPI, gate: Gate) -> None:
     """What a running sandbox uses, and its network."""
 
     @app.get("/sandboxes/{sandbox_id}/metrics", include_in_schema=False)
@@ -413,7 +288,7 @@ def _usage_routes(app: FastAPI, gate: _Gate) -> None:
             done = await run_in_threadpool(gate.manager.exec, sandbox_id, probe)
             return JSONResponse([_metric(info, done.stdout_text)])
 
-        return await _rest(answer)
+        return await rest(answer)
 
     @app.put("/sandboxes/{sandbox_id}/network", include_in_schema=False)
     async def network(sandbox_id: str, request: Request) -> Response:
@@ -423,10 +298,10 @@ def _usage_routes(app: FastAPI, gate: _Gate) -> None:
 
         async def answer() -> Response:
             gate.api_key(request)
-            body = await _json(request)
+            body = await read_json(request)
             filters = [k for k in _EGRESS if body.get(k)]
             if filters:
-                raise _Failed(
+                raise Failed(
                     400,
                     f"rock opens or closes a sandbox's network as a whole and filters no egress "
                     f"({', '.join(filters)}); give allow_internet_access only.",
@@ -437,13 +312,13 @@ def _usage_routes(app: FastAPI, gate: _Gate) -> None:
                 try:
                     await run_in_threadpool(gate.manager.set_network, sandbox_id, on)
                 except SandboxError as exc:
-                    raise _Failed(400, str(exc)) from None
+                    raise Failed(400, str(exc)) from None
             return Response(status_code=204)
 
-        return await _rest(answer)
+        return await rest(answer)
 
 
-def _pause_routes(app: FastAPI, gate: _Gate) -> None:
+def _pause_routes(app: FastAPI, gate: Gate) -> None:
     """Pause and resume: Docker's pause freezes the processes where they are, memory kept
     (E2B snapshots memory to disk instead); a paused sandbox does not expire."""
 
@@ -453,11 +328,11 @@ def _pause_routes(app: FastAPI, gate: _Gate) -> None:
             gate.api_key(request)
             info = await run_in_threadpool(_running, gate.manager, sandbox_id, True)
             if info.state == "paused":
-                raise _Failed(409, f"sandbox {sandbox_id} is already paused")
+                raise Failed(409, f"sandbox {sandbox_id} is already paused")
             await run_in_threadpool(gate.manager.pause, sandbox_id)
             return Response(status_code=204)
 
-        return await _rest(answer)
+        return await rest(answer)
 
     @app.post("/sandboxes/{sandbox_id}/resume", include_in_schema=False)
     async def resume(sandbox_id: str, request: Request) -> Response:
@@ -465,19 +340,19 @@ def _pause_routes(app: FastAPI, gate: _Gate) -> None:
 
         async def answer() -> Response:
             gate.api_key(request)
-            body = await _json(request)
+            body = await read_json(request)
             info = await run_in_threadpool(_running, gate.manager, sandbox_id, True)
             if info.state != "paused":
-                raise _Failed(409, f"sandbox {sandbox_id} is not paused")
+                raise Failed(409, f"sandbox {sandbox_id} is not paused")
             seconds = body.get("timeout")
             ttl = float(seconds) if seconds is not None else DEFAULT_TIMEOUT_SEC
             info = await run_in_threadpool(gate.manager.resume, sandbox_id, ttl)
             return JSONResponse(gate.described(info), status_code=201)
 
-        return await _rest(answer)
+        return await rest(answer)
 
 
-def _snapshot_routes(app: FastAPI, gate: _Gate) -> None:
+def _snapshot_routes(app: FastAPI, gate: Gate) -> None:
     """Snapshots: a commit of the sandbox's file system as a local image, which
     ``Sandbox.create(template=snapshot_id)`` starts from (memory and processes are not kept:
     E2B's memory snapshots are not served)."""
@@ -486,9 +361,9 @@ def _snapshot_routes(app: FastAPI, gate: _Gate) -> None:
     async def snapshot(sandbox_id: str, request: Request) -> Response:
         async def answer() -> Response:
             gate.api_key(request)
-            name = str((await _json(request)).get("name") or "")
+            name = str((await read_json(request)).get("name") or "")
             if name and not _SNAPSHOT_NAME.fullmatch(name):
-                raise _Failed(
+                raise Failed(
                     400,
                     f"snapshot name {name!r} is not allowed; use up to 60 letters, digits, "
                     "'.', '_' or '-'.",
@@ -498,7 +373,7 @@ def _snapshot_routes(app: FastAPI, gate: _Gate) -> None:
             await run_in_threadpool(gate.manager.snapshot, sandbox_id, tag)
             return JSONResponse({"snapshotID": tag, "names": [tag]}, status_code=201)
 
-        return await _rest(answer)
+        return await rest(answer)
 
     @app.get("/snapshots", include_in_schema=False)
     async def snapshots(request: Request) -> Response:
@@ -520,21 +395,21 @@ def _snapshot_routes(app: FastAPI, gate: _Gate) -> None:
             rows = [{"snapshotID": t, "names": [t]} for t in tags[start : start + limit]]
             return JSONResponse(rows, headers={"x-next-token": str(start + limit)} if more else {})
 
-        return await _rest(answer)
+        return await rest(answer)
 
     @app.delete("/templates/{template_id}", include_in_schema=False)
     async def delete_snapshot(template_id: str, request: Request) -> Response:
         async def answer() -> Response:
             gate.api_key(request)
             if template_id not in await run_in_threadpool(_snapshot_tags, gate.manager):
-                raise _Failed(404, f"snapshot {template_id!r} does not exist")
+                raise Failed(404, f"snapshot {template_id!r} does not exist")
             try:
                 await run_in_threadpool(gate.manager.remove_image, template_id)
             except SandboxConflict as exc:
-                raise _Failed(409, str(exc)) from None
+                raise Failed(409, str(exc)) from None
             return Response(status_code=204)
 
-        return await _rest(answer)
+        return await rest(answer)
 
 
 def _snapshot_tags(manager: SandboxManager) -> set[str]:
@@ -565,47 +440,7 @@ def _spec_of(body: dict[str, Any], built: TemplateImage | None = None) -> Sandbo
             labels=labels,
         )
     except (ValidationError, ValueError, TypeError, AttributeError) as exc:
-        raise _Failed(400, f"the sandbox cannot be made as asked: {exc}") from None
-
-
-def _envelope(message: dict[str, Any], flags: int = 0) -> bytes:
-    data = json.dumps(message, separators=(",", ":")).encode()
-    return struct.pack(">BI", flags, len(data)) + data
-
-
-def _end_of_stream(code: str = "", message: str = "") -> bytes:
-    body: dict[str, Any] = {"error": {"code": code, "message": message}} if code else {}
-    return _envelope(body, flags=0x02)
-
-
-def _unenvelope(body: bytes) -> dict[str, Any]:
-    if len(body) < 5:
-        raise _Failed(400, "the request has no message envelope.", "invalid_argument")
-    flags, size = struct.unpack(">BI", body[:5])
-    if flags & 0x01:
-        raise _Failed(400, "compressed messages are not accepted.", "invalid_argument")
-    message = json.loads(body[5 : 5 + size] or b"{}")
-    if not isinstance(message, dict):
-        raise _Failed(400, "the message is not a JSON object.", "invalid_argument")
-    return message
-
-
-async def _json(request: Request) -> dict[str, Any]:
-    raw = await request.body()
-    if not raw:
-        return {}
-    try:
-        data = json.loads(raw)
-    except json.JSONDecodeError:
-        raise _Failed(400, "the body is not JSON.", "invalid_argument") from None
-    if not isinstance(data, dict):
-        raise _Failed(400, "the body is not a JSON object.", "invalid_argument")
-    return data
-
-
-def _metadata_query(raw: str) -> dict[str, str]:
-    """The SDK's metadata filter: ``k=v&k2=v2``, each key and value quoted once more."""
-    return {unquote(k): unquote(v) for k, v in parse_qsl(raw)}
+        raise Failed(400, f"the sandbox cannot be made as asked: {exc}") from None
 
 
 def _give_stand_ins(manager: SandboxManager, sandbox_id: str) -> None:
@@ -621,12 +456,12 @@ def _running(manager: SandboxManager, sandbox_id: str, paused_too: bool = False)
     """The sandbox, in use (or paused, with ``paused_too``); E2B's 404 otherwise."""
     try:
         info = manager.get(sandbox_id)
-    except _MISSING:
-        raise _Failed(
+    except MISSING:
+        raise Failed(
             404, f"sandbox \"{sandbox_id}\" doesn't exist or you don't have access to it"
         ) from None
     if info.state != "busy" and not (paused_too and info.state == "paused"):
-        raise _Failed(404, f'sandbox "{sandbox_id}" is not running ({info.state})')
+        raise Failed(404, f'sandbox "{sandbox_id}" is not running ({info.state})')
     return info
 
 
@@ -670,42 +505,3 @@ def _metric(info: SandboxInfo, sample: str) -> dict[str, Any]:
 
 _EGRESS = ("allowOut", "denyOut", "rules", "egressProxy", "dnsServers")
 """The egress filters of E2B's network update, which rock does not serve."""
-
-
-async def _rest(answer: Callable[[], Any]) -> Response:
-    """Run a REST route: its failures as E2B's ``{"code", "message"}``."""
-    try:
-        response: Response = await answer()
-        return response
-    except _Failed as failed:
-        status, message = failed.status, failed.message
-    except PoolExhausted as exc:
-        status, message = 429, str(exc)
-    except ShuttingDown as exc:
-        status, message = 503, str(exc)
-    except _MISSING as exc:
-        status, message = 404, str(exc)
-    except RockError as exc:
-        status, message = 500, str(exc)
-    headers = {"should-retry": "false"} if status in (429, 502, 503, 504) else {}
-    return JSONResponse({"code": status, "message": message}, status_code=status, headers=headers)
-
-
-async def _rpc(answer: Callable[[], Any]) -> Response:
-    """Run a unary Connect RPC: its failures as Connect's ``{"code", "message"}``."""
-    try:
-        response: Response = await answer()
-        return response
-    except _Failed as failed:
-        return _connect_error(failed)
-    except _MISSING as exc:
-        return _connect_error(_Failed(503, str(exc), "unavailable"))
-    except RockError as exc:
-        return _connect_error(_Failed(500, str(exc), "internal"))
-
-
-def _connect_error(failed: _Failed) -> Response:
-    code = failed.code or {404: "not_found", 401: "unauthenticated"}.get(failed.status, "internal")
-    return JSONResponse(
-        {"code": code, "message": failed.message}, status_code=_CONNECT_STATUS.get(code, 500)
-    )

@@ -26,25 +26,27 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
 
+from rock.backends._copy import STAGE_PREFIX
 from rock.backends.base import PathMissing
-from rock.daemon.e2b import (
-    _MISSING,
-    _connect_error,
-    _end_of_stream,
-    _envelope,
-    _Failed,
-    _Gate,
-    _json,
-    _rest,
-    _rpc,
-    _unenvelope,
+from rock.daemon.e2b_gate import (
+    MISSING,
+    Failed,
+    Gate,
+    Process,
+    connect_error,
+    end_of_stream,
+    envelope,
+    read_json,
+    rest,
+    rpc,
+    unenvelope,
 )
 from rock.daemon.manager import SandboxManager
 from rock.errors import RockError
 from rock.models import ExecRequest, ExecResult
 
 
-def envd_routes(app: FastAPI, gate: _Gate) -> None:
+def envd_routes(app: FastAPI, gate: Gate) -> None:
     """Add envd's routes to the daemon's ``app``."""
     _file_routes(app, gate)
     _filesystem_routes(app, gate)
@@ -60,7 +62,7 @@ WATCH_POLL_SEC = 0.5
 """How often the async WatchDir stream looks at its folder."""
 
 
-def _file_routes(app: FastAPI, gate: _Gate) -> None:
+def _file_routes(app: FastAPI, gate: Gate) -> None:
     """envd's plain HTTP file routes: read and write."""
 
     @app.get("/files", include_in_schema=False)
@@ -71,10 +73,10 @@ def _file_routes(app: FastAPI, gate: _Gate) -> None:
             try:
                 data = await run_in_threadpool(gate.manager.read_file, sandbox_id, path)
             except PathMissing:
-                raise _Failed(404, f"path '{path}' does not exist") from None
+                raise Failed(404, f"path '{path}' does not exist") from None
             return Response(data, media_type="application/octet-stream")
 
-        return await _rest(answer)
+        return await rest(answer)
 
     @app.post("/files", include_in_schema=False)
     async def write(request: Request) -> Response:
@@ -90,7 +92,7 @@ def _file_routes(app: FastAPI, gate: _Gate) -> None:
             else:
                 files.append((_path(request.query_params.get("path", "")), await request.body()))
             if not files:
-                raise _Failed(400, "no file was sent; send a multipart field named 'file'.")
+                raise Failed(400, "no file was sent; send a multipart field named 'file'.")
             user = request.query_params.get("username")
             written = []
             for path, data in files:
@@ -101,36 +103,36 @@ def _file_routes(app: FastAPI, gate: _Gate) -> None:
                 written.append({"name": posixpath.basename(path), "type": "file", "path": path})
             return JSONResponse(written)
 
-        return await _rest(answer)
+        return await rest(answer)
 
 
-def _filesystem_routes(app: FastAPI, gate: _Gate) -> None:
+def _filesystem_routes(app: FastAPI, gate: Gate) -> None:
     """envd's filesystem RPCs that read: ListDir, Stat."""
 
     @app.post("/filesystem.Filesystem/ListDir", include_in_schema=False)
     async def list_dir(request: Request) -> Response:
         async def answer() -> Response:
             sandbox_id = gate.sandbox_of(request)
-            body = await _json(request)
+            body = await read_json(request)
             path = _path(str(body.get("path", "")))
             depth = int(body.get("depth") or 1)
             entries = await run_in_threadpool(_entries, gate.manager, sandbox_id, path, depth)
             return JSONResponse({"entries": entries})
 
-        return await _rpc(answer)
+        return await rpc(answer)
 
     @app.post("/filesystem.Filesystem/Stat", include_in_schema=False)
     async def stat(request: Request) -> Response:
         async def answer() -> Response:
             sandbox_id = gate.sandbox_of(request)
-            path = _path(str((await _json(request)).get("path", "")))
+            path = _path(str((await read_json(request)).get("path", "")))
             entries = await run_in_threadpool(_entries, gate.manager, sandbox_id, path, 0)
             return JSONResponse({"entry": entries[0]})
 
-        return await _rpc(answer)
+        return await rpc(answer)
 
 
-def _filesystem_change_routes(app: FastAPI, gate: _Gate) -> None:
+def _filesystem_change_routes(app: FastAPI, gate: Gate) -> None:
     """envd's filesystem RPCs that change: MakeDir, Move, Remove."""
 
     @app.post("/filesystem.Filesystem/Move", include_in_schema=False)
@@ -140,7 +142,7 @@ def _filesystem_change_routes(app: FastAPI, gate: _Gate) -> None:
 
         async def answer() -> Response:
             sandbox_id = gate.sandbox_of(request)
-            body = await _json(request)
+            body = await read_json(request)
             source = _path(str(body.get("source", "")))
             target = _path(str(body.get("destination", "")))
             script = 'test -e "$1" -o -L "$1" || exit 3; mv -T -- "$1" "$2"'
@@ -150,13 +152,13 @@ def _filesystem_change_routes(app: FastAPI, gate: _Gate) -> None:
                 ExecRequest(command=["sh", "-c", script, "mv", source, target], timeout=60),
             )
             if done.exit_code == 3:
-                raise _Failed(404, f"path '{source}' does not exist", "not_found")
+                raise Failed(404, f"path '{source}' does not exist", "not_found")
             if done.exit_code != 0:
-                raise _Failed(400, done.stderr_text.strip() or "mv failed", "invalid_argument")
+                raise Failed(400, done.stderr_text.strip() or "mv failed", "invalid_argument")
             entries = await run_in_threadpool(_entries, gate.manager, sandbox_id, target, 0)
             return JSONResponse({"entry": entries[0]})
 
-        return await _rpc(answer)
+        return await rpc(answer)
 
     @app.post("/filesystem.Filesystem/MakeDir", include_in_schema=False)
     async def make_dir(request: Request) -> Response:
@@ -165,13 +167,13 @@ def _filesystem_change_routes(app: FastAPI, gate: _Gate) -> None:
                 gate, request, "test -e {p} && exit 3; mkdir -p {p}"
             )
             if made.exit_code == 3:
-                raise _Failed(409, f"path '{path}' already exists", "already_exists")
+                raise Failed(409, f"path '{path}' already exists", "already_exists")
             if made.exit_code != 0:
-                raise _Failed(400, made.stderr_text.strip() or "mkdir failed", "invalid_argument")
+                raise Failed(400, made.stderr_text.strip() or "mkdir failed", "invalid_argument")
             entries = await run_in_threadpool(_entries, gate.manager, sandbox_id, path, 0)
             return JSONResponse({"entry": entries[0]})
 
-        return await _rpc(answer)
+        return await rpc(answer)
 
     @app.post("/filesystem.Filesystem/Remove", include_in_schema=False)
     async def remove(request: Request) -> Response:
@@ -180,37 +182,10 @@ def _filesystem_change_routes(app: FastAPI, gate: _Gate) -> None:
                 gate, request, "test -e {p} -o -L {p} || exit 3; rm -rf {p}"
             )
             if done.exit_code == 3:
-                raise _Failed(404, f"path '{path}' does not exist", "not_found")
+                raise Failed(404, f"path '{path}' does not exist", "not_found")
             return JSONResponse({})
 
-        return await _rpc(answer)
-
-
-@dataclass
-class Process:
-    """A process started through Start: what it was started as, and its events so far (its
-    output and its end), for every stream that follows it (Start's, Connect's)."""
-
-    config: dict[str, Any]
-    tag: str | None
-    stdin: str | None = None
-    """The FIFO its stdin reads (started with ``stdin=True``; see :data:`_STDIN_HOLDER`)."""
-    pty: bool = False
-    """Started in a terminal: its output is the terminal's (see :data:`_PTY_HOLDER`)."""
-    events: list[tuple[str, Any]] = field(default_factory=list)
-    followers: list[asyncio.Queue[tuple[str, Any]]] = field(default_factory=list)
-
-    def publish(self, kind: str, value: Any) -> None:
-        self.events.append((kind, value))
-        for queue in self.followers:
-            queue.put_nowait((kind, value))
-
-    def follow(self) -> asyncio.Queue[tuple[str, Any]]:
-        queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
-        for event in self.events:  # what it printed before, first
-            queue.put_nowait(event)
-        self.followers.append(queue)
-        return queue
+        return await rpc(answer)
 
 
 _READY = 'i=0; while [ ! -e "$1.pid" ] && [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done; '
@@ -253,13 +228,13 @@ image), its input the FIFO as above, its size set with ``stty`` (Update resizes 
 way, and the kernel tells the program with SIGWINCH)."""
 
 
-def _process_input_routes(app: FastAPI, gate: _Gate) -> None:
+def _process_input_routes(app: FastAPI, gate: Gate) -> None:
     """envd's process RPCs that feed a command's stdin: SendInput and CloseStdin."""
 
     @app.post("/process.Process/SendInput", include_in_schema=False)
     async def send_input(request: Request) -> Response:
         async def answer() -> Response:
-            body = await _json(request)
+            body = await read_json(request)
             sandbox_id, process = _fed(gate, request, body)
             given = body.get("input") or {}
             data = base64.b64decode(str(given.get("stdin") or given.get("pty") or ""))
@@ -277,18 +252,18 @@ def _process_input_routes(app: FastAPI, gate: _Gate) -> None:
             await run_in_threadpool(gate.manager.exec, sandbox_id, feed)
             return JSONResponse({})
 
-        return await _rpc(answer)
+        return await rpc(answer)
 
     @app.post("/process.Process/Update", include_in_schema=False)
     async def update(request: Request) -> Response:
         """``pty.resize``: the terminal's rows and columns."""
 
         async def answer() -> Response:
-            body = await _json(request)
+            body = await read_json(request)
             sandbox_id, process = _fed(gate, request, body)
             size = (body.get("pty") or {}).get("size") or {}
             if not process.pty or not size:
-                raise _Failed(400, "only a pty's size can be updated.", "invalid_argument")
+                raise Failed(400, "only a pty's size can be updated.", "invalid_argument")
             rows, cols = int(size.get("rows") or 24), int(size.get("cols") or 80)
             resize = ExecRequest(
                 command=["sh", "-c", _READY_TTY + f'stty -F "$(cat "$1.tty")" rows {rows} cols {cols}',
@@ -298,12 +273,12 @@ def _process_input_routes(app: FastAPI, gate: _Gate) -> None:
             await run_in_threadpool(gate.manager.exec, sandbox_id, resize)
             return JSONResponse({})
 
-        return await _rpc(answer)
+        return await rpc(answer)
 
     @app.post("/process.Process/CloseStdin", include_in_schema=False)
     async def close_stdin(request: Request) -> Response:
         async def answer() -> Response:
-            sandbox_id, process = _fed(gate, request, await _json(request))
+            sandbox_id, process = _fed(gate, request, await read_json(request))
             close = ExecRequest(
                 command=[
                     "sh",
@@ -317,18 +292,18 @@ def _process_input_routes(app: FastAPI, gate: _Gate) -> None:
             await run_in_threadpool(gate.manager.exec, sandbox_id, close)
             return JSONResponse({})
 
-        return await _rpc(answer)
+        return await rpc(answer)
 
 
-def _fed(gate: _Gate, request: Request, body: dict[str, Any]) -> tuple[str, Process]:
+def _fed(gate: Gate, request: Request, body: dict[str, Any]) -> tuple[str, Process]:
     """The sandbox and the running process an input call names, started with stdin."""
     sandbox_id = gate.sandbox_of(request)
     pid = int((body.get("process") or {}).get("pid") or 0)
     process = gate.processes.get((sandbox_id, pid))
     if process is None:
-        raise _Failed(404, f"process with pid {pid} not found", "not_found")
+        raise Failed(404, f"process with pid {pid} not found", "not_found")
     if process.stdin is None:
-        raise _Failed(
+        raise Failed(
             400,
             f"process {pid} was started without stdin; start it with stdin=True to send it input.",
             "invalid_argument",
@@ -354,7 +329,7 @@ class _Watch:
     seen: dict[str, tuple[str, str, str]] = field(default_factory=dict)
 
 
-def _look(gate: _Gate, watch: _Watch) -> list[dict[str, Any]]:
+def _look(gate: Gate, watch: _Watch) -> list[dict[str, Any]]:
     """The events since the last look (CREATE, WRITE, CHMOD, REMOVE; a rename shows as a
     REMOVE and a CREATE, as polling sees it), names relative to the folder."""
     depth = "" if watch.recursive else "-maxdepth 1"
@@ -363,12 +338,12 @@ def _look(gate: _Gate, watch: _Watch) -> list[dict[str, Any]]:
         ExecRequest(command=["sh", "-c", _SNAPSHOT, "rock-watch", watch.path, depth], timeout=30),
     )
     if done.exit_code == 3:
-        raise _Failed(404, f"path '{watch.path}' does not exist", "not_found")
+        raise Failed(404, f"path '{watch.path}' does not exist", "not_found")
     now: dict[str, tuple[str, str, str]] = {}
     for line in done.stdout_text.splitlines():
         parts = line.split(" ", 4)
-        if len(parts) == 5:
-            now[parts[4]] = (parts[1], parts[2], parts[3])
+        if len(parts) == 5 and not posixpath.basename(parts[4]).startswith(STAGE_PREFIX):
+            now[parts[4]] = (parts[1], parts[2], parts[3])  # (not a copy's file in flight)
     events = []
     for name, (size, mtime, mode) in sorted(now.items()):
         before = watch.seen.get(name)
@@ -383,7 +358,7 @@ def _look(gate: _Gate, watch: _Watch) -> list[dict[str, Any]]:
     return events
 
 
-def _watch_routes(app: FastAPI, gate: _Gate) -> None:
+def _watch_routes(app: FastAPI, gate: Gate) -> None:
     """envd's directory watches, by polling the folder's listing: the sync SDK's
     CreateWatcher, GetWatcherEvents and RemoveWatcher."""
     watches: dict[str, _Watch] = {}
@@ -392,7 +367,7 @@ def _watch_routes(app: FastAPI, gate: _Gate) -> None:
     async def create_watcher(request: Request) -> Response:
         async def answer() -> Response:
             sandbox_id = gate.sandbox_of(request)
-            body = await _json(request)
+            body = await read_json(request)
             watch = _Watch(
                 sandbox_id, _path(str(body.get("path", ""))), bool(body.get("recursive"))
             )
@@ -401,65 +376,65 @@ def _watch_routes(app: FastAPI, gate: _Gate) -> None:
             watches[watcher_id] = watch
             return JSONResponse({"watcherId": watcher_id})
 
-        return await _rpc(answer)
+        return await rpc(answer)
 
     @app.post("/filesystem.Filesystem/GetWatcherEvents", include_in_schema=False)
     async def watcher_events(request: Request) -> Response:
         async def answer() -> Response:
             sandbox_id = gate.sandbox_of(request)
-            watch = watches.get(str((await _json(request)).get("watcherId") or ""))
+            watch = watches.get(str((await read_json(request)).get("watcherId") or ""))
             if watch is None or watch.sandbox_id != sandbox_id:
-                raise _Failed(404, "watcher not found", "not_found")
+                raise Failed(404, "watcher not found", "not_found")
             return JSONResponse({"events": await run_in_threadpool(_look, gate, watch)})
 
-        return await _rpc(answer)
+        return await rpc(answer)
 
     @app.post("/filesystem.Filesystem/RemoveWatcher", include_in_schema=False)
     async def remove_watcher(request: Request) -> Response:
         async def answer() -> Response:
             sandbox_id = gate.sandbox_of(request)
-            key = str((await _json(request)).get("watcherId") or "")
+            key = str((await read_json(request)).get("watcherId") or "")
             if key not in watches or watches[key].sandbox_id != sandbox_id:
-                raise _Failed(404, "watcher not found", "not_found")
+                raise Failed(404, "watcher not found", "not_found")
             del watches[key]
             return JSONResponse({})
 
-        return await _rpc(answer)
+        return await rpc(answer)
 
 
-def _watch_stream_route(app: FastAPI, gate: _Gate) -> None:
+def _watch_stream_route(app: FastAPI, gate: Gate) -> None:
     """The async SDK's directory watch: the WatchDir stream."""
 
     @app.post("/filesystem.Filesystem/WatchDir", include_in_schema=False)
     async def watch_dir(request: Request) -> Response:
         try:
             sandbox_id = gate.sandbox_of(request)
-            body = _unenvelope(await request.body())
+            body = unenvelope(await request.body())
             watch = _Watch(
                 sandbox_id, _path(str(body.get("path", ""))), bool(body.get("recursive"))
             )
             await run_in_threadpool(_look, gate, watch)
-        except _Failed as failed:
-            return _connect_error(failed)
+        except Failed as failed:
+            return connect_error(failed)
 
         async def events() -> AsyncIterator[bytes]:
-            yield _envelope({"start": {}})  # (a oneof: its member is the field)
+            yield envelope({"start": {}})  # (a oneof: its member is the field)
             while True:
                 await asyncio.sleep(WATCH_POLL_SEC)
                 try:
                     found = await run_in_threadpool(_look, gate, watch)
-                except (_Failed, RockError) as exc:
-                    yield _end_of_stream("not_found", str(exc))
+                except (Failed, RockError) as exc:
+                    yield end_of_stream("not_found", str(exc))
                     return
                 for event in found:
-                    yield _envelope({"filesystem": event})
+                    yield envelope({"filesystem": event})
                 if not found:
-                    yield _envelope({"keepalive": {}})
+                    yield envelope({"keepalive": {}})
 
         return StreamingResponse(events(), media_type="application/connect+json")
 
 
-def _process_follow_routes(app: FastAPI, gate: _Gate) -> None:
+def _process_follow_routes(app: FastAPI, gate: Gate) -> None:
     """envd's process RPCs about processes already started: List and Connect."""
 
     @app.post("/process.Process/List", include_in_schema=False)
@@ -475,7 +450,7 @@ def _process_follow_routes(app: FastAPI, gate: _Gate) -> None:
             ]
             return JSONResponse({"processes": rows})
 
-        return await _rpc(answer)
+        return await rpc(answer)
 
     @app.post("/process.Process/Connect", include_in_schema=False)
     async def connect(request: Request) -> Response:
@@ -483,16 +458,16 @@ def _process_follow_routes(app: FastAPI, gate: _Gate) -> None:
         its end, as Start streams them."""
         try:
             sandbox_id = gate.sandbox_of(request)
-            selector = _unenvelope(await request.body()).get("process") or {}
+            selector = unenvelope(await request.body()).get("process") or {}
             pid = int(selector.get("pid") or 0)
             process = gate.processes.get((sandbox_id, pid))
             if process is None:
-                raise _Failed(404, f"process with pid {pid} not found", "not_found")
-        except _Failed as failed:
-            return _connect_error(failed)
+                raise Failed(404, f"process with pid {pid} not found", "not_found")
+        except Failed as failed:
+            return connect_error(failed)
         except (ValueError, TypeError) as exc:
-            return _connect_error(
-                _Failed(400, f"the request is not valid: {exc}", "invalid_argument")
+            return connect_error(
+                Failed(400, f"the request is not valid: {exc}", "invalid_argument")
             )
         return StreamingResponse(
             _follow(process.follow(), sandbox_id, pid, None),
@@ -500,14 +475,14 @@ def _process_follow_routes(app: FastAPI, gate: _Gate) -> None:
         )
 
 
-def _process_routes(app: FastAPI, gate: _Gate) -> None:
+def _process_routes(app: FastAPI, gate: Gate) -> None:
     """envd's process RPCs that start and stop: Start (streamed) and SendSignal."""
 
     @app.post("/process.Process/SendSignal", include_in_schema=False)
     async def send_signal(request: Request) -> Response:
         async def answer() -> Response:
             sandbox_id = gate.sandbox_of(request)
-            body = await _json(request)
+            body = await read_json(request)
             pid = int((body.get("process") or {}).get("pid") or 0)
             stopped = await run_in_threadpool(gate.manager.interrupt, sandbox_id, f"e2b-{pid}")
             for _ in range(30):  # a process just started may not be running in the sandbox yet
@@ -516,20 +491,20 @@ def _process_routes(app: FastAPI, gate: _Gate) -> None:
                 await asyncio.sleep(0.1)
                 stopped = await run_in_threadpool(gate.manager.interrupt, sandbox_id, f"e2b-{pid}")
             if not stopped:
-                raise _Failed(404, f"process with pid {pid} not found", "not_found")
+                raise Failed(404, f"process with pid {pid} not found", "not_found")
             return JSONResponse({})
 
-        return await _rpc(answer)
+        return await rpc(answer)
 
     @app.post("/process.Process/Start", include_in_schema=False)
     async def start(request: Request) -> Response:
         try:
             sandbox_id = gate.sandbox_of(request)
-            message = _unenvelope(await request.body())
+            message = unenvelope(await request.body())
             config = message.get("process") or {}
             argv = [str(config.get("cmd") or "")] + [str(a) for a in config.get("args") or []]
             if not argv[0]:
-                raise _Failed(400, "the process has no cmd.", "invalid_argument")
+                raise Failed(400, "the process has no cmd.", "invalid_argument")
             given = argv
             pid = next(gate.pids)
             pty = message.get("pty")
@@ -549,11 +524,11 @@ def _process_routes(app: FastAPI, gate: _Gate) -> None:
                 timeout=int(limit) / 1000 if limit and int(limit) > 0 else None,
                 tag=f"e2b-{pid}",
             )
-        except _Failed as failed:
-            return _connect_error(failed)
+        except Failed as failed:
+            return connect_error(failed)
         except (ValueError, ValidationError) as exc:
-            return _connect_error(
-                _Failed(400, f"the request is not valid: {exc}", "invalid_argument")
+            return connect_error(
+                Failed(400, f"the request is not valid: {exc}", "invalid_argument")
             )
         started = {
             "cmd": given[0],
@@ -568,11 +543,11 @@ def _process_routes(app: FastAPI, gate: _Gate) -> None:
         )
 
 
-async def _on_path(gate: _Gate, request: Request, script: str) -> tuple[str, str, ExecResult]:
+async def _on_path(gate: Gate, request: Request, script: str) -> tuple[str, str, ExecResult]:
     """Run ``script`` (``{p}`` the request's quoted ``path``) in the call's sandbox: the
     sandbox, the path and what the script did."""
     sandbox_id = gate.sandbox_of(request)
-    path = _path(str((await _json(request)).get("path", "")))
+    path = _path(str((await read_json(request)).get("path", "")))
     command = script.format(p=shlex.quote(path))
     done = await run_in_threadpool(
         gate.manager.exec, sandbox_id, ExecRequest(command=command, timeout=60)
@@ -581,7 +556,7 @@ async def _on_path(gate: _Gate, request: Request, script: str) -> tuple[str, str
 
 
 async def _process_events(
-    gate: _Gate, sandbox_id: str, request: ExecRequest, pid: int, process: Process
+    gate: Gate, sandbox_id: str, request: ExecRequest, pid: int, process: Process
 ) -> AsyncIterator[bytes]:
     """Start's Connect stream of one process: start, its output as it comes, its end (the
     same events go to whoever connects to it meanwhile)."""
@@ -618,15 +593,15 @@ async def _follow(
     queue: asyncio.Queue[tuple[str, Any]], sandbox_id: str, pid: int, timeout: float | None
 ) -> AsyncIterator[bytes]:
     """The Connect events of a followed process."""
-    yield _envelope({"event": {"start": {"pid": pid}}})
+    yield envelope({"event": {"start": {"pid": pid}}})
     while True:
         kind, value = await queue.get()
         if kind in ("stdout", "stderr", "pty"):
             data = base64.b64encode(value).decode()
-            yield _envelope({"event": {"data": {kind: data}}})
+            yield envelope({"event": {"data": {kind: data}}})
         elif kind == "end":
             if value.timed_out:
-                yield _end_of_stream(
+                yield end_of_stream(
                     "deadline_exceeded",
                     f"the command ran past its timeout of {timeout or 0:g} s and was killed",
                 )
@@ -639,12 +614,12 @@ async def _follow(
             }
             if code != 0:
                 end["error"] = f"exit status {code}"
-            yield _envelope({"event": {"end": end}})
-            yield _end_of_stream()
+            yield envelope({"event": {"end": end}})
+            yield end_of_stream()
             return
         else:
-            missing = isinstance(value, _MISSING)
-            yield _end_of_stream(
+            missing = isinstance(value, MISSING)
+            yield end_of_stream(
                 "unavailable" if missing else "internal",
                 f"sandbox {sandbox_id} was not found" if missing else str(value),
             )
@@ -653,7 +628,7 @@ async def _follow(
 
 def _path(path: str) -> str:
     if not path.startswith("/"):
-        raise _Failed(
+        raise Failed(
             400, f"path '{path}' is not absolute; give an absolute path.", "invalid_argument"
         )
     return posixpath.normpath(path)
@@ -667,7 +642,7 @@ def _user(request: Request) -> str | None:
     try:
         decoded = base64.b64decode(header[6:]).decode()
     except (ValueError, UnicodeDecodeError):
-        raise _Failed(
+        raise Failed(
             401, "the Authorization header is not valid Basic.", "unauthenticated"
         ) from None
     user = decoded.partition(":")[0]
@@ -692,7 +667,7 @@ def _entries(
     script = _FIND.format(path=shlex.quote(path), low=low, high=high)
     done = manager.exec(sandbox_id, ExecRequest(command=script, timeout=60))
     if done.exit_code == 3:
-        raise _Failed(404, f"path '{path}' does not exist", "not_found")
+        raise Failed(404, f"path '{path}' does not exist", "not_found")
     entries = []
     for line in done.stdout_text.splitlines():
         kind, size, mode, owner, group, mtime, target, perms, full = line.split("\t", 8)

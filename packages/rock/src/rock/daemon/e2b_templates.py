@@ -39,7 +39,7 @@ from fastapi import FastAPI, Request, Response
 from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
-from rock.daemon.e2b import TemplateImage, _Failed, _Gate, _json, _rest
+from rock.daemon.e2b_gate import Failed, Gate, TemplateImage, read_json, rest
 from rock.errors import RockError
 from rock.images.base import BASE_IMAGE
 
@@ -82,7 +82,7 @@ class Templates:
     """The templates of one daemon: kept in memory while it runs, their images on the
     engine (found again by name after a restart)."""
 
-    def __init__(self, gate: _Gate) -> None:
+    def __init__(self, gate: Gate) -> None:
         self.gate = gate
         self.files = Path(tempfile.mkdtemp(prefix="rock-e2b-files-"))
         """The uploaded COPY sources, one tar per hash."""
@@ -97,14 +97,14 @@ class Templates:
         name, _, tag = raw.partition(":")
         tags = [tag] if tag else [str(t) for t in body.get("tags") or []] or [DEFAULT_TAG]
         if not _NAME.fullmatch(name):
-            raise _Failed(
+            raise Failed(
                 400,
                 f"template name {raw!r} is not allowed; use lower-case letters, digits, '.', "
                 "'_' or '-' (and ':tag').",
             )
         bad = [t for t in tags if not _TAG.fullmatch(t)]
         if bad:
-            raise _Failed(400, f"template tag {bad[0]!r} is not allowed; use letters, digits, "
+            raise Failed(400, f"template tag {bad[0]!r} is not allowed; use letters, digits, "
                                "'.', '_' or '-'.")  # fmt: skip
         with self._lock:
             template = self._find(name)
@@ -153,13 +153,13 @@ class Templates:
         tag = tag or DEFAULT_TAG
         image = f"{TEMPLATES}/{template.name}:{tag}"
         if not self.gate.manager.has_image(image):
-            raise _Failed(404, f"tag '{tag}' does not exist for template '{template.name}'")
+            raise Failed(404, f"tag '{tag}' does not exist for template '{template.name}'")
         return TemplateImage(image=image, cpus=template.cpus, memory_mb=template.memory_mb)
 
     def tags(self, name_or_id: str) -> list[dict[str, Any]]:
         template = self.find(name_or_id)
         if template is None:
-            raise _Failed(404, f"template '{name_or_id}' not found")
+            raise Failed(404, f"template '{name_or_id}' not found")
         engine = self._tags_on_engine(template.name)
         built_as = {image: tag for tag, image in engine.items() if _UUID.fullmatch(tag)}
         """Each image and the build id it is also tagged with (its build, before a restart)."""
@@ -179,7 +179,7 @@ class Templates:
         template = self.find(template_id)
         build = template.builds.get(build_id) if template else None
         if build is None:
-            raise _Failed(404, f"build '{build_id}' of template '{template_id}' not found")
+            raise Failed(404, f"build '{build_id}' of template '{template_id}' not found")
         return build
 
     # -- files ----------------------------------------------------------------------------
@@ -193,7 +193,7 @@ class Templates:
     def start(self, build: _Build, body: dict[str, Any]) -> None:
         """Build the steps of ``body`` in a thread; the build's status follows it."""
         if build.status != "waiting":
-            raise _Failed(409, f"build '{build.id}' was started already")
+            raise Failed(409, f"build '{build.id}' was started already")
         template = self.find(build.template_id)
         assert template is not None
         build.status = "building"
@@ -218,8 +218,8 @@ class Templates:
                         build.log(line.rstrip())
                 for tag in [*build.tag.split(","), build.id]:  # (its id names it too)
                     self.gate.manager.tag_image(made.tag, f"{TEMPLATES}/{template.name}:{tag}")
-            except (RockError, _Failed, OSError, ValueError) as exc:
-                message = exc.message if isinstance(exc, _Failed) else str(exc)
+            except (RockError, Failed, OSError, ValueError) as exc:
+                message = exc.message if isinstance(exc, Failed) else str(exc)
                 build.log(message, "error")
                 build.reason = {"message": message, "logEntries": build.logs[-5:]}
                 build.status = "error"
@@ -233,7 +233,7 @@ class Templates:
         if base:
             found = self.image(str(base))
             if found is None:
-                raise _Failed(400, f"the base template '{base}' is not built here")
+                raise Failed(400, f"the base template '{base}' is not built here")
             lines = [f"FROM {found.image}"]
         else:
             lines = [f"FROM {body.get('fromImage') or BASE_IMAGE}"]
@@ -255,14 +255,14 @@ class Templates:
             elif kind == "USER" and args:
                 lines += self._user(args[0], users)
             else:
-                raise _Failed(400, f"step {index + 1} ({kind} {args}) is not one rock builds")
+                raise Failed(400, f"step {index + 1} ({kind} {args}) is not one rock builds")
         return "\n".join(lines) + "\n"
 
     def _copy(self, step: dict[str, Any], args: list[str], context: Path, index: int) -> list[str]:
         files_hash = str(step.get("filesHash") or "")
         source = self.files / f"{files_hash}.tar"
         if not _HASH.fullmatch(files_hash) or not source.is_file():
-            raise _Failed(400, f"step {index + 1} copies files that were not uploaded")
+            raise Failed(400, f"step {index + 1} copies files that were not uploaded")
         src, dest, user, mode = [*args, "", "", "", ""][:4]
         into = context / "files" / files_hash
         if not into.is_dir():
@@ -286,7 +286,7 @@ class Templates:
         return [*lines, f"USER {name}"]
 
 
-def template_routes(app: FastAPI, gate: _Gate) -> Templates:
+def template_routes(app: FastAPI, gate: Gate) -> Templates:
     """Add the template routes to ``app``; the gate's creates then find built templates."""
     templates = Templates(gate)
     gate.template_image = templates.image
@@ -296,7 +296,7 @@ def template_routes(app: FastAPI, gate: _Gate) -> Templates:
     return templates
 
 
-def _build_routes(app: FastAPI, gate: _Gate, templates: Templates) -> None:
+def _build_routes(app: FastAPI, gate: Gate, templates: Templates) -> None:
     """A build: requested, its files asked for, started, and watched."""
 
     @app.post("/v3/templates", include_in_schema=False)
@@ -304,7 +304,7 @@ def _build_routes(app: FastAPI, gate: _Gate, templates: Templates) -> None:
     async def request_build(request: Request) -> Response:
         async def answer() -> Response:
             gate.api_key(request)
-            body = await _json(request)
+            body = await read_json(request)
             template, build = await run_in_threadpool(templates.request, body)
             tags = build.tag.split(",")
             return JSONResponse(
@@ -319,34 +319,34 @@ def _build_routes(app: FastAPI, gate: _Gate, templates: Templates) -> None:
                 status_code=202,
             )
 
-        return await _rest(answer)
+        return await rest(answer)
 
     @app.get("/templates/{template_id}/files/{files_hash}", include_in_schema=False)
     async def file_link(template_id: str, files_hash: str, request: Request) -> Response:
         async def answer() -> Response:
             gate.api_key(request)
             if not _HASH.fullmatch(files_hash):
-                raise _Failed(400, f"files hash {files_hash!r} is not one the SDK makes")
+                raise Failed(400, f"files hash {files_hash!r} is not one the SDK makes")
             if await run_in_threadpool(templates.find, template_id) is None:
-                raise _Failed(404, f"template '{template_id}' not found")
+                raise Failed(404, f"template '{template_id}' not found")
             if templates.has(files_hash):
                 return JSONResponse({"present": True}, status_code=201)
             token = templates.upload_token(files_hash)
             url = f"{str(request.base_url).rstrip('/')}/e2b-files/{files_hash}?token={token}"
             return JSONResponse({"present": False, "url": url}, status_code=201)
 
-        return await _rest(answer)
+        return await rest(answer)
 
     @app.post("/v2/templates/{template_id}/builds/{build_id}", include_in_schema=False)
     async def start_build(template_id: str, build_id: str, request: Request) -> Response:
         async def answer() -> Response:
             gate.api_key(request)
-            body = await _json(request)
+            body = await read_json(request)
             build = await run_in_threadpool(templates.build_of, template_id, build_id)
             templates.start(build, body)
             return Response(status_code=202)
 
-        return await _rest(answer)
+        return await rest(answer)
 
     @app.get("/templates/{template_id}/builds/{build_id}/status", include_in_schema=False)
     async def status(template_id: str, build_id: str, request: Request) -> Response:
@@ -366,7 +366,7 @@ def _build_routes(app: FastAPI, gate: _Gate, templates: Templates) -> None:
                 body["reason"] = build.reason
             return JSONResponse(body)
 
-        return await _rest(answer)
+        return await rest(answer)
 
 
 def _upload_route(app: FastAPI, templates: Templates) -> None:
@@ -394,7 +394,7 @@ def _upload_route(app: FastAPI, templates: Templates) -> None:
         return Response(status_code=200)
 
 
-def _name_routes(app: FastAPI, gate: _Gate, templates: Templates) -> None:
+def _name_routes(app: FastAPI, gate: Gate, templates: Templates) -> None:
     """A template's name and tags."""
 
     @app.get("/templates/aliases/{alias}", include_in_schema=False)
@@ -403,10 +403,10 @@ def _name_routes(app: FastAPI, gate: _Gate, templates: Templates) -> None:
             gate.api_key(request)
             template = await run_in_threadpool(templates.find, alias)
             if template is None:
-                raise _Failed(404, f"template alias '{alias}' not found")
+                raise Failed(404, f"template alias '{alias}' not found")
             return JSONResponse({"templateID": template.id, "public": False})
 
-        return await _rest(answer)
+        return await rest(answer)
 
     @app.get("/templates/{template_id}/tags", include_in_schema=False)
     async def tags(template_id: str, request: Request) -> Response:
@@ -414,4 +414,4 @@ def _name_routes(app: FastAPI, gate: _Gate, templates: Templates) -> None:
             gate.api_key(request)
             return JSONResponse(await run_in_threadpool(templates.tags, template_id))
 
-        return await _rest(answer)
+        return await rest(answer)

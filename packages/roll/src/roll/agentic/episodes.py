@@ -2,7 +2,7 @@
 
 An episode takes a sandbox from a :class:`ale.synth.runner.SandboxRunner` (rock's warm
 pool), applies the task's environment, runs the agent — the iflow agent loop in the compact
-prompt profile with a :class:`~roll.agentic.policy.PolicyModel`, or any agent calling the
+prompt profile with a :class:`~roll.policy.PolicyModel`, or any agent calling the
 policy through the gateway (:mod:`roll.gateway`) with its episode's key, whose record then
 replaces the agent's steps — and scores it with the task's verifier. How it ended decides
 what becomes of it:
@@ -35,10 +35,10 @@ from ale.synth.runner import Outcome, SandboxRunner
 from ale.task import Task
 from ale.trajectory import FailureMode, Role, Step, Trajectory
 from roll.agentic.admission import EpisodeGate, GroupGate
-from roll.agentic.policy import GenerationQueue, PolicyModel
 from roll.errors import RollError
 from roll.gateway import Gateway
 from roll.gateway.openai_api import MODEL_NAME
+from roll.policy import GenerationQueue, PolicyModel
 
 INFRA_FAILURES = frozenset(
     {

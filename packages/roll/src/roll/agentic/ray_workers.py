@@ -9,7 +9,7 @@ run's warm pool, the iflow agent loop, the verifier: the CPU-heavy part), talkin
 daemon at its URL with its token (the private daemon's, or ``tasks.url``'s).
 
 The policy's generation requests from every worker go to one :class:`PolicyServer` actor,
-whose :class:`~roll.agentic.policy.GenerationQueue` batches them across episodes and workers.
+whose :class:`~roll.policy.GenerationQueue` batches them across episodes and workers.
 The trainer holds it as :class:`RayPolicyBackend`, a
 :class:`~roll.generation.base.GenerationBackend`: ``Session.sync_rollout`` hands it the
 weights after each update (they load between two batches), and the workers learn the new
@@ -45,11 +45,11 @@ from ale.trajectory import Trajectory
 from roll.agentic.admission import GroupGate
 from roll.agentic.collector import TaskRollouts, load_tasks
 from roll.agentic.episodes import AgenticEpisodes, AgentSettings, EpisodeCounts
-from roll.agentic.policy import GenerationQueue
 from roll.config import RayConfig, TasksConfig
 from roll.errors import ConfigError, GenerationError, PromptTooLong, RollError
 from roll.generation.base import Generation, GenerationBackend, SamplingParams
 from roll.generation.server import ServerBackend
+from roll.policy import GenerationQueue
 from roll.ray_engine import import_ray, kill_actors, remote_error, wait_started
 
 WORKER_RESTARTS = 3
@@ -243,7 +243,7 @@ class _Hold:
 
 
 class _RemoteQueue:
-    """What :class:`~roll.agentic.policy.PolicyModel` uses of a generation queue, served by
+    """What :class:`~roll.policy.PolicyModel` uses of a generation queue, served by
     the generation actor: ``generate``, ``params`` and ``backend.policy_version`` (the
     newest version this worker has been told of)."""
 

@@ -1,7 +1,7 @@
 """What the policy gateway keeps per episode: its key, its transcripts, the record it hands back.
 
 An episode is opened with a key and closed when its agent is done. Each call of the episode
-continues one of its **segments**: a transcript (a :class:`~roll.agentic.policy.PolicyModel`
+continues one of its **segments**: a transcript (a :class:`~roll.policy.PolicyModel`
 for chat calls, a token sequence for text completions) whose last call and answer the new
 call's messages begin with. The new messages' tokens are appended to that transcript's and
 the sampled ids kept as sampled (token-in/token-out), so the recorded steps have one growing
@@ -24,7 +24,7 @@ from typing import Any
 from ale.trajectory import Role, Step
 from iflow.errors import ContextTooLong
 from iflow.models.base import ModelResponse
-from roll.agentic.policy import GenerationQueue, PolicyModel
+from roll.policy import GenerationQueue, PolicyModel
 
 
 class Refusal(StrEnum):

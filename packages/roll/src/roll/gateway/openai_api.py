@@ -2,7 +2,7 @@
 
 Requests are validated here (an unknown role, a missing field: a 422 that names it) and
 turned into :class:`ale.trajectory.Step` messages, the form the policy's transcript
-(:class:`roll.agentic.policy.PolicyModel`) and the recorded trajectory use. Answers go back as
+(:class:`roll.policy.PolicyModel`) and the recorded trajectory use. Answers go back as
 chat completions (whole, or as server-sent chunks) with tool calls in OpenAI's form when the
 request gave ``tools``, else as the model's text; text completions likewise.
 """

@@ -1,5 +1,9 @@
 """The policy as the iflow agent's model: batched generation for many concurrent episodes.
 
+Below both ways an agent reaches the policy: in-process iflow episodes
+(:mod:`roll.agentic`) and the OpenAI-compatible gateway for any other agent
+(:mod:`roll.gateway`); so neither folder imports the other for it.
+
 :class:`GenerationQueue` collects the generation requests of every running episode (each
 an asyncio task) and serves them in batches through one
 :class:`~roll.generation.base.GenerationBackend`: a request waits at most ``wait_ms`` for
