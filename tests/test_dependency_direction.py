@@ -110,17 +110,16 @@ def _module_name(src: Path, path: Path) -> str:
 
 
 def _top_level_imports(path: Path, known: set[str]) -> set[str]:
-    """The package's own modules ``path`` imports when it is imported (not inside functions,
-    not under ``if TYPE_CHECKING:``): ``from a.b import c`` counts ``a.b.c`` when it is a module."""
+    """The package's own modules ``path`` imports at its top level (not inside functions),
+    those under ``if TYPE_CHECKING:`` too (a type needed both ways is a piece to move down,
+    as much as a module is): ``from a.b import c`` counts ``a.b.c`` when it is a module."""
     found: set[str] = set()
 
     def visit(statements: list[ast.stmt]) -> None:
         for node in statements:
             if isinstance(node, ast.If):
-                test = ast.unparse(node.test)
-                if "TYPE_CHECKING" not in test:
-                    visit(node.body)
-                    visit(node.orelse)
+                visit(node.body)
+                visit(node.orelse)
             elif isinstance(node, ast.Try):
                 visit(node.body)
             elif isinstance(node, ast.Import):
@@ -137,29 +136,62 @@ def _top_level_imports(path: Path, known: set[str]) -> set[str]:
     return found
 
 
-@pytest.mark.parametrize("dist", list(PACKAGES))
-def test_no_import_cycles_inside_a_package(dist: str) -> None:
-    """A cycle is broken by moving the shared piece down, never by an import inside a
-    function: so the modules' top-level imports of their own package form no cycle."""
-    src = ROOT / "packages" / dist / "src" / PACKAGES[dist]
-    paths = {_module_name(src, p): p for p in src.rglob("*.py")}
-    graph = {m: _top_level_imports(p, set(paths)) - {m} for m, p in paths.items()}
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Every cycle a depth-first walk of ``graph`` meets (each as its path, closed)."""
     state: dict[str, int] = {}  # 1: on the current path, 2: done
     cycles: list[list[str]] = []
 
-    def walk(module: str, path: list[str]) -> None:
-        state[module] = 1
-        for dep in sorted(graph[module]):
+    def walk(node: str, path: list[str]) -> None:
+        state[node] = 1
+        for dep in sorted(graph.get(node, ())):
             if state.get(dep) == 1:
                 cycles.append([*path[path.index(dep) :], dep])
             elif dep not in state:
                 walk(dep, [*path, dep])
-        state[module] = 2
+        state[node] = 2
 
-    for module in sorted(graph):
-        if module not in state:
-            walk(module, [module])
+    for node in sorted(graph):
+        if node not in state:
+            walk(node, [node])
+    return cycles
+
+
+def _module_graph(dist: str) -> tuple[dict[str, Path], dict[str, set[str]]]:
+    src = ROOT / "packages" / dist / "src" / PACKAGES[dist]
+    paths = {_module_name(src, p): p for p in src.rglob("*.py")}
+    return paths, {m: _top_level_imports(p, set(paths)) - {m} for m, p in paths.items()}
+
+
+@pytest.mark.parametrize("dist", list(PACKAGES))
+def test_no_import_cycles_inside_a_package(dist: str) -> None:
+    """A cycle is broken by moving the shared piece down, never by an import inside a
+    function or one kept for the type checker: so the modules' top-level imports of their
+    own package form no cycle."""
+    paths, graph = _module_graph(dist)
     # a package's __init__ re-exporting its modules, which import siblings through it, is
     # Python's usual package shape: only cycles between modules count
-    real = [c for c in cycles if not any(paths[m].name == "__init__.py" for m in c)]
+    real = [c for c in _cycles(graph) if not any(paths[m].name == "__init__.py" for m in c)]
     assert not real, "import cycles: " + "; ".join(" -> ".join(c) for c in real)
+
+
+@pytest.mark.parametrize("dist", list(PACKAGES))
+def test_no_import_cycles_between_folders(dist: str) -> None:
+    """Nor do the package's folders: one folder's modules importing another's while that
+    one's import the first (roll.gateway and roll.agentic did, through the policy both
+    use) is a cycle too, whatever modules carry it."""
+    paths, graph = _module_graph(dist)
+
+    def folder(module: str) -> str:
+        return module if paths[module].name == "__init__.py" else module.rpartition(".")[0]
+
+    folders: dict[str, set[str]] = {}
+    for module, deps in graph.items():
+        if paths[module].name == "__init__.py":
+            continue
+        for dep in deps:
+            a, b = folder(module), folder(dep)
+            nested = b.startswith(a + ".") or a.startswith(b + ".")  # a folder and its own
+            if paths[dep].name != "__init__.py" and a != b and not nested:
+                folders.setdefault(a, set()).add(b)
+    cycles = _cycles(folders)
+    assert not cycles, "folder cycles: " + "; ".join(" -> ".join(c) for c in cycles)

@@ -13,6 +13,7 @@ import contextlib
 import difflib
 import importlib
 import time
+from collections.abc import Coroutine
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -475,6 +476,10 @@ class IflowApp(App[int]):
 
     async def action_clear_view(self) -> None:
         await self.commands.clear("")
+
+    def start_in_background(self, work: Coroutine[Any, Any, None]) -> None:
+        """Run ``work`` as the agent's worker (a slash command's long job: /compress)."""
+        self.run_worker(work, group="agent", exit_on_error=False)
 
     def action_quit_app(self) -> None:
         if self.agent is not None:

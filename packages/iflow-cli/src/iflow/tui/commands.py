@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import importlib
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from iflow.approval import MODES, check_mode
 from iflow.context.memory import MEMORY_FILE_NAMES, load_memory
@@ -17,7 +17,43 @@ from iflow.tui.widgets import human_tokens
 
 if TYPE_CHECKING:
     from iflow.agent import Agent
-    from iflow.tui.app import IflowApp
+    from iflow.runner import SessionRecorder
+    from iflow.sessions import SessionStore
+    from iflow.settings import Settings
+    from iflow.tui.conversation import Conversation
+    from iflow.tui.widgets import PromptInput
+
+
+class CommandHost(Protocol):
+    """What the slash commands use of the TUI app (:class:`iflow.tui.app.IflowApp`): its
+    agent and session, the conversation and prompt it shows, and a few of its actions. The
+    commands see this much of the app, not the app, and the app's module is not imported."""
+
+    agent: Agent | None
+    recorder: SessionRecorder | None
+    store: SessionStore | None
+    settings: Settings | None
+    cwd: Path
+    home: Path
+    failed: str | None
+    busy: bool
+
+    @property
+    def conversation(self) -> Conversation: ...
+
+    @property
+    def prompt_input(self) -> PromptInput: ...
+
+    async def replay(self) -> None: ...
+
+    def refresh_status(self) -> None: ...
+
+    async def submit(self, prompt: str) -> None: ...
+
+    def action_quit_app(self) -> None: ...
+
+    def start_in_background(self, work: Coroutine[Any, Any, None]) -> None: ...
+
 
 HELP = """\
 Commands
@@ -77,7 +113,7 @@ MODE_HELP = {
 class SlashCommands:
     """Runs one command line against the app (and its agent)."""
 
-    def __init__(self, app: IflowApp) -> None:
+    def __init__(self, app: CommandHost) -> None:
         self.app = app
         self.table: dict[str, Callable[[str], Awaitable[None]]] = {
             "help": self.help,
@@ -313,7 +349,7 @@ class SlashCommands:
         agent = await self._agent()
         if agent is None or not await self._idle("/compress"):
             return
-        self.app.run_worker(self._compress(agent), group="agent", exit_on_error=False)
+        self.app.start_in_background(self._compress(agent))
 
     async def _compress(self, agent: Agent) -> None:
         before = agent.context_used()
