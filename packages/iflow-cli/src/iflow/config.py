@@ -37,6 +37,8 @@ class AgentConfig(BaseModel):
     todo_reminder_every: int = Field(default=6, ge=1)
     """Turns without todo_write, while items are open, between reminders."""
     approval_mode: Mode = "default"
+    """Which tool calls run without asking (:mod:`iflow.approval`): default, auto-edit, plan
+    or yolo."""
     headless: bool = False
     """No person to ask: calls needing approval are denied with a sentence saying how to allow them."""
     prompt_profile: Literal["default", "compact"] = "default"

@@ -143,9 +143,9 @@ class Settings(BaseModel):
     shell_timeout: float = Field(default=120.0, gt=0)
     """Seconds a shell command may run before it is killed."""
     tool_output_limit: int = Field(default=30000, gt=0)
+    """Characters of one tool output the model sees; longer output keeps its head and tail."""
     prompt_profile: Literal["default", "compact"] = "default"
     """``compact``: a short system prompt and four tools described briefly (small models)."""
-    """Characters of one tool output the model sees; longer output keeps its head and tail."""
     loop_threshold: int = Field(default=3, ge=2)
     """Identical tool calls in a row before the agent is warned that it is looping."""
     sessions_dir: str | None = None

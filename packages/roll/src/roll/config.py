@@ -28,9 +28,13 @@ class TinyModel(_Section):
     """A tiny model built from nothing at ``model.path`` when nothing is there yet."""
 
     vocab_size: int = Field(default=512, ge=263)
+    """Size of the BPE vocabulary (at least 263: the 256 bytes and 7 added tokens)."""
     hidden_size: int = Field(default=64, ge=8)
+    """Width of the hidden states (a multiple of ``heads``; the MLP is twice as wide)."""
     layers: int = Field(default=2, ge=1)
+    """Decoder layers (a Llama architecture)."""
     heads: int = Field(default=4, ge=1)
+    """Attention heads per layer."""
     seed: int = 0
     """Seed of the random weights."""
     corpus: list[str] = Field(default_factory=list)
@@ -50,6 +54,7 @@ class LoraConfig(_Section):
     alpha: float = Field(default=32.0, gt=0)
     """Scale numerator: the adapter's output is multiplied by ``alpha / r``."""
     dropout: float = Field(default=0.0, ge=0, lt=1)
+    """Dropout on the adapters' input while training; 0: none."""
     target_modules: list[str] = Field(default_factory=lambda: list(_LLAMA_LINEAR))
     """Names of the linear layers to adapt (a module matches when its name ends with one)."""
 
@@ -66,6 +71,8 @@ class ModelConfig(_Section):
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
     """``auto``: bfloat16 on a GPU that supports it, float32 otherwise."""
     gradient_checkpointing: bool = False
+    """Recompute activations in the backward pass instead of keeping them: less memory,
+    slower steps."""
     lora: LoraConfig | None = None
     """Train LoRA adapters instead of every weight (``{}`` for the defaults); the run's final
     ``model/`` is the base with the adapters merged in, ready to serve."""
@@ -75,11 +82,18 @@ class OptimConfig(_Section):
     """AdamW and its schedule."""
 
     lr: float = Field(default=1e-5, gt=0)
+    """The peak learning rate (reached after ``warmup_steps``)."""
     weight_decay: float = Field(default=0.0, ge=0)
+    """AdamW's decoupled weight decay; 0: none."""
     betas: tuple[float, float] = (0.9, 0.999)
+    """AdamW's decay rates of the first and second moment estimates."""
     eps: float = Field(default=1e-8, gt=0)
+    """AdamW's term added to the denominator for stability."""
     schedule: Literal["constant", "linear", "cosine"] = "constant"
+    """The learning rate after warm-up: ``constant``, or decaying to 0 by the run's last step
+    (``linear`` or ``cosine``)."""
     warmup_steps: int = Field(default=0, ge=0)
+    """Steps over which the learning rate rises linearly to ``lr``; 0: no warm-up."""
     max_grad_norm: float | None = Field(default=1.0, gt=0)
     """Clip the global gradient norm to this; ``null`` to not clip (the norm is still logged)."""
 
@@ -96,10 +110,13 @@ class RunConfig(_Section):
     """Run the prompt the episodes of a group share once per micro-batch, not once per
     episode (same gradients; not under FSDP)."""
     checkpoint_every: int = Field(default=10, ge=1)
+    """Save a checkpoint every this many steps (and after the last step)."""
     keep_checkpoints: int = Field(default=2, ge=1)
+    """How many of the newest checkpoints to keep; older ones are deleted."""
     max_bad_steps: int = Field(default=5, ge=1)
     """Stop after this many steps whose loss or gradient was NaN/inf (each is skipped)."""
     log_every: int = Field(default=1, ge=1)
+    """Record the metrics every this many steps (the progress bar moves every step)."""
     tensorboard: bool | None = None
     """Write TensorBoard events too; ``null``: when tensorboard is installed."""
     progress: bool = True
@@ -128,6 +145,7 @@ class ResampleConfig(_Section):
     """``sequential``: start from the last expert chunk and roll back as groups succeed;
     ``parallel``: start groups at ``anchors`` evenly spread anchors at once."""
     anchors: int = Field(default=3, ge=1)
+    """``parallel``: how many anchors, spread evenly over the expert's chunks (1: the last)."""
     threshold: float = Field(default=0.5, gt=0, le=1)
     """Share of positive episodes at the current anchor that moves it one chunk back."""
     imitation_coef: float = Field(default=0.1, ge=0)
@@ -138,7 +156,9 @@ class AlgorithmConfig(_Section):
     """Credit assignment and loss. Unset fields come from the preset ``name``."""
 
     name: Literal["grpo", "dr_grpo", "rloo", "reinforce_pp", "gspo", "lite_ppo", "ipa"] = "ipa"
+    """The preset (:data:`PRESETS`) that fills every field left unset."""
     advantage: Literal["grpo", "rloo", "reinforce_pp", "lite_ppo", "ipa"] | None = None
+    """The advantage estimator (:mod:`roll.algo.advantages`)."""
     scale_by_std: bool | None = None
     """GRPO: divide by the group's reward std."""
     gamma: float | None = Field(default=None, gt=0, le=1)
@@ -146,21 +166,31 @@ class AlgorithmConfig(_Section):
     baseline: Literal["none", "group_mean"] | None = None
     """IPA / REINFORCE++: subtract the group mean reward first."""
     loss: Literal["ppo", "ipa"] | None = None
+    """``ppo``: the clipped surrogate; ``ipa``: REINFORCE on positive trajectories, clipped
+    ratio weights on the others (:mod:`roll.algo.losses`)."""
     ratio_level: Literal["token", "chunk", "sequence"] | None = None
+    """The importance ratio per ``token``, per ``chunk`` or per ``sequence`` (GSPO), the latter
+    two as the geometric mean over their tokens."""
     aggregation: (
         Literal[
             "token_mean", "seq_mean_token_mean", "seq_mean_token_sum", "seq_mean_token_sum_norm"
         ]
         | None
     ) = None
+    """How the token losses are averaged over a mini-batch: over all tokens (``token_mean``),
+    or per sequence and then over sequences (see :func:`roll.algo.batch.set_weights`)."""
     norm_length: int | None = Field(default=None, ge=1)
     """The constant of ``seq_mean_token_sum_norm`` (default: rollout.max_new_tokens)."""
     clip_low: float | None = Field(default=None, ge=0)
+    """PPO clips the ratio from below at ``1 - clip_low``."""
     clip_high: float | None = Field(default=None, ge=0)
+    """PPO clips the ratio from above at ``1 + clip_high``."""
     mismatch_threshold: float | None = Field(default=None, gt=1)
     """H: mask a chunk whose exp(mean log(pi_old / mu)) exceeds it; ``null`` to never mask."""
     kl_coef: float = Field(default=0.0, ge=0)
+    """Weight of the KL penalty (k3 per token) against the initial policy; 0: none."""
     entropy_coef: float = Field(default=0.0)
+    """Weight of the entropy bonus (subtracted from the loss); 0: none."""
 
     @model_validator(mode="after")
     def _fill(self) -> AlgorithmConfig:
@@ -200,6 +230,7 @@ class EnvConfig(_Section):
     name: str = "guess"
     """A built-in environment (``roll envs`` lists them) or ``package.module:Class``."""
     kwargs: dict[str, Any] = Field(default_factory=dict)
+    """Keyword arguments for the environment's constructor."""
     seed: int = 0
     """First environment seed; group ``i`` of step ``s`` uses a seed drawn from this and (s, i)."""
 
@@ -251,13 +282,19 @@ class TasksConfig(_Section):
     """The rock home of that daemon, where ``rock serve`` keeps its address and token
     (``--home``); default: the token from ``$ROCK_TOKEN``, else ``$ROCK_HOME`` or ``~/.rock``."""
     agent: AgentConfig = Field(default_factory=AgentConfig)
+    """The agent (a name alone takes the defaults for the rest)."""
     prompt_profile: Literal["compact", "default"] = "compact"
+    """The iflow agent's system prompt and tools: ``compact`` (a short prompt and four tools:
+    shell, read, write, finish) or ``default`` (iflow's own)."""
     tool_format: Literal["text", "brief"] = "text"
     """How the policy sees the tools: ``<tool_call>`` markup with the tools' JSON schemas
     (``text``) or described in one line each (``brief``: for tiny models; SFT with
     ``tools: iflow-brief`` renders trajectories the same way)."""
     max_turns: int = Field(default=8, ge=1)
+    """Model turns the iflow agent may take in an episode before it stops unfinished."""
     context_limit: int = Field(default=4096, ge=64)
+    """Tokens of the policy's context in an episode: a longer prompt fails the call, and a
+    turn samples at most what is left."""
     max_attempts: int = Field(default=3, ge=1)
     """Attempts per episode when the infrastructure fails (sandbox, verifier, generation)."""
     daemon_wait: float = Field(default=60.0, gt=0)
@@ -317,6 +354,7 @@ class ServerConfig(_Section):
     model: str | None = None
     """The served model's name (default: the first ``/v1/models`` lists)."""
     api_key: str | None = None
+    """The key of the server at ``url``, sent as a bearer token; None: none is sent."""
     reload: Literal["none", "sglang", "vllm"] | None = None
     """How the server gets each update's weights: ``vllm`` writes them to ``weights_dir`` and
     has the server reload them in place (its dev-mode routes); ``sglang`` calls
@@ -367,12 +405,22 @@ class RolloutConfig(_Section):
     """Sampling."""
 
     backend: Literal["hf", "vllm", "server"] = "hf"
+    """What samples: ``hf`` (transformers, in the trainer), ``vllm`` (a vLLM engine in the
+    trainer) or ``server`` (an inference server, see ``server``)."""
     groups_per_step: int = Field(default=4, ge=1)
+    """Groups sampled per step (each an environment seed or a task)."""
     group_size: int = Field(default=4, ge=1)
+    """Episodes per group (the same seed or task), compared with each other."""
     max_new_tokens: int = Field(default=48, ge=1)
+    """Most tokens sampled for one assistant turn."""
     max_seq_len: int = Field(default=1024, ge=16)
+    """With ``env:``, an episode ends when its tokens plus ``max_new_tokens`` would pass
+    this; also the default context of a launched vLLM server."""
     temperature: float = Field(default=1.0, ge=0)
+    """Sampling temperature; 0: greedy."""
     top_p: float = Field(default=1.0, gt=0, le=1)
+    """Nucleus sampling: sample from the smallest set of tokens with this much probability
+    (1: all)."""
     dtype: Literal["float32", "bfloat16", "float16"] | None = None
     """Sample from a copy of the policy in this dtype, refreshed after every update (``null``:
     from the policy's own float32 weights). ``bfloat16`` samples about twice as fast on a CPU
@@ -389,6 +437,7 @@ class RolloutConfig(_Section):
     finish and runs the rest later together in long rounds (see ``tail_batching``). Both
     are on-policy: every sample of a step comes from the policy of that step."""
     tail_batching: TailBatchingConfig = Field(default_factory=TailBatchingConfig)
+    """The rounds of ``schedule: tail_batching``."""
 
 
 class RayConfig(_Section):
@@ -422,21 +471,31 @@ class TrainConfig(_Section):
     """``roll train``: RL on environment episodes."""
 
     run_dir: str = "runs/train"
+    """Directory of the run: its config, checkpoints, logs and final ``model/``."""
     seed: int = 0
+    """Seeds torch, ``random`` and numpy; each step's sampling seeds are drawn from it."""
     model: ModelConfig
+    """The policy."""
     optim: OptimConfig = Field(default_factory=OptimConfig)
+    """AdamW and its schedule."""
     run: RunConfig = Field(default_factory=RunConfig)
+    """The loop, checkpoints and logs."""
     algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig)
+    """Credit assignment and loss (a preset by name)."""
     env: EnvConfig = Field(default_factory=EnvConfig)
+    """The in-process environment episodes come from (unless ``tasks`` is set)."""
     tasks: TasksConfig | None = None
     """Set to train the iflow agent on tasks in sandboxes (``env`` is then not used)."""
     rollout: RolloutConfig = Field(default_factory=RolloutConfig)
+    """Sampling."""
     updates_per_batch: int = Field(default=1, ge=1)
     """Optimiser updates per rollout batch (the batch split in this many mini-batches);
     above 1 the old log-probs come from an extra forward pass before the first update."""
     reference: bool | None = None
     """Keep a frozen copy of the initial policy for the KL term (default: when kl_coef > 0)."""
     resample: ResampleConfig | None = None
+    """Start groups from expert trajectories (see :class:`ResampleConfig`); None: from the
+    start."""
     ray: RayConfig | None = None
     """Run environments or agentic episodes in Ray actors (see :class:`RayConfig`)."""
 
@@ -519,10 +578,15 @@ class SFTConfig(_Section):
     """``roll sft``: supervised fine-tuning on trajectories, per-turn masks applied."""
 
     run_dir: str = "runs/sft"
+    """Directory of the run: its config, checkpoints, logs and final ``model/``."""
     seed: int = 0
+    """Seeds torch, ``random`` and numpy, and the order of the data in each epoch."""
     model: ModelConfig
+    """The model to fine-tune."""
     optim: OptimConfig = Field(default_factory=lambda: OptimConfig(lr=1e-4))
+    """AdamW and its schedule (learning rate 1e-4 by default)."""
     run: RunConfig = Field(default_factory=RunConfig)
+    """The loop, checkpoints and logs."""
     data: list[str]
     """Trajectory JSONL files or dataset directories (every ``*.jsonl`` under ``trajectories/``)."""
     batch_size: int = Field(default=8, ge=1)

@@ -42,8 +42,11 @@ class MixConfig(_Model):
     """Declared proportions of the final dataset; each declared dimension sums to 1."""
 
     family: dict[str, float] | None = None
+    """Share of the final tasks per family (names from ``families``); None: not declared."""
     category: dict[str, float] | None = None
+    """Share of the final tasks per category; None: not declared."""
     difficulty: dict[str, float] | None = None
+    """Share of the final tasks per difficulty; None: not declared."""
 
 
 class FilterConfig(_Model):
@@ -73,15 +76,20 @@ class DedupConfig(_Model):
     """Estimated Jaccard similarity (word shingles) from which two instructions are near
     duplicates."""
     shingle: int = Field(default=5, ge=1)
+    """Words per shingle (the word n-grams compared)."""
     num_perm: int = Field(default=128, ge=8)
+    """Hash functions of each MinHash signature (a multiple of ``bands``)."""
     bands: int = Field(default=32, ge=1)
+    """LSH bands the signature is cut into; instructions sharing a band's bucket are compared."""
 
 
 class TeacherConfig(_Model):
     """A model behind an OpenAI-compatible endpoint, run through the same agent."""
 
     base_url: str
+    """The endpoint's OpenAI-compatible base URL (e.g. ``http://127.0.0.1:8000/v1``)."""
     model: str
+    """The model name sent to the endpoint."""
     api_key_env: str | None = None
     """Environment variable holding the API key (never the key itself)."""
     share: float = Field(default=1.0, ge=0, le=1)
@@ -91,7 +99,9 @@ class TeacherConfig(_Model):
 
 class SynthConfig(_Model):
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+    """The dataset's name: its default directory (``datasets/<name>``) and its manifest's."""
     seed: int
+    """Fixes the run's random choices (the candidates' seeds, difficulties, mistakes, the mix)."""
     target: int = Field(gt=0)
     """Tasks in the final dataset."""
     output: Path | None = None
@@ -99,7 +109,11 @@ class SynthConfig(_Model):
     oversample: float = Field(default=1.3, ge=1.0, le=10.0)
     """Candidates generated per final task (rejections and mixing need spare ones)."""
     families: dict[str, FamilyConfig]
+    """The task families to generate from, each with its settings (a list of names: the
+    defaults)."""
     mix: MixConfig = Field(default_factory=MixConfig)
+    """Declared proportions of the final dataset; by default none: the families share it
+    evenly."""
     mistake_rate: float = Field(default=0.2, ge=0, le=1)
     """Share of expert trajectories with one recoverable mistake."""
     concurrency: int = Field(default=4, ge=1, le=64)
@@ -107,10 +121,16 @@ class SynthConfig(_Model):
     agent: str = "iflow"
     """The ``ale.agents`` entry point the experts act through."""
     agent_kwargs: dict[str, Any] = Field(default_factory=dict)
+    """More arguments for the agent (and the teacher, which runs through it)."""
     filters: FilterConfig = Field(default_factory=FilterConfig)
+    """Which trajectories are kept."""
     decontamination: DecontaminationConfig = Field(default_factory=DecontaminationConfig)
+    """Rejects candidates whose instructions overlap held-out task sets."""
     dedup: DedupConfig = Field(default_factory=DedupConfig)
+    """Rejects candidates whose instructions duplicate another's."""
     teacher: TeacherConfig | None = None
+    """A model that solves a share of the tasks instead of the expert; None: the expert
+    solves them all."""
 
     @field_validator("families", mode="before")
     @classmethod

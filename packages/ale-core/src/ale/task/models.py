@@ -82,7 +82,9 @@ class CollectHook(_Model):
     best effort: a hook that fails is recorded and the trial goes on."""
 
     command: str
+    """A shell command line (run by ``bash -c``)."""
     timeout_sec: float = Field(default=60.0, gt=0)
+    """Seconds it may run before it is killed (the trial goes on)."""
     service: str = "main"
     """The compose service it runs in; rock runs hooks in the agent's (``main``) only."""
     user: str | None = None
@@ -110,6 +112,7 @@ class TaskMcpServer(_Model):
     HTTP)."""
 
     name: str
+    """The server's name, as the agent knows it."""
     transport: Literal["stdio", "sse", "streamable-http"] = "sse"
     """Harbor's default is ``sse``."""
     url: str | None = None
@@ -117,6 +120,7 @@ class TaskMcpServer(_Model):
     command: str | None = None
     """The program to run in the agent's container (stdio)."""
     args: list[str] = Field(default_factory=list)
+    """Arguments of ``command`` (stdio)."""
     headers: dict[str, str] = Field(default_factory=dict)
     """HTTP headers; ``${VAR}`` in a value is read from the environment when connecting."""
 

@@ -30,7 +30,10 @@ class McpServerConfig(BaseModel):
     command: str | None = None
     """The program that serves MCP over its stdin and stdout."""
     args: list[str] = Field(default_factory=list)
+    """Arguments of ``command``."""
     env: dict[str, str] = Field(default_factory=dict)
+    """Environment variables of the stdio server, over the MCP SDK's default set (``$VAR``
+    and ``${VAR}`` are expanded from iflow's environment)."""
     cwd: str | None = None
     """The stdio server's working directory; the workspace's root when unset."""
     url: str | None = None
@@ -38,15 +41,22 @@ class McpServerConfig(BaseModel):
     http_url: str | None = None
     """A streamable HTTP endpoint (``httpUrl``)."""
     type: Literal["stdio", "sse", "http", "streamable-http"] | None = None
+    """``http`` or ``streamable-http``: ``url`` is a streamable HTTP endpoint; otherwise the
+    transport follows from which of command, url and httpUrl is given."""
     headers: dict[str, str] = Field(default_factory=dict)
+    """HTTP headers sent to an SSE or HTTP server (``$VAR`` and ``${VAR}`` expanded)."""
     timeout: int | None = Field(default=None, gt=0)
     """Milliseconds one tool call may take; 600000 when unset."""
     include_tools: list[str] | None = None
+    """Only these of the server's tools are offered to the model; None: all of them."""
     exclude_tools: list[str] = Field(default_factory=list)
+    """The server's tools never offered to the model (even when in ``include_tools``)."""
     trust: bool = False
     """Run this server's tools without asking."""
     description: str | None = None
+    """A note on the server for people reading the settings; iflow does not use it."""
     disabled: bool = False
+    """Do not start the server (it is listed as disabled)."""
 
     @model_validator(mode="after")
     def _one_transport(self) -> McpServerConfig:
