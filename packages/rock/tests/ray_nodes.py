@@ -134,15 +134,19 @@ class RayNodes:
         raise RuntimeError(f"the cluster did not reach {count} nodes in {timeout:.0f}s")
 
     def workers_that_died(self) -> str:
-        """What the logs of the cluster's workers say about one that ended abnormally (its
-        last lines), for a failing test's report: a node agent that "died unexpectedly" was
-        seen in CI, and its logs went with the cluster's temporary folder."""
+        """What the logs of the cluster's workers say about one that ended abnormally (their
+        last lines, newest first), for a failing test's report: a node agent that "died
+        unexpectedly" was seen in CI, and its logs went with the cluster's temporary folder."""
+        marks = ("Fatal", "SIGSEGV", "Segmentation", "Check failed", "Traceback", "Killed")
+        logs = sorted(self.temp.glob("session_*/logs/*worker*"), key=lambda p: p.stat().st_mtime)
         found = []
-        for log in sorted(self.temp.glob("session_*/logs/*worker*")):
+        for log in reversed(logs):
             text = log.read_text(errors="replace")
-            if any(w in text for w in ("Fatal", "SIGSEGV", "SIGKILL", "Traceback", "exit")):
-                found.append(f"--- {log.name}\n" + "\n".join(text.splitlines()[-40:]))
-        return "\n".join(found[-6:]) or "(no worker log tells of a death)"
+            if any(mark in text for mark in marks):
+                found.append(f"--- {log.name}\n" + "\n".join(text.splitlines()[-30:]))
+            if len(found) == 4:
+                break
+        return "\n".join(found) or "(no worker log tells of a crash)"
 
     def close(self) -> None:
         for proc in reversed(self.nodes):

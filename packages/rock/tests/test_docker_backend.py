@@ -421,7 +421,8 @@ def test_fork_bomb_is_contained(isolated: DockerSandbox) -> None:  # two at once
     """Under runc the pids cgroup holds it; under gVisor, whose host cgroup counts gVisor's
     own threads, RLIMIT_NPROC inside the sandbox does (without it the bomb starved gVisor
     and the whole sandbox ended)."""
-    result = isolated.exec("bomb() { bomb | bomb & }; bomb; sleep 3", timeout=10)
+    # (60 s: under CI's load gVisor forked so slowly that a 10 s timeout came first)
+    result = isolated.exec("bomb() { bomb | bomb & }; bomb; sleep 3", timeout=60)
     assert b"Resource temporarily unavailable" in result.stderr  # the limit held
     for _ in range(30):  # the bomb dies out once forks fail; the sandbox answers again
         after = isolated.exec("echo responsive", timeout=10)
