@@ -33,6 +33,7 @@ from rock.backends.base import (
     Sandbox,
     SandboxError,
     SandboxNotFound,
+    hand_on,
     pack_upload,
     unpack_download,
 )
@@ -532,11 +533,7 @@ class AsyncSandbox:
         """:meth:`run`, the output handed to ``on_output(stream, bytes)`` when it ends (the
         daemon's API answers a command whole), as :meth:`RemoteSandbox.run_streaming`."""
         result = await self.run(request)
-        if on_output is not None:
-            if result.stdout:
-                on_output(1, result.stdout)
-            if result.stderr:
-                on_output(2, result.stderr)
+        hand_on(result, on_output)
         return result
 
     async def interrupt(self, tag: str | None = None) -> int:

@@ -111,6 +111,16 @@ class ExecVerb(abc.ABC):
         )
 
 
+def hand_on(result: ExecResult, on_output: Callable[[int, bytes], None] | None) -> None:
+    """Hand a finished command's output to ``on_output`` (1 stdout, 2 stderr), as a
+    ``run_streaming`` does where the output cannot come as it is written."""
+    if on_output is not None:
+        if result.stdout:
+            on_output(1, result.stdout)
+        if result.stderr:
+            on_output(2, result.stderr)
+
+
 class Sandbox(ExecVerb):
     """One isolated place to run commands. Use as a context manager to delete it on exit."""
 
@@ -129,11 +139,7 @@ class Sandbox(ExecVerb):
         """:meth:`run`, with the output also handed to ``on_output(stream, bytes)`` (1 for
         stdout, 2 for stderr) as it comes; a backend that cannot stream hands it at the end."""
         result = self.run(request)
-        if on_output is not None:
-            if result.stdout:
-                on_output(1, result.stdout)
-            if result.stderr:
-                on_output(2, result.stderr)
+        hand_on(result, on_output)
         return result
 
     @abc.abstractmethod
