@@ -34,8 +34,8 @@ from rock.backends.docker import DockerBackend
 from rock.bench.harness import BenchOptions, Harness, scan_dataset
 from rock.bench.images import ImageBuilder, ImageMap
 from rock.bench.results import read_run
-from rock.bench.verifier import toolchain
 from rock.engine import connect
+from rock.verifier import toolchain
 
 DATASET = Path(__file__).resolve().parents[1] / "datasets" / "terminal-bench-local"
 

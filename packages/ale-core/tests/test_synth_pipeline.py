@@ -13,13 +13,13 @@ from typing import Any
 
 import pytest
 
+from ale.episode import EpisodeResult
 from ale.jsonl import read_jsonl
 from ale.synth.config import parse_config
 from ale.synth.dataset import dataset_stats
 from ale.synth.expert import ExpertRun, Final, Observation
 from ale.synth.family import Family, TaskDraft, register
 from ale.synth.pipeline import Pipeline, WorkDirError, family_shares, plan
-from ale.synth.runner import Outcome
 from ale.trajectory import AgentInfo, Role, Step, ToolCall, ToolResult, Trajectory
 
 
@@ -83,17 +83,19 @@ class FakeRunner:
         self.stop_after = stop_after
         self.nop_passes = nop_passes
 
-    async def episode(self, task: Any, agent: Any, *, logs_dir: Path | None = None) -> Outcome:
+    async def episode(
+        self, task: Any, agent: Any, *, logs_dir: Path | None = None
+    ) -> EpisodeResult:
         if self.stop_after is not None and len(self.episodes) >= self.stop_after:
             raise Killed
         kind, payload = agent
         self.episodes.append((kind, task.id))
         if kind == "oracle":
-            return Outcome(reward=1.0)
+            return EpisodeResult(reward=1.0)
         if kind == "nop":
-            return Outcome(reward=1.0 if task.id in self.nop_passes else 0.0)
+            return EpisodeResult(reward=1.0 if task.id in self.nop_passes else 0.0)
         if kind == "replay":
-            return Outcome(reward=payload.reward)
+            return EpisodeResult(reward=payload.reward)
         run: ExpertRun = payload
         t = Trajectory(agent=AgentInfo(name="fake"), steps=[Step(role=Role.USER, content="go")])
         obs = None
@@ -115,7 +117,7 @@ class FakeRunner:
             )
         t.steps.append(Step(role=Role.ASSISTANT, content=step.message))
         t.reward = 1.0
-        return Outcome(reward=1.0, trajectory=t)
+        return EpisodeResult(reward=1.0, trajectory=t)
 
 
 def _config(tmp_path: Path, **over: Any) -> Any:

@@ -11,7 +11,7 @@ from typing import Any
 
 from docker.errors import APIError, ImageNotFound
 
-import rock.bench.verifier.toolchain as toolchain
+import rock.verifier.toolchain as toolchain
 from ale.task import Task, load_task
 from rock.bench.harness import (
     trial_name,

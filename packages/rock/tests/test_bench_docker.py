@@ -254,7 +254,7 @@ def test_pip_installs_what_the_toolchain_holds_and_names_exactly_what_it_lacks(
     import subprocess
     import sys
 
-    from rock.bench.verifier import toolchain
+    from rock.verifier import toolchain
 
     monkeypatch.setattr(toolchain, "wheelhouse", lambda: tmp_path / "wheelhouse")
     root = tmp_path / "tasks"

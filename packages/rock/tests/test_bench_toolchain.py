@@ -1,4 +1,4 @@
-"""rock.bench.verifier: the offline stand-ins (shim) and the toolchain builder."""
+"""rock.verifier: the offline stand-ins (shim) and the toolchain builder."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from bench_fakes import (
     load_shim,
 )
 
-import rock.bench.verifier.toolchain as toolchain
+import rock.verifier.toolchain as toolchain
 
 
 @pytest.fixture(scope="module")

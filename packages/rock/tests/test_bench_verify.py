@@ -1,4 +1,4 @@
-"""rock.bench.verify: the pytest summary parser, rewards, the verifier run (fake sandbox)."""
+"""rock.verifier.run: the pytest summary parser, rewards, the verifier run (fake sandbox)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ from bench_fakes import (
 from rock.bench.results import (
     FailureMode,
 )
-from rock.bench.verify import (
+from rock.models import ExecResult
+from rock.verifier.run import (
     REWARD_JSON,
     REWARD_TXT,
     parse_pytest_summary,
@@ -21,7 +22,6 @@ from rock.bench.verify import (
     run_verifier,
     verdict_of,
 )
-from rock.models import ExecResult
 
 # -- verify ----------------------------------------------------------------------------------
 PYTEST_OUTPUT = """\

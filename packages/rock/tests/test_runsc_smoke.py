@@ -18,8 +18,8 @@ import pytest
 from rock.backends.docker import DockerBackend, DockerSandbox
 from rock.bench.harness import BenchOptions, Harness
 from rock.bench.images import ImageBuilder, ImageMap
-from rock.bench.verifier import toolchain
 from rock.models import SandboxSpec
+from rock.verifier import toolchain
 
 pytestmark = pytest.mark.docker
 

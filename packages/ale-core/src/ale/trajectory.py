@@ -42,7 +42,7 @@ class Role(StrEnum):
 class FailureMode(StrEnum):
     """Why an episode ended without a clean finish: the one enum every package uses
     (a trajectory's ``failure_mode``, a synthesis or training episode's
-    :class:`ale.synth.runner.Outcome`, a ``rock bench`` trial's result), so that a package
+    :class:`ale.episode.EpisodeResult`, a ``rock bench`` trial's result), so that a package
     decides what a failure means by its value, never by reading an error sentence."""
 
     NONE = "none"
@@ -70,6 +70,25 @@ class FailureMode(StrEnum):
     LOOP_DETECTED = "loop_detected"
     """The agent repeated the same action (or kept failing) after a warning."""
     UNKNOWN = "unknown"
+
+    @property
+    def is_environment(self) -> bool:
+        """The environment failed under the episode: no sandbox could be had, it broke, or
+        the daemon holding it went away. Nothing the agent did; the same task from the same
+        start may well run through (``rock bench`` tries a trial again)."""
+        return self in _ENVIRONMENT
+
+    @property
+    def is_infrastructure(self) -> bool:
+        """The failure says nothing about the agent or its policy: the environment's (see
+        :attr:`is_environment`), the model backend's or the verifier's. An episode ending so
+        is run again, never scored (roll); every other ending — a format error, turns or
+        time used up, a loop — is the agent's own result."""
+        return self in _INFRASTRUCTURE
+
+
+_ENVIRONMENT = frozenset({FailureMode.SANDBOX_ERROR, FailureMode.DAEMON_UNAVAILABLE})
+_INFRASTRUCTURE = _ENVIRONMENT | {FailureMode.MODEL_ERROR, FailureMode.VERIFIER_ERROR}
 
 
 class ToolCall(_Model):

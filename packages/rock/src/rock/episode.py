@@ -40,13 +40,6 @@ from ale.task import (
 )
 from ale.trajectory import FailureMode, Trajectory, VerifierResult, VerifierTest
 from rock.backends.base import Sandbox, SandboxError, upload
-from rock.bench.verify import (
-    TESTS_DIR,
-    VERIFIER_LOGS,
-    VerifierOutcome,
-    run_verifier,
-    verdict_of,
-)
 from rock.task_phases import (
     COLLECT_LOG,
     AsUser,
@@ -55,6 +48,13 @@ from rock.task_phases import (
     collect_artifacts,
     run_hooks,
     wait_healthy,
+)
+from rock.verifier.run import (
+    TESTS_DIR,
+    VERIFIER_LOGS,
+    VerifierOutcome,
+    run_verifier,
+    verdict_of,
 )
 
 AGENT_GRACE_SEC = 5.0
@@ -72,17 +72,6 @@ def episode_threads(episodes: int) -> ThreadPoolExecutor:
     return ThreadPoolExecutor(max(8, 2 * episodes + 4), thread_name_prefix="rock-episode")
 
 
-@dataclass
-class AgentRun:
-    """How the agent's part of an episode ended."""
-
-    trajectory: Trajectory | None
-    failure: FailureMode | None = None
-    """``AGENT_TIMEOUT`` or ``AGENT_ERROR`` when the agent returned no trajectory."""
-    error: str | None = None
-    seconds: float = 0.0
-
-
 async def run_agent(
     agent: BenchAgent,
     instruction: str,
@@ -90,40 +79,39 @@ async def run_agent(
     *,
     timeout_sec: float,
     traceback_dir: Path | None = None,
+    into: Episode | None = None,
     **options: Any,
-) -> AgentRun:
-    """Run ``agent`` on ``instruction`` in ``sandbox``: cancelled (and the sandbox's running
-    command interrupted) :data:`AGENT_GRACE_SEC` past its timeout; an agent that raises is
-    an ``AGENT_ERROR`` with its traceback in ``traceback_dir``. A :class:`SandboxError` is not
-    the agent's: it propagates. ``options`` go to ``agent.run`` as they are."""
+) -> Episode:
+    """Run ``agent`` on ``instruction`` in ``sandbox``, its part of an episode filled in
+    (``into``'s, or a new one's: the trajectory, its time, and ``AGENT_TIMEOUT`` or
+    ``AGENT_ERROR`` when it returned none):
+    cancelled (and the sandbox's running command interrupted) :data:`AGENT_GRACE_SEC` past
+    its timeout; an agent that raises has its traceback in ``traceback_dir``. A
+    :class:`SandboxError` is not the agent's: it propagates. ``options`` go to ``agent.run``
+    as they are."""
+    ran = into if into is not None else Episode()
+    ran.agent_started_at = datetime.now(UTC)
     started = time.monotonic()
     try:
-        trajectory = await asyncio.wait_for(
+        ran.trajectory = await asyncio.wait_for(
             agent.run(instruction, sandbox, timeout_sec=timeout_sec, **options),
             timeout_sec + AGENT_GRACE_SEC,
         )
     except TimeoutError:
         with contextlib.suppress(Exception):
             await asyncio.to_thread(sandbox.interrupt)
-        return AgentRun(
-            None,
-            FailureMode.AGENT_TIMEOUT,
-            f"the agent ran past its timeout of {timeout_sec:g} s and was stopped",
-            round(time.monotonic() - started, 3),
-        )
+        why = f"the agent ran past its timeout of {timeout_sec:g} s and was stopped"
+        ran.failed(FailureMode.AGENT_TIMEOUT, why)
     except SandboxError:
         raise
     except Exception as exc:
         if traceback_dir is not None:
             traceback_dir.mkdir(parents=True, exist_ok=True)
             (traceback_dir / AGENT_TRACEBACK).write_text(traceback.format_exc())
-        return AgentRun(
-            None,
-            FailureMode.AGENT_ERROR,
-            f"the agent raised {type(exc).__name__}: {exc}",
-            round(time.monotonic() - started, 3),
-        )
-    return AgentRun(trajectory, seconds=round(time.monotonic() - started, 3))
+        ran.failed(FailureMode.AGENT_ERROR, f"the agent raised {type(exc).__name__}: {exc}")
+    ran.agent_sec = round(time.monotonic() - started, 3)
+    ran.agent_ended_at = datetime.now(UTC)
+    return ran
 
 
 def with_context(
@@ -200,31 +188,20 @@ class TaskEnv(Protocol):
 
 
 @dataclass
-class StepOutcome:
-    """How one step of a multi-step task went."""
-
-    name: str
-    trajectory: Trajectory | None = None
-    verdict: VerifierOutcome | None = None
-    failure: FailureMode | None = None
-    error: str | None = None
-    agent_sec: float = 0.0
-    agent_started_at: datetime | None = None
-    agent_ended_at: datetime | None = None
-    test_started_at: datetime | None = None
-    verifier_stdout: str = ""
-
-
-@dataclass
 class Episode:
-    """How one episode went: the agent's part, the verifier's, and the first failure."""
+    """How one episode went — the agent's part, the verifier's, and the first failure — or
+    one step of a multi-step task, as each of its :attr:`steps` is: one type for both."""
 
+    name: str = ""
+    """The step's name (a whole episode's: its task's id)."""
     trajectory: Trajectory | None = None
     verdict: VerifierOutcome | None = None
     verifier_stdout: str = ""
     failure: FailureMode | None = None
-    """The first thing that failed: the sandbox, the agent (timeout, error) or the verifier;
-    None when it ran through (the trajectory's own end, a turn limit say, is not one)."""
+    """The first thing that failed, as the one value callers decide by: the environment
+    (:attr:`~ale.trajectory.FailureMode.is_environment`: no sandbox, a broken one), the
+    agent (a timeout, an error) or the verifier; None when it ran through (the trajectory's
+    own end, a turn limit say, is not one)."""
     error: str | None = None
     """The same for a person, one sentence."""
     opened: bool = False
@@ -234,18 +211,35 @@ class Episode:
     agent_started_at: datetime | None = None
     agent_ended_at: datetime | None = None
     test_started_at: datetime | None = None
-    agent_failure: FailureMode | None = None
-    """The agent's part alone: ``AGENT_TIMEOUT`` or ``AGENT_ERROR`` when it returned no
-    trajectory."""
-    infrastructure_failure: FailureMode | None = None
-    """What an exception of the sandbox (or the daemon) ended the episode with, if one did."""
-    steps: list[StepOutcome] = field(default_factory=list)
+    steps: list[Episode] = field(default_factory=list)
     """A multi-step task's steps that ran, in order (then :attr:`verdict` holds the rewards
     the task's strategy makes of theirs, and :attr:`trajectory` all their turns)."""
 
     @property
     def reward(self) -> float | None:
         return self.verdict.reward if self.verdict is not None else None
+
+    def failed(self, failure: FailureMode, error: str) -> None:
+        """Note ``failure`` unless an earlier one was noted (the first one stands)."""
+        if self.failure is None:
+            self.failure, self.error = failure, error
+
+
+@dataclass
+class _Run:
+    """What every part of one episode shares: the task, the agent and the sandbox it got."""
+
+    task: Task
+    agent: BenchAgent
+    env: TaskEnv
+    sandbox: Sandbox
+    lent: EpisodeSandbox
+    """What the agent gets: the sandbox, or a recorder around it."""
+    workdir: str
+    options: dict[str, Any]
+    """The agent's options (its logs directory, where it starts)."""
+    keep_artifacts: bool
+    before_verifier: Callable[[], Awaitable[None]] | None
 
 
 async def run_episode(
@@ -266,30 +260,48 @@ async def run_episode(
     """One episode of ``task`` with ``agent`` in ``env``: open, run the agent under its
     timeout (through ``agent_sandbox``, a recorder say, when given), stage the tests, run the
     verifier into ``verifier_dir`` (also after an agent timeout or error), and give the
-    sandbox back. Infrastructure failures (``env.failure_of``) end the episode as values;
+    sandbox back. Infrastructure failures (``env.failure_of``) end the episode as values
+    (one raised under the episode is its failure, whatever failed before);
     ``on_sandbox`` sees the sandbox before it is given back. With ``keep_artifacts`` the
     task's artifacts are copied out beside ``verifier_dir`` (as Harbor keeps them with a
     trial); a separate verifier gets them either way. ``before_verifier`` is awaited after
     the agent, before the collect hooks and the verifier (of each step, in a multi-step
     task): a caller holds the episode there until it knows it wants the reward."""
-    episode = Episode()
+    episode = Episode(task.id)
     started = time.monotonic()
     try:
         sandbox, workdir = await env.open(task)
     except Exception as exc:
-        episode.failure = episode.infrastructure_failure = _infrastructure(env, exc)
+        episode.failure = _infrastructure(env, exc)
         episode.error = f"no sandbox could be had: {exc}"
         return episode
     episode.opened = True
     episode.setup_sec = round(time.monotonic() - started, 3)
+    options: dict[str, Any] = {}
+    if logs_dir is not None:
+        options["logs_dir"] = logs_dir
+    if workdir != "/app" and "root" in inspect.signature(agent.run).parameters:
+        options["root"] = workdir  # agents that can start elsewhere start in the task's WORKDIR
+    lent = agent_sandbox(sandbox) if agent_sandbox is not None else sandbox
+    run = _Run(task, agent, env, sandbox, lent, workdir, options, keep_artifacts, before_verifier)
     try:
-        await _agent_and_verifier(
-            episode, task, agent, env, sandbox, workdir, agent_timeout_sec, test_timeout_sec,
-            verifier_dir, logs_dir, traceback_dir, agent_sandbox, keep_artifacts,
-            before_verifier,
-        )  # fmt: skip
+        sick = None
+        if task.environment.healthcheck is not None:
+            sick = await asyncio.to_thread(wait_healthy, sandbox, task.environment.healthcheck)
+        if sick is not None:
+            episode.failed(
+                FailureMode.SANDBOX_ERROR, f"the environment never became healthy: {sick}"
+            )
+        elif task.steps:
+            await _steps(run, episode, agent_timeout_sec, test_timeout_sec, verifier_dir,
+                         traceback_dir)  # fmt: skip
+        else:  # a task of one step: the task's own instruction, tests and phases
+            await _part(
+                run, None, episode, agent_timeout_sec, test_timeout_sec, verifier_dir,
+                verifier_dir.parent, traceback_dir,
+            )  # fmt: skip
     except Exception as exc:
-        episode.failure = episode.infrastructure_failure = _infrastructure(env, exc)
+        episode.failure = _infrastructure(env, exc)
         episode.error = str(exc) if isinstance(exc, SandboxError) else (
             f"the episode failed: {type(exc).__name__}: {exc}"
         )  # fmt: skip
@@ -300,156 +312,97 @@ async def run_episode(
     return episode
 
 
-async def _agent_and_verifier(
-    episode: Episode,
-    task: Task,
-    agent: BenchAgent,
-    env: TaskEnv,
-    sandbox: Sandbox,
-    workdir: str,
+async def _part(
+    run: _Run,
+    step: TaskStep | None,
+    part: Episode,
     agent_timeout_sec: float,
     test_timeout_sec: float,
-    verifier_dir: Path,
-    logs_dir: Path | None,
+    verifier_out: Path,
+    kept: Path,
     traceback_dir: Path | None,
-    agent_sandbox: Callable[[Sandbox], EpisodeSandbox] | None,
-    keep_artifacts: bool,
-    before_verifier: Callable[[], Awaitable[None]] | None,
 ) -> None:
-    options: dict[str, Any] = {}
-    if logs_dir is not None:
-        options["logs_dir"] = logs_dir
-    if workdir != "/app" and "root" in inspect.signature(agent.run).parameters:
-        options["root"] = workdir  # agents that can start elsewhere start in the task's WORKDIR
-    lent = agent_sandbox(sandbox) if agent_sandbox is not None else sandbox
-    hooks_log = verifier_dir.parent / COLLECT_LOG
-    if task.environment.healthcheck is not None:
-        sick = await asyncio.to_thread(wait_healthy, sandbox, task.environment.healthcheck)
-        if sick is not None:
-            episode.failure = episode.infrastructure_failure = FailureMode.SANDBOX_ERROR
-            episode.error = f"the environment never became healthy: {sick}"
-            return
-    if task.steps:
-        await _steps(
-            episode, task, agent, env, sandbox, lent, workdir, agent_timeout_sec,
-            test_timeout_sec, verifier_dir, traceback_dir, options, keep_artifacts,
-            before_verifier,
-        )  # fmt: skip
-        return
-    await env.network(task, sandbox, task.agent_network)
-    episode.agent_started_at = datetime.now(UTC)
-    ran = await run_agent(
-        agent,
-        agent_instruction(task.instruction),
-        AsUser(lent, task.agent_user) if task.agent_user else lent,
+    """The agent on ``step``'s instruction (the task's own, for a task of one step), then the
+    collect hooks, the artifacts (copied into ``kept``, beside the collect log), and the
+    tests, their output in ``verifier_out``: how it went, into ``part`` as it goes (what ran
+    stays there when the sandbox fails)."""
+    task, env, sandbox = run.task, run.env, run.sandbox
+    phases: Task | TaskStep = step if step is not None else task
+    await env.network(task, sandbox, phases.agent_network)
+    first = step is None or step is task.steps[0]  # the prior conversation goes to the first
+    options = with_context(run.agent, task, run.options, env.services(sandbox), first=first)
+    if step is not None and "logs_dir" in options:
+        options["logs_dir"] = kept / "agent"
+    await run_agent(
+        run.agent,
+        agent_instruction(phases.instruction),
+        AsUser(run.lent, phases.agent_user) if phases.agent_user else run.lent,
         timeout_sec=agent_timeout_sec,
         traceback_dir=traceback_dir,
-        **with_context(agent, task, options, env.services(sandbox)),
+        into=part,
+        **options,
     )
-    episode.agent_ended_at = datetime.now(UTC)
-    episode.agent_sec = ran.seconds
-    episode.trajectory = ran.trajectory
-    episode.agent_failure = episode.failure = ran.failure
-    episode.error = ran.error
-    if before_verifier is not None:
-        await before_verifier()
+    if run.before_verifier is not None:
+        await run.before_verifier()
     services = env.services(sandbox)
-    await asyncio.to_thread(run_hooks, sandbox, task.collect, hooks_log, services)
+    await asyncio.to_thread(run_hooks, sandbox, phases.collect, kept / COLLECT_LOG, services)
     handed: list[tuple[str, Path]] = []
-    if keep_artifacts or task.verifier is not None:
-        out = verifier_dir.parent / "artifacts"
-        handed = await asyncio.to_thread(collect_artifacts, sandbox, task.artifacts, out, services)
-    episode.test_started_at = datetime.now(UTC)
-    verdict = await _verify(
-        task, env, sandbox, task.verifier, None, task.verifier_env, test_timeout_sec,
-        verifier_dir, handed, task.verifier_network,
-    )  # fmt: skip
-    episode.verdict = verdict
-    stdout = verifier_dir / "stdout.txt"
-    episode.verifier_stdout = stdout.read_text(errors="replace") if stdout.is_file() else ""
-    if episode.failure is None and verdict.failure_mode != FailureMode.NONE:
-        episode.failure = verdict.failure_mode
-        episode.error = verdict.error or f"the verifier failed ({verdict.failure_mode})"
+    if run.keep_artifacts or phases.verifier is not None:
+        handed = await asyncio.to_thread(
+            collect_artifacts, sandbox, phases.artifacts, kept / "artifacts", services
+        )
+    part.test_started_at = datetime.now(UTC)
+    part.verdict = verdict = await _verify(run, step, test_timeout_sec, verifier_out, handed)
+    stdout = verifier_out / "stdout.txt"
+    part.verifier_stdout = stdout.read_text(errors="replace") if stdout.is_file() else ""
+    if verdict.failure_mode != FailureMode.NONE:
+        why = verdict.error or f"the verifier failed ({verdict.failure_mode})"
+        part.failed(verdict.failure_mode, why)
 
 
 async def _steps(
+    run: _Run,
     episode: Episode,
-    task: Task,
-    agent: BenchAgent,
-    env: TaskEnv,
-    sandbox: Sandbox,
-    lent: EpisodeSandbox,
-    workdir: str,
     agent_timeout_sec: float,
     test_timeout_sec: float,
     verifier_dir: Path,
     traceback_dir: Path | None,
-    options: dict[str, Any],
-    keep_artifacts: bool,
-    before_verifier: Callable[[], Awaitable[None]] | None,
 ) -> None:
     """A multi-step task's steps in the one sandbox, in order, as Harbor runs them: each
     step's files and setup, the agent on its instruction, its tests (in the sandbox, or in
     a separate verifier's), and its reward; a step whose verifier gave no reward, or whose
     reward is below its ``min_reward``, ends the task. The timeouts given scale each step's
     own as they scale the task's."""
+    task, env, sandbox = run.task, run.env, run.sandbox
     agent_scale = agent_timeout_sec / task.agent_timeout_sec
     test_scale = test_timeout_sec / task.test_timeout_sec
-    for index, step in enumerate(task.steps):
-        out = StepOutcome(step.name)
-        episode.steps.append(out)
+    for step in task.steps:
         step_dir = verifier_dir.parent / "steps" / step.name
         await env.network(task, sandbox, None)  # a step's set-up: the environment's network
         try:
-            await asyncio.to_thread(_prepare_step, sandbox, step, workdir)
+            await asyncio.to_thread(_prepare_step, sandbox, step, run.workdir)
         except _SetupFailed as exc:
-            out.failure, out.error = FailureMode.BUILD_FAILED, str(exc)
+            episode.steps.append(
+                Episode(step.name, failure=FailureMode.BUILD_FAILED, error=str(exc))
+            )
             break
         if step.healthcheck is not None:
             sick = await asyncio.to_thread(wait_healthy, sandbox, step.healthcheck)
             if sick is not None:
-                out.failure = episode.infrastructure_failure = FailureMode.SANDBOX_ERROR
-                out.error = f"the environment was not healthy before the step: {sick}"
+                why = f"the environment was not healthy before the step: {sick}"
+                episode.steps.append(
+                    Episode(step.name, failure=FailureMode.SANDBOX_ERROR, error=why)
+                )
                 break
-        await env.network(task, sandbox, step.agent_network)
-        out.agent_started_at = datetime.now(UTC)
-        step_options = with_context(agent, task, options, env.services(sandbox), first=index == 0)
-        if "logs_dir" in step_options:
-            step_options["logs_dir"] = step_dir / "agent"
-        ran = await run_agent(
-            agent,
-            agent_instruction(step.instruction),
-            AsUser(lent, step.agent_user) if step.agent_user else lent,
-            timeout_sec=step.agent_timeout_sec * agent_scale,
-            traceback_dir=step_dir / "agent" if traceback_dir is not None else None,
-            **step_options,
-        )
-        out.agent_ended_at = datetime.now(UTC)
-        out.agent_sec, out.trajectory = ran.seconds, ran.trajectory
-        out.failure, out.error = ran.failure, ran.error
-        if before_verifier is not None:
-            await before_verifier()
-        services = env.services(sandbox)
-        log = step_dir / COLLECT_LOG
-        await asyncio.to_thread(run_hooks, sandbox, step.collect, log, services)
-        handed: list[tuple[str, Path]] = []
-        if keep_artifacts or step.verifier is not None:
-            kept = step_dir / "artifacts"
-            handed = await asyncio.to_thread(
-                collect_artifacts, sandbox, step.artifacts, kept, services
-            )
-        out.test_started_at = datetime.now(UTC)
-        out.verdict = await _verify(
-            task, env, sandbox, step.verifier, step, step.verifier_env,
-            step.test_timeout_sec * test_scale, step_dir / "verifier", handed,
-            step.verifier_network,
+        part = Episode(step.name)
+        episode.steps.append(part)
+        await _part(
+            run, step, part, step.agent_timeout_sec * agent_scale,
+            step.test_timeout_sec * test_scale, step_dir / "verifier", step_dir,
+            step_dir / "agent" if traceback_dir is not None else None,
         )  # fmt: skip
-        stdout = step_dir / "verifier" / "stdout.txt"
-        out.verifier_stdout = stdout.read_text(errors="replace") if stdout.is_file() else ""
-        if out.failure is None and out.verdict.failure_mode != FailureMode.NONE:
-            out.failure = out.verdict.failure_mode
-            out.error = out.verdict.error or f"the verifier failed ({out.verdict.failure_mode})"
-        if out.verdict.rewards is None or not _reaches(out.verdict.rewards, step.min_reward):
+        rewards = part.verdict.rewards if part.verdict is not None else None
+        if rewards is None or not _reaches(rewards, step.min_reward):
             break
     _sum_up(episode, task)
 
@@ -498,11 +451,8 @@ def _sum_up(episode: Episode, task: Task) -> None:
     episode.test_started_at = first.test_started_at
     episode.agent_sec = round(sum(s.agent_sec for s in episode.steps), 3)
     failed = next((s for s in episode.steps if s.failure is not None), None)
-    if failed is not None:
-        episode.failure = failed.failure
-        episode.error = f"step {failed.name}: {failed.error}"
-        if failed.failure in (FailureMode.AGENT_TIMEOUT, FailureMode.AGENT_ERROR):
-            episode.agent_failure = failed.failure
+    if failed is not None and failed.failure is not None:
+        episode.failed(failed.failure, f"step {failed.name}: {failed.error}")
     verified = [s.verdict for s in episode.steps if s.verdict and s.verdict.rewards is not None]
     if task.reward_strategy == "final":
         rewards = last.verdict.rewards if last.verdict is not None else None
@@ -539,31 +489,28 @@ def _sum_up(episode: Episode, task: Task) -> None:
 
 
 async def _verify(
-    task: Task,
-    env: TaskEnv,
-    sandbox: Sandbox,
-    verifier: TaskVerifier | None,
+    run: _Run,
     step: TaskStep | None,
-    variables: dict[str, str],
     timeout_sec: float,
     out_dir: Path,
     handed: list[tuple[str, Path]],
-    network: bool | None,
 ) -> VerifierOutcome:
     """Run the tests (the task's, a step's over them) in the agent's sandbox, or in a
     separate verifier's sandbox that gets only the artifacts copied out of the agent's
     (``handed``: each one's path in the container and its copy here), with the network the
     verifier's phase asks for (None: the environment's)."""
-    user = step.verifier_user if step is not None else task.verifier_user
+    task, env, sandbox = run.task, run.env, run.sandbox
+    phases: Task | TaskStep = step if step is not None else task
+    verifier, user, variables = phases.verifier, phases.verifier_user, phases.verifier_env
     if verifier is None:
-        await env.network(task, sandbox, network)
+        await env.network(task, sandbox, phases.verifier_network)
         await env.stage_tests(task, sandbox)
         if step is not None and step.tests_dir is not None:
             await asyncio.to_thread(upload, sandbox, step.tests_dir, TESTS_DIR)
         return await asyncio.to_thread(
             _run_tests, task, sandbox, user, out_dir, timeout_sec, variables
         )
-    checker = await env.open_verifier(task, verifier, network)
+    checker = await env.open_verifier(task, verifier, phases.verifier_network)
     try:
         check = verifier.environment.healthcheck if verifier.environment else None
         sick = None if check is None else await asyncio.to_thread(wait_healthy, checker, check)
@@ -642,10 +589,8 @@ def _status(value: str) -> TestStatus:
 
 __all__ = [
     "AGENT_GRACE_SEC",
-    "AgentRun",
     "Episode",
     "EpisodeSandbox",
-    "StepOutcome",
     "TaskEnv",
     "episode_threads",
     "run_agent",

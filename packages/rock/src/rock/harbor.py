@@ -13,7 +13,7 @@ the trial asks for the internet, and opened or closed as the phases change. Comm
 ``bash -c`` as Harbor's docker environment runs them; files and folders travel as tar archives.
 
 A sandbox without a network also gets the offline stand-ins ``rock bench`` gives its
-verifiers (:mod:`rock.bench.verifier.toolchain`: pytest and its plugins importable, and
+verifiers (:mod:`rock.verifier.toolchain`: pytest and its plugins importable, and
 ``pip``, ``uv``, ``uvx``, ``curl``, ``wget`` that install from its wheelhouse), first on every
 command's PATH, so a task whose tests fetch pytest or uv passes offline as it does under
 ``rock bench run`` (``stand_ins=false`` leaves them out; ``true`` adds them to an open one).
@@ -37,10 +37,10 @@ from harbor.environments.definition import require_agent_environment_definition
 from harbor.environments.options import EnvironmentOptions
 from harbor.models.task.config import NetworkMode, NetworkPolicy
 
-from rock.bench.verifier import toolchain
 from rock.client import AsyncClient, AsyncSandbox
 from rock.errors import ImageBuildError
 from rock.models import ExecRequest, SandboxSpec
+from rock.verifier import toolchain
 
 MAX_OUTPUT = 32 * 2**20
 """The most of a command's stdout and of its stderr returned to Harbor (agents' logs)."""

@@ -17,7 +17,7 @@ Every decision is appended to ``<work>/journal.jsonl`` as it is made. A run star
 again with the same config skips what the journal already decided (except failures of
 the infrastructure, which are tried again), so it picks up where it stopped and never
 makes a task twice. Sandboxes and agents come in as arguments (:class:`Agents`, a
-:class:`~ale.synth.runner.SandboxRunner`): this module starts nothing itself.
+:class:`~ale.episode.EpisodeRunner`): this module starts nothing itself.
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ from typing import Any, Protocol
 import yaml
 
 from ale.agents import BenchAgent
+from ale.episode import EpisodeResult, EpisodeRunner
 from ale.jsonl import read_jsonl, write_jsonl
 from ale.synth.config import SynthConfig
 from ale.synth.dataset import write_dataset
@@ -46,7 +47,6 @@ from ale.synth.family import draft_for, get_family
 from ale.synth.filters import Contamination, held_out_instructions, heuristic_reason
 from ale.synth.mix import mix, quotas
 from ale.synth.render import render_task
-from ale.synth.runner import Outcome, SandboxRunner
 from ale.task import Task, load_task
 from ale.trajectory import Trajectory
 
@@ -193,7 +193,7 @@ class Pipeline:
     def __init__(
         self,
         config: SynthConfig,
-        runner: SandboxRunner,
+        runner: EpisodeRunner,
         agents: Agents,
         *,
         work_dir: Path,
@@ -382,7 +382,7 @@ class Pipeline:
         self._timed(stage, started, len(kept), len(alive) - len(kept))
         return kept
 
-    async def _episode(self, task: Task, agent: BenchAgent) -> Outcome:
+    async def _episode(self, task: Task, agent: BenchAgent) -> EpisodeResult:
         self.episodes += 1
         return await self.runner.episode(task, agent)
 
@@ -435,7 +435,7 @@ class Pipeline:
         if self.config.teacher is not None and rng.random() < self.config.teacher.share:
             teacher = self.agents.teacher()
         source = "expert"
-        outcome: Outcome | None = None
+        outcome: EpisodeResult | None = None
         if teacher is not None:
             outcome = await self._episode(task, teacher)
             source = "teacher"

@@ -70,11 +70,11 @@ from rock.bench.services import (
     read_compose,
     remove_labelled,
 )
-from rock.bench.verifier import toolchain
-from rock.bench.verify import VerifierOutcome, stage
 from rock.episode import Episode, episode_threads, run_episode, verifier_result
 from rock.models import SandboxSpec
 from rock.task_phases import Services
+from rock.verifier import toolchain
+from rock.verifier.run import VerifierOutcome, stage
 
 DEFAULT_MEMORY_MB = 2048
 LABEL_RUN = "dev.ale.rock.bench.run"
@@ -402,7 +402,7 @@ class Harness:
             if not self.options.keep_sandboxes:  # what a delete that timed out left behind
                 await asyncio.shield(self._sweep(result))
         _record(episode, task, result, logs)
-        return episode.infrastructure_failure is not None
+        return episode.failure is not None and episode.failure.is_environment
 
     async def _sweep(self, result: TrialResults) -> None:
         """Remove whatever the engine still holds under the trial's label."""
@@ -589,8 +589,10 @@ def _record(episode: Episode, task: Task, result: TrialResults, logs: Path) -> N
         result.total_output_tokens = usage.completion_tokens
         result.n_steps = len(trajectory.steps)
         # the agent's own end (a turn limit...) before the verifier's failure
+        first = episode.failure
         if trajectory.failure_mode is not None and not (
-            episode.agent_failure or episode.infrastructure_failure
+            first in (FailureMode.AGENT_TIMEOUT, FailureMode.AGENT_ERROR)
+            or (first is not None and first.is_environment)
         ):
             result.failure_mode, result.error = trajectory.failure_mode, trajectory.notes
     result.steps = [

@@ -448,8 +448,8 @@ def bench_build(
     """Build (or find cached) the images of DATASET's tasks, and the verifier toolchain."""
     from rock.bench.harness import BenchError, scan_dataset
     from rock.bench.images import ImageBuilder, ImageMap, TaskImageError
-    from rock.bench.verifier import toolchain
     from rock.engine import connect
+    from rock.verifier import toolchain
 
     try:
         scan = scan_dataset(dataset, tasks)
@@ -493,7 +493,7 @@ def bench_toolchain(
     wheels: Path | None, wheelhouse: Path | None, rebuild: bool, as_json: bool
 ) -> None:
     """Build the offline verifier toolchain (once) and say what it holds."""
-    from rock.bench.verifier import toolchain
+    from rock.verifier import toolchain
 
     try:
         toolchain.build(wheels=wheels, force=rebuild)

@@ -39,7 +39,6 @@ from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
 
 from rock.backends.base import SandboxConflict, SandboxError
-from rock.bench.verifier import toolchain
 from rock.daemon.e2b_gate import (
     LABEL,
     META,
@@ -57,6 +56,7 @@ from rock.daemon.manager import SandboxManager
 from rock.daemon.ports import NothingListens, forward
 from rock.images.base import BASE_IMAGE
 from rock.models import CreateSandboxRequest, ExecRequest, SandboxInfo, SandboxSpec
+from rock.verifier import toolchain
 
 DEFAULT_TIMEOUT_SEC = 300
 """E2B's sandbox timeout when a create request gives none."""

@@ -20,8 +20,8 @@ import docker
 from docker.errors import BuildError, ImageNotFound
 
 from rock.bench.images import BENCH_BASE, ImageBuilder
-from rock.bench.verifier import toolchain
 from rock.errors import RockError
+from rock.verifier import toolchain
 
 POOL_REPO = "rock/synth-base"
 

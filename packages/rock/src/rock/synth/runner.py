@@ -21,17 +21,17 @@ from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 from ale.agents import BenchAgent
-from ale.synth.runner import Outcome
+from ale.episode import EpisodeResult
 from ale.task import Task, TaskVerifier
 from ale.trajectory import FailureMode
 from rock.backends.base import Backend, PoolNotFound, Sandbox, SandboxError, pack_upload
-from rock.bench.verifier import toolchain
-from rock.bench.verify import AGENT_LOGS, TESTS_DIR, VERIFIER_LOGS, stage
 from rock.client import Client
 from rock.episode import run_episode, verifier_result
 from rock.errors import DaemonUnreachable, PoolExhausted, RockError, ShuttingDown
 from rock.models import SandboxSpec
 from rock.task_phases import Services
+from rock.verifier import toolchain
+from rock.verifier.run import AGENT_LOGS, TESTS_DIR, VERIFIER_LOGS, stage
 
 T = TypeVar("T")
 
@@ -272,7 +272,7 @@ class FreshSandboxes:
 
 
 class PoolRunner:
-    """An :class:`ale.synth.runner.SandboxRunner` over a :class:`SandboxSource`."""
+    """An :class:`ale.episode.EpisodeRunner` over a :class:`SandboxSource`."""
 
     def __init__(
         self,
@@ -297,9 +297,9 @@ class PoolRunner:
         logs_dir: Path | None = None,
         before_verifier: Callable[[], Awaitable[None]] | None = None,
         starts: ForkedStarts | None = None,
-    ) -> Outcome:
+    ) -> EpisodeResult:
         """One episode in :func:`rock.episode.run_episode`, this runner its :class:`TaskEnv`
-        (``before_verifier``: see :class:`ale.synth.runner.SandboxRunner`), or ``starts``
+        (``before_verifier``: see :class:`ale.episode.EpisodeRunner`), or ``starts``
         when the episode starts from a fork of a prepared sandbox."""
         started = time.monotonic()
         lost: list[str] = []
@@ -323,7 +323,7 @@ class PoolRunner:
             )
         seconds = round(time.monotonic() - started, 3)
         if lost:  # the agent or the verifier saw the daemon fail, not the task
-            return Outcome(
+            return EpisodeResult(
                 failure=FailureMode.DAEMON_UNAVAILABLE, error=f"{DAEMON_LOST}: {lost[0]}",
                 seconds=seconds,
             )  # fmt: skip
@@ -332,7 +332,7 @@ class PoolRunner:
             trajectory.task_id = trajectory.task_id or task.id
             trajectory.reward = episode.verdict.reward
             trajectory.verifier = verifier_result(episode.verdict, stdout=episode.verifier_stdout)
-        return Outcome(
+        return EpisodeResult(
             reward=episode.reward,
             trajectory=trajectory,
             failure=episode.failure,

@@ -5,7 +5,7 @@ others once enough have finished. With a fast policy most of an episode's cost i
 verifier (the task's tests in its sandbox), so scoring a group that is then cut is waste,
 and on a small machine it slows down the groups that are kept. RollPacker scores only the
 responses a round keeps; here, in a short round, an episode that is done acting waits before
-its verifier (the ``before_verifier`` seam of :class:`ale.synth.runner.SandboxRunner`) until
+its verifier (the ``before_verifier`` seam of :class:`ale.episode.EpisodeRunner`) until
 its group is **admitted**:
 
 - a group is ready once every one of its episodes is done acting (or has ended without

@@ -1,6 +1,6 @@
 """Agentic episodes: an agent, with the policy as its model, on a task in a sandbox.
 
-An episode takes a sandbox from a :class:`ale.synth.runner.SandboxRunner` (rock's warm
+An episode takes a sandbox from a :class:`ale.episode.EpisodeRunner` (rock's warm
 pool), applies the task's environment, runs the agent — the iflow agent loop in the compact
 prompt profile with a :class:`~roll.policy.PolicyModel`, or any agent calling the
 policy through the gateway (:mod:`roll.gateway`) with its episode's key, whose record then
@@ -30,8 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from ale.agents import BenchAgent, TaskContext, load_agent
+from ale.episode import EpisodeResult, EpisodeRunner
 from ale.sandbox import SandboxVerbs
-from ale.synth.runner import Outcome, SandboxRunner
 from ale.task import Task
 from ale.trajectory import FailureMode, Role, Step, Trajectory
 from roll.agentic.admission import EpisodeGate, GroupGate
@@ -39,17 +39,6 @@ from roll.errors import RollError
 from roll.gateway import Gateway
 from roll.gateway.openai_api import MODEL_NAME
 from roll.policy import GenerationQueue, PolicyModel
-
-INFRA_FAILURES = frozenset(
-    {
-        FailureMode.MODEL_ERROR,
-        FailureMode.SANDBOX_ERROR,
-        FailureMode.VERIFIER_ERROR,
-        FailureMode.DAEMON_UNAVAILABLE,
-    }
-)
-"""A trajectory's failure modes that say nothing about the policy (its other endings — a
-format error, turns or time used up, a loop — are the policy's results, and scored)."""
 
 
 @dataclass
@@ -164,29 +153,12 @@ class _Continuing:
         )  # fmt: skip
 
 
-def classify(outcome: Outcome) -> FailureMode | None:
-    """``None`` when the episode is scored, else the infrastructure failure it ran into.
-
-    Decided by values only, never by the error's wording: the trajectory's failure mode
-    (:data:`INFRA_FAILURES`) and the outcome's ``failure``; an outcome without a reward, or
-    with an error but no failure named, is :attr:`FailureMode.UNKNOWN`."""
-    trajectory = outcome.trajectory
-    if trajectory is not None and trajectory.failure_mode in INFRA_FAILURES:
-        return trajectory.failure_mode
-    if outcome.failure is None:
-        clean = outcome.error is None and outcome.reward is not None
-        return None if clean else FailureMode.UNKNOWN
-    if outcome.failure == FailureMode.AGENT_TIMEOUT and trajectory is not None:
-        return None  # the agent's own time ran out and it said what it did: its result
-    return outcome.failure
-
-
 class AgenticEpisodes:
     """Runs groups of episodes of tasks with the policy (see the module docstring)."""
 
     def __init__(
         self,
-        runner: SandboxRunner,
+        runner: EpisodeRunner,
         queue: GenerationQueue,
         tokenizer: Any,
         *,
@@ -224,12 +196,12 @@ class AgenticEpisodes:
 
     async def _attempt(
         self, task: Task, group_id: str, hold: EpisodeGate | None, started: _Started | None
-    ) -> Outcome:
+    ) -> EpisodeResult:
         gateway = self.agent.gateway
         if started is not None:  # (the config keeps resampling to the in-process agent)
             continuing = _Continuing(self._agent(), started.prefix)
             episode = getattr(self.runner, "episode")  # noqa: B009  (a PoolRunner's)
-            outcome: Outcome = await episode(
+            outcome: EpisodeResult = await episode(
                 task, continuing, before_verifier=hold, starts=started.starts
             )
             return outcome
@@ -244,7 +216,7 @@ class AgenticEpisodes:
             gateway.episodes.forget(key)
         self.counts.gateway_calls += record.calls
         if record.lost:  # the gateway restarted under it: not a result of the policy's
-            return Outcome(
+            return EpisodeResult(
                 failure=FailureMode.MODEL_ERROR,
                 error="the policy gateway restarted during the episode",
             )
@@ -274,7 +246,7 @@ class AgenticEpisodes:
             except asyncio.CancelledError:  # its group was cut: stopped, sandbox given back
                 self.counts.cut += 1
                 raise
-            reason = classify(outcome)
+            reason = outcome.unscored
             if reason is None:
                 self.counts.scored += 1
                 trajectory = outcome.trajectory

@@ -5,7 +5,7 @@ Terminal-Bench 2.0: ``bash /tests/test.sh``, then the rewards from
 Harbor's order; no reward file is a verifier error.
 Terminal-Bench 1.0: ``bash /tests/run-tests.sh``, then the pytest summary (``-rA``):
 resolved only when every test passed.
-Both run with the offline toolchain first on PATH (see :mod:`rock.bench.verifier`).
+Both run with the offline toolchain first on PATH (see :mod:`rock.verifier`).
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ from pydantic import BaseModel, Field
 
 from ale.sandbox import SandboxVerbs
 from ale.task import Task
+from ale.trajectory import FailureMode
 from rock.backends.base import download, upload
-from rock.bench.results import FailureMode
-from rock.bench.verifier import toolchain
+from rock.verifier import toolchain
 
 TESTS_DIR = "/tests"
 VERIFIER_LOGS = "/logs/verifier"

@@ -3,7 +3,7 @@ each container before its tests run.
 
 The packages are pure-Python wheels installed with ``pip --target`` (``--platform any``,
 so the same tree works on any python3 in any task image) and zipped into ``site.zip``; the stand-ins of
-:mod:`rock.bench.verifier.shim` (uv, uvx, pip, curl, wget, apt-get, pytest) go into
+:mod:`rock.verifier.shim` (uv, uvx, pip, curl, wget, apt-get, pytest) go into
 ``bin/``. The tree is cached under ``~/.cache/rock/verifier/<digest>/`` (digest of the
 requirement list and the shim's source) and packed once per process into a tar that
 :func:`install` unpacks at :data:`TOOLCHAIN_DIR` in a sandbox.
@@ -137,7 +137,7 @@ def build(*, wheels: Path | None = None, force: bool = False) -> Path:
             raise ToolchainError(
                 f"pip could not fetch the verifier toolchain ({tail}); run this where PyPI "
                 "is reachable, or pass --wheels DIR with the wheels of "
-                "rock.bench.verifier.toolchain.REQUIREMENTS."
+                "rock.verifier.toolchain.REQUIREMENTS."
             )
         shutil.rmtree(site / "bin", ignore_errors=True)  # console scripts with host shebangs
         _zip_tree(site, scratch / "site.zip")
