@@ -12,7 +12,7 @@ import pytest
 
 from ale.atif import to_atif
 from ale.samples import sample_trajectory
-from ale.trajectory import AgentInfo, Role, Step, ToolCall, ToolResult, Trajectory, Usage
+from ale.trajectory import AgentInfo, Role, Step, StepMark, ToolCall, ToolResult, Trajectory, Usage
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 from harbor_env import ensure_harbor
@@ -54,8 +54,8 @@ def _edge_cases() -> dict[str, Trajectory]:
         ],
         "no-steps": [],
         "copied-context": [
-            Step(role=Role.USER, content="before", extra={"copied_context": True}),
-            Step(role=Role.ASSISTANT, content="noted", extra={"copied_context": True}),
+            Step(role=Role.USER, content="before", mark=StepMark.COPIED),
+            Step(role=Role.ASSISTANT, content="noted", mark=StepMark.COPIED),
             user,
         ],
     }

@@ -16,7 +16,7 @@ from ale.synth.family import draft_for
 from ale.synth.pipeline import plan
 from ale.synth.render import render_task
 from ale.task import load_task
-from ale.trajectory import Role
+from ale.trajectory import Role, StepMark
 
 ROOT = Path(__file__).resolve().parents[1]
 DATASET = ROOT / "datasets" / "synth-mini"
@@ -67,7 +67,7 @@ def test_tasks_load_and_trajectories_are_solved_expert_runs(manifest: dict) -> N
         assert t.reward == 1.0 and t.failure_mode is None and t.model == "expert"
         assert t.steps[0].role is Role.SYSTEM and t.steps[1].role is Role.USER
         assert t.steps[-2].tool_calls[0].name == "finish"
-    mistakes = sum(any(s.extra.get("expert") == "mistake" for s in t.steps) for t in trajectories)
+    mistakes = sum(any(s.mark is StepMark.MISTAKE for s in t.steps) for t in trajectories)
     assert 0.1 <= mistakes / len(trajectories) <= 0.3  # mistake_rate 0.2
 
 

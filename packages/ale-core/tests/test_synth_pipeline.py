@@ -20,7 +20,7 @@ from ale.synth.dataset import dataset_stats
 from ale.synth.expert import ExpertRun, Final, Observation
 from ale.synth.family import Family, TaskDraft, register
 from ale.synth.pipeline import Pipeline, WorkDirError, family_shares, plan
-from ale.trajectory import AgentInfo, Role, Step, ToolCall, ToolResult, Trajectory
+from ale.trajectory import AgentInfo, Role, Step, StepMark, ToolCall, ToolResult, Trajectory
 
 
 @register
@@ -108,7 +108,7 @@ class FakeRunner:
                     role=Role.ASSISTANT,
                     content=step.thought,
                     tool_calls=[call],
-                    extra={"expert": run.marks[-1]} if run.marks[-1] else {},
+                    mark=StepMark(run.marks[-1]) if run.marks[-1] else None,
                 )
             )
             obs = Observation("out\nExit code: 0", 0)

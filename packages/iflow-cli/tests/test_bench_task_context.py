@@ -14,7 +14,7 @@ import pytest
 
 from ale.atif import read_atif
 from ale.jsonl import read_jsonl
-from ale.trajectory import Role, Trajectory
+from ale.trajectory import Role, StepMark, Trajectory
 
 pytestmark = pytest.mark.docker
 
@@ -183,15 +183,12 @@ def test_the_prior_conversation_comes_first_marked_as_copied(run: Path) -> None:
     steps = _trajectory(run, "vault").steps
     assert [s.role for s in steps[1:4]] == [Role.USER, Role.ASSISTANT, Role.USER]
     assert steps[1].content == "Remember: answers go in /app/answer.txt."
-    assert steps[1].extra.get("copied_context") and steps[2].extra.get("copied_context")
-    assert not steps[3].extra.get("copied_context")  # the task's own instruction
+    assert steps[1].mark is steps[2].mark is StepMark.COPIED
+    assert steps[3].mark is None  # the task's own instruction
     doc = json.loads((run / "vault.1-of-1" / "agent" / "trajectory.atif.json").read_text())
     assert [s.get("is_copied_context", False) for s in doc["steps"][1:4]] == [True, True, False]
-    assert (
-        read_atif(run / "vault.1-of-1" / "agent" / "trajectory.atif.json")
-        .steps[1]
-        .extra["copied_context"]
-    )
+    imported = read_atif(run / "vault.1-of-1" / "agent" / "trajectory.atif.json")
+    assert imported.steps[1].mark is StepMark.COPIED
 
 
 def test_a_server_that_cannot_start_is_one_sentence_and_the_agent_goes_on(run: Path) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ale.synth.expert import ExpertRun, shell, write
-from ale.trajectory import Role
+from ale.trajectory import Role, StepMark
 from iflow.agent import Agent, AgentConfig
 from iflow.bench import IflowAgent
 from iflow.models.expert import ExpertModel, replay_script
@@ -44,7 +44,7 @@ async def test_expert_acts_on_what_it_sees_through_the_loop(tmp_path: Path) -> N
         "finish",
     ]
     assert turns[0].tool_calls[0].arguments == {"command": "catt port.txt"}
-    assert turns[0].extra == {"expert": "mistake"} and turns[1].extra == {"expert": "recovery"}
+    assert turns[0].mark is StepMark.MISTAKE and turns[1].mark is StepMark.RECOVERY
     assert [c.id for s in turns for c in s.tool_calls][:2] == ["call_0001", "call_0002"]
     errors = next(s.tool_results[0] for s in t.steps if s.role is Role.TOOL)
     assert errors.is_error and "command not found" in errors.content

@@ -18,7 +18,7 @@ from ale.synth.expert import ExpertRun
 from ale.synth.family import CATEGORIES, draft_for, get_family
 from ale.synth.render import render_task
 from ale.task import load_task
-from ale.trajectory import FailureMode
+from ale.trajectory import FailureMode, StepMark
 from rock.backends.docker import DockerBackend
 from rock.bench.agents import NopAgent, OracleAgent
 from rock.errors import DaemonUnreachable
@@ -112,7 +112,7 @@ async def test_episodes_oracle_nop_expert_and_replay(tmp_path: Path, fresh: Fres
     assert solved.passed, solved.error
     t = solved.trajectory
     assert t.reward == 1.0 and t.verifier.passed and t.verifier.tests
-    assert any(s.extra.get("expert") == "mistake" for s in t.steps)
+    assert any(s.mark is StepMark.MISTAKE for s in t.steps)
     assert (tmp_path / "logs" / "verifier" / "stdout.txt").exists()
     replay = await runner.episode(task, load_agent("iflow", replay=t))
     assert replay.reward == 1.0

@@ -485,9 +485,9 @@ async def test_a_group_starts_from_forks_of_a_sandbox_the_expert_s_turns_ran_in(
         assert trajectory.extra["roll"]["anchor"] == 4
         turns = [s for s in trajectory.steps if s.role is Role.ASSISTANT]
         assert len(turns) == 5, (trajectory.failure_mode, trajectory.notes, trajectory.steps[-2:])
-        assert all(s.extra["roll"]["prefix"] for s in turns[:4])
+        assert all(s.prefix for s in turns[:4])
         assert turns[3].tool_calls[0].name == "write_file"
-        assert "prefix" not in turns[4].extra.get("roll", {})  # the policy's own finish
+        assert not turns[4].prefix  # the policy's own finish
         sample = sample_from_trajectory(trajectory)  # one growing token sequence
         assert sum(sample.expert_mask) == sum(len(s.token_ids or []) for s in turns[:4])
         assert sum(sample.rl_mask) == len(turns[4].token_ids or [])
@@ -549,5 +549,5 @@ def test_roll_train_on_tasks_resamples_from_expert_turns_in_forked_sandboxes(
         assert all(t["group_id"].endswith(f"-e0-a{5 if step == 2 else 0}") for t in trajectories)
     assert anchors == [set(), {5}]  # anchor 0 runs the task from its start, unmarked
     marked = json.loads(rows.splitlines()[0])
-    prefix = [s for s in marked["steps"] if s.get("extra", {}).get("roll", {}).get("prefix")]
+    prefix = [s for s in marked["steps"] if s.get("prefix")]
     assert len(prefix) == 5 and all(s["token_ids"] for s in prefix)

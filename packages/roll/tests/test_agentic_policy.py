@@ -427,8 +427,7 @@ async def test_an_episode_continues_from_an_expert_prefix_marked_for_imitation(
     backend = ScriptedBackend(tokenizer, {"p": list(SCRIPT[1:])})
     call = ToolCall(id="call_0", name="run_shell_command", arguments={"command": "ls"})
     prefix = [
-        Step(role=Role.ASSISTANT, content="Let me look.", tool_calls=[call],
-             extra={"roll": {"prefix": True}}),
+        Step(role=Role.ASSISTANT, content="Let me look.", tool_calls=[call], prefix=True),
         Step(role=Role.TOOL, tool_results=[ToolResult(call_id="call_0", content="a.txt\n")]),
     ]  # fmt: skip
     workspace = LocalWorkspace(tmp_path)

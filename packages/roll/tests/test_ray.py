@@ -100,7 +100,7 @@ def test_env_rollouts_in_ray_actors_equal_the_in_process_ones(
 
     assert len(hosts) == 2  # the episodes were spread over both actors
     assert sum(len(t.steps) for t in local) > 3 * len(local)  # several turns each
-    assert any(s.extra.get("roll") == {"prefix": True} for s in remote[-1].steps)
+    assert any(s.prefix for s in remote[-1].steps)
     assert [_essence(t) for t in remote] == [_essence(t) for t in local]
 
 

@@ -138,11 +138,11 @@ def test_replay_then_policy(tokenizer: Any, anchor: int) -> None:
     replayed, sampled = assistant[:anchor], assistant[anchor:]
     assert [s.content for s in replayed] == ["5", "8"][:anchor]
     for step in replayed:
-        assert step.extra["roll"] == {"prefix": True}
+        assert step.prefix and "roll" not in step.extra
         assert step.logprobs is None and step.policy_version is None
         assert step.model == "expert-model"
         assert tokenizer.decode(step.token_ids) == step.content + "<|im_end|>"
-    assert all(s.logprobs is not None and "roll" not in s.extra for s in sampled)
+    assert all(s.logprobs is not None and not s.prefix for s in sampled)
     assert trajectory.extra["roll"]["finish_reasons"][:anchor] == ["prefix"] * anchor
 
     view = token_view(trajectory)  # the replayed turns are chunks like the sampled ones

@@ -12,7 +12,7 @@ from safetensors.torch import load_file
 from transformers import AutoTokenizer
 
 from ale.jsonl import read_jsonl, write_jsonl
-from ale.trajectory import AgentInfo, Role, Step, ToolCall, ToolResult, Trajectory
+from ale.trajectory import AgentInfo, Role, Step, StepMark, ToolCall, ToolResult, Trajectory
 from iflow.models.local import prompt_token_ids
 from iflow.models.tiny import build_tiny_model
 from roll.config import SFTConfig, load_config
@@ -45,7 +45,7 @@ def _trajectory(reward: float = 1.0) -> Trajectory:
                 role=Role.ASSISTANT,
                 content="Counting.",
                 tool_calls=[_call("run_shell_command", command="wx -l data.txt")],
-                extra={"expert": "mistake"},
+                mark=StepMark.MISTAKE,
             ),
             Step(
                 role=Role.TOOL,
@@ -57,7 +57,7 @@ def _trajectory(reward: float = 1.0) -> Trajectory:
                 role=Role.ASSISTANT,
                 content="That was a typo; wc is the tool.",
                 tool_calls=[_call("run_shell_command", command="wc -l data.txt")],
-                extra={"expert": "recovery"},
+                mark=StepMark.RECOVERY,
             ),
             Step(
                 role=Role.TOOL,
@@ -95,7 +95,7 @@ def test_tokenised_like_the_agent_prompt_with_the_mistake_turn_masked(tiny: Path
 
 
 def test_a_step_atif_marked_as_copied_context_is_context_not_a_target(tiny: Path) -> None:
-    """``is_copied_context`` (ATIF 1.7) imports as ``extra.copied_context``: no loss on it."""
+    """``is_copied_context`` (ATIF 1.7) imports as the step's mark ``copied``: no loss on it."""
     from ale.atif import from_atif, to_atif
 
     tokenizer = AutoTokenizer.from_pretrained(tiny)
@@ -103,7 +103,7 @@ def test_a_step_atif_marked_as_copied_context_is_context_not_a_target(tiny: Path
     last_agent = [s for s in doc["steps"] if s["source"] == "agent"][-1]
     last_agent["is_copied_context"] = True  # the finish turn, a target until now
     imported = from_atif(doc)
-    marked = [s for s in imported.steps if s.extra.get("copied_context")]
+    marked = [s for s in imported.steps if s.mark is StepMark.COPIED]
     assert len(marked) == 1
     full = tokenize_trajectory(_trajectory(), tokenizer, [], max_seq_len=100_000)
     copied = tokenize_trajectory(imported, tokenizer, [], max_seq_len=100_000)

@@ -32,6 +32,7 @@ from ale.trajectory import (
     FailureMode,
     Role,
     Step,
+    StepMark,
     Timings,
     ToolCall,
     ToolResult,
@@ -233,7 +234,14 @@ def _metrics(step: Step) -> dict[str, Any] | None:
 
 def _step_ale(step: Step) -> dict[str, Any]:
     """ALE-only fields of a step."""
-    ale: dict[str, Any] = _drop_none({"policy_version": step.policy_version, "reward": step.reward})
+    ale: dict[str, Any] = _drop_none(
+        {
+            "policy_version": step.policy_version,
+            "reward": step.reward,
+            "mark": step.mark if step.mark is not StepMark.COPIED else None,
+            "prefix": step.prefix or None,
+        }
+    )
     if step.usage is not None and not any(v is not None for v in step.usage.model_dump().values()):
         ale["empty_usage"] = True
     if step.extra:
@@ -300,7 +308,7 @@ def _message_step(step: Step) -> dict[str, Any]:
             "message": step.content,
         }
     )
-    if step.extra.get("copied_context"):
+    if step.mark is StepMark.COPIED:
         atif_step["is_copied_context"] = True
     ale = _step_ale(step)
     if agent:
@@ -480,6 +488,8 @@ def _tool_step(observation: dict[str, Any], ale: dict[str, Any]) -> Step:
         tool_results=tool_results,
         policy_version=ale.get("policy_version"),
         reward=ale.get("reward"),
+        mark=ale.get("mark"),
+        prefix=ale.get("prefix", False),
         extra=ale.get("extra", {}),
     )
 
@@ -506,8 +516,7 @@ def _steps_from(atif_steps: list[Any]) -> list[Step]:
         if "usage" in ale:  # a system or user step's own (ATIF has no place for it)
             usage = Usage(**ale["usage"])
         extra = dict(ale.get("extra", {}))
-        if raw.get("is_copied_context"):
-            extra["copied_context"] = True
+        mark = StepMark.COPIED if raw.get("is_copied_context") else ale.get("mark")
         steps.append(
             Step(
                 role=_ROLE_OF[source],
@@ -530,6 +539,8 @@ def _steps_from(atif_steps: list[Any]) -> list[Step]:
                 logprobs=metrics.get("logprobs", ale.get("logprobs")),
                 policy_version=ale.get("policy_version"),
                 reward=ale.get("reward"),
+                mark=mark,
+                prefix=ale.get("prefix", False),
                 extra=extra,
             )
         )

@@ -5,7 +5,8 @@ which tokens the policy generated. Each maximal run of policy-generated tokens
 (between two environment observations) is one *interaction chunk*. Prompt and
 environment tokens belong to no chunk.
 
-This module is the one place that defines chunks; SFT and IPA in roll both call it.
+This module is the one place that defines chunks, and what the loss makes of a step's
+tokens (:func:`loss_of`, from its typed marks); SFT and IPA in roll both call it.
 """
 
 from __future__ import annotations
@@ -13,11 +14,35 @@ from __future__ import annotations
 import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
+from enum import StrEnum
 
-from ale.trajectory import Role, Trajectory
+from ale.trajectory import Role, Step, StepMark, Trajectory
 
 NO_CHUNK = -1
 """Chunk id given to prompt and environment tokens."""
+
+
+class Loss(StrEnum):
+    """What training makes of an assistant step's tokens."""
+
+    TARGET = "target"
+    """The turn is learnt from: RL's tokens when the policy sampled them, SFT's target."""
+    IMITATION = "imitation"
+    """An expert's turn an RL episode was started after: never RL's; the imitation term's
+    (an SFT target) when asked."""
+    NONE = "none"
+    """No loss: a planned mistake, an irrelevant turn, copied context."""
+
+
+_NO_LOSS = frozenset({StepMark.MISTAKE, StepMark.IRRELEVANT, StepMark.COPIED})
+
+
+def loss_of(step: Step) -> Loss:
+    """What the loss makes of ``step``'s tokens, from its marks: the one decision SFT and RL
+    share (a mistake is never imitated, even in a prefix)."""
+    if step.mark in _NO_LOSS:
+        return Loss.NONE
+    return Loss.IMITATION if step.prefix else Loss.TARGET
 
 
 def chunk_ids(token_ids: Sequence[int], policy_mask: Sequence[bool | int]) -> list[int]:

@@ -87,6 +87,30 @@ class FailureMode(StrEnum):
         return self in _INFRASTRUCTURE
 
 
+class StepMark(StrEnum):
+    """What a step is for training, beyond who wrote it (it used to travel as keys of
+    ``extra``). What the loss makes of each mark is decided once, for SFT and RL alike, by
+    :func:`ale.chunking.loss_of`."""
+
+    MISTAKE = "mistake"
+    """An expert's planned mistake (synthesis): never a target."""
+    RECOVERY = "recovery"
+    """The expert's recovery from its mistake: a target like any other turn."""
+    IRRELEVANT = "irrelevant"
+    """A turn that does not bear on the task: never a target."""
+    COPIED = "copied"
+    """Context copied in from elsewhere (a task's prior conversation; ATIF's
+    ``is_copied_context``): never a target."""
+
+
+_LEGACY_MARKS = {
+    "mistake": StepMark.MISTAKE,
+    "recovery": StepMark.RECOVERY,
+    "irrelevant": StepMark.IRRELEVANT,
+    "masked": StepMark.IRRELEVANT,
+}
+"""``extra["expert"]`` and ``extra["roll"]["mask"]`` values as the marks they meant."""
+
 _ENVIRONMENT = frozenset({FailureMode.SANDBOX_ERROR, FailureMode.DAEMON_UNAVAILABLE})
 _INFRASTRUCTURE = _ENVIRONMENT | {FailureMode.MODEL_ERROR, FailureMode.VERIFIER_ERROR}
 
@@ -155,8 +179,43 @@ class Step(_Model):
     """Version of the policy weights that sampled this step."""
     reward: float | None = None
     """A per-step reward, when the environment gives one."""
+    mark: StepMark | None = None
+    """What the step is for training (an expert's mistake or recovery, an irrelevant turn,
+    copied context); None for an ordinary turn."""
+    prefix: bool = False
+    """An expert's turn that an RL episode was started after (chunk-level initialised
+    resampling), written into the episode rather than sampled in it: never RL's tokens, the
+    imitation term's when asked."""
     extra: dict[str, Any] = Field(default_factory=dict)
     """Anything else, kept as it is."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _marks_from_extra(cls, data: Any) -> Any:
+        """Trajectories written before the marks were fields kept them in ``extra``
+        (``expert``, ``copied_context``, ``roll.prefix``, ``roll.mask``): read them as the
+        fields, so older datasets train as they did."""
+        if not isinstance(data, dict) or not isinstance(data.get("extra"), dict):
+            return data
+        extra = dict(data["extra"])
+        if not ({"expert", "copied_context"} & extra.keys() or isinstance(extra.get("roll"), dict)):
+            return data
+        data = dict(data)
+        mark = _LEGACY_MARKS.get(str(extra.pop("expert", "")))
+        if extra.pop("copied_context", False):
+            mark = StepMark.COPIED
+        roll = dict(extra.pop("roll", None) or {})
+        if roll.pop("prefix", False):
+            data.setdefault("prefix", True)
+        masked = roll.pop("mask", None)
+        if masked:
+            mark = mark or _LEGACY_MARKS.get(str(masked), StepMark.IRRELEVANT)
+        if roll:
+            extra["roll"] = roll
+        if mark is not None:
+            data.setdefault("mark", mark)
+        data["extra"] = extra
+        return data
 
     @model_validator(mode="after")
     def _check(self) -> Step:

@@ -18,7 +18,17 @@ from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from ale.trajectory import AgentInfo, Role, Step, Timings, ToolCall, ToolResult, Trajectory, Usage
+from ale.trajectory import (
+    AgentInfo,
+    Role,
+    Step,
+    StepMark,
+    Timings,
+    ToolCall,
+    ToolResult,
+    Trajectory,
+    Usage,
+)
 from iflow import __version__
 from iflow.approval import ApprovalPolicy, Approver, Mode, allow_all, offered_kinds
 from iflow.checkpoints import Checkpoints, RewindError, RewindReport
@@ -386,6 +396,7 @@ class Agent:
                     else self.policy_version
                 ),
                 timestamp=datetime.now(UTC),
+                mark=response.mark,
                 extra=dict(response.extra),
             )
         )
@@ -674,10 +685,10 @@ class Agent:
 
     def seed(self, steps: list[Step]) -> None:
         """Start from an earlier conversation (a task's prior context): its user, assistant
-        and tool steps follow the system prompt, marked ``copied_context`` (ATIF's
+        and tool steps follow the system prompt, marked :attr:`~StepMark.COPIED` (ATIF's
         ``is_copied_context``: no training loss is taken on them)."""
         copied = [
-            s.model_copy(update={"extra": {**s.extra, "copied_context": True}})
+            s.model_copy(update={"mark": StepMark.COPIED})
             for s in steps
             if s.role is not Role.SYSTEM
         ]

@@ -523,10 +523,10 @@ class PolicyModel:
 
 
 def is_prefix(step: Step) -> bool:
-    """Whether ``step`` is a turn of an expert's prefix the episode continues from (marked
-    ``extra["roll"]["prefix"]``: chunk-level initialised resampling), not one sampled here."""
-    roll = step.extra.get("roll")
-    return isinstance(roll, dict) and bool(roll.get("prefix"))
+    """Whether ``step`` is a turn of an expert's prefix the episode continues from
+    (:attr:`~ale.trajectory.Step.prefix`: chunk-level initialised resampling), not one
+    sampled here."""
+    return step.prefix
 
 
 def said(message: Step) -> tuple[Any, ...]:

@@ -9,7 +9,8 @@ replay itself is done by :class:`roll.rollout.RolloutEngine` for an
 :class:`~roll.rollout.EpisodeRequest` with ``prefix`` and ``anchor``: the replayed assistant
 steps carry token ids (tokenised with the same template scheme as sampled turns, so
 :func:`ale.chunking.token_view` accepts the trajectory) but no log-probs, and are marked
-``extra["roll"] = {"prefix": True}``; the trajectory records ``extra["roll"]["anchor"]``.
+``prefix`` (:attr:`ale.trajectory.Step.prefix`); the trajectory records
+``extra["roll"]["anchor"]``.
 
 Two schedules choose anchors: :class:`SequentialRollback` starts at the last chunk and moves
 the anchor back one chunk whenever the group at the current anchor succeeds often enough;
@@ -22,7 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ale.chunking import token_view
+from ale.chunking import Loss, loss_of, token_view
 from ale.jsonl import read_jsonl
 from ale.trajectory import AgentInfo, Role, Step, Trajectory
 from roll.config import TrainConfig
@@ -82,12 +83,13 @@ def needs_imitation(group_rewards: Sequence[float]) -> bool:
 
 def prefix_token_mask(trajectory: Trajectory) -> list[bool]:
     """Over :func:`ale.chunking.token_view` positions: True on the replayed expert's assistant
-    tokens (steps marked ``extra["roll"]["prefix"]``), where the imitation term applies."""
+    tokens (:attr:`~ale.trajectory.Step.prefix`, as :func:`ale.chunking.loss_of` decides),
+    where the imitation term applies."""
     view = token_view(trajectory)
     prefix_steps = {
         index
         for index, step in enumerate(trajectory.steps)
-        if step.role is Role.ASSISTANT and step.extra.get("roll", {}).get("prefix") is True
+        if step.role is Role.ASSISTANT and loss_of(step) is Loss.IMITATION
     }
     return [owner in prefix_steps for owner in view.step_index]
 

@@ -380,7 +380,7 @@ class RolloutEngine:
                 )
             step = _assistant_step(action, prompt, token_ids, result, logprobs=None)
             step.model = prefix.model
-            step.extra["roll"] = {"prefix": True}
+            step.prefix = True
             episode.steps.append(step)
             episode.finish_reasons.append("prefix")
             self._after_action(episode, result)

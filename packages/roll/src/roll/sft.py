@@ -3,11 +3,10 @@
 A trajectory is rendered with the policy's chat template exactly as the agent's local model
 builds its prompts (:func:`iflow.models.local.prompt_token_ids`, the iflow tool set in the
 system message), so what is learned is what the agent will see. Every assistant turn's
-tokens are a target unless the turn is marked erroneous or irrelevant (``extra["expert"]``
-is ``mistake``/``irrelevant``, as the synthesis pipeline marks an injected mistake; or
-``extra["roll"]["mask"]``; or a step ATIF marked ``is_copied_context``, imported as
-``extra["copied_context"]``): those carry no loss, and the observation that follows stays as
-context. The loss is the NLL summed over unmasked tokens divided by their number in the
+tokens are a target unless :func:`ale.chunking.loss_of` says it takes no loss (the step's
+``mark`` a mistake, as the synthesis pipeline marks an injected one, an irrelevant turn, or
+copied context, as ATIF's ``is_copied_context`` imports): the one decision RL's samples
+take too. The observation that follows such a turn stays as context. The loss is the NLL summed over unmasked tokens divided by their number in the
 batch.
 """
 
@@ -19,8 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ale.chunking import Loss, loss_of
 from ale.trajectory import Role, Step, Trajectory
-from roll.algo.batch import Sample, _masked_step, set_sft_weights
+from roll.algo.batch import Sample, set_sft_weights
 from roll.algo.losses import LossSpec
 from roll.config import SFTConfig
 from roll.demonstrations import as_compact, iflow_tool_schemas, load_trajectories
@@ -68,7 +68,7 @@ def tokenize_trajectory(
         ids.extend(context)
         mask.extend([False] * len(context))
         ids.extend(turn)
-        mask.extend([not _masked_step(steps[index].extra)] * len(turn))
+        mask.extend([loss_of(steps[index]) is not Loss.NONE] * len(turn))
         kept += 1
     if not kept:
         return None

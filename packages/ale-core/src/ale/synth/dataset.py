@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from ale.jsonl import read_jsonl, write_jsonl
-from ale.trajectory import Role, Trajectory
+from ale.trajectory import Role, StepMark, Trajectory
 
 MANIFEST = "manifest.json"
 TRAJECTORIES = "trajectories.jsonl"
@@ -132,7 +132,7 @@ def dataset_stats(path: Path) -> dict[str, Any]:
     tasks = manifest.get("tasks", [])
     trajectories = list(read_jsonl(path / TRAJECTORIES)) if (path / TRAJECTORIES).exists() else []
     turns = [sum(s.role is Role.ASSISTANT for s in t.steps) for t in trajectories]
-    mistakes = sum(any(s.extra.get("expert") == "mistake" for s in t.steps) for t in trajectories)
+    mistakes = sum(any(s.mark is StepMark.MISTAKE for s in t.steps) for t in trajectories)
     by = {
         dim: dict(sorted(Counter(t[dim] for t in tasks).items()))
         for dim in ("family", "category", "difficulty")

@@ -48,7 +48,7 @@ from ale.synth.filters import Contamination, held_out_instructions, heuristic_re
 from ale.synth.mix import mix, quotas
 from ale.synth.render import render_task
 from ale.task import Task, load_task
-from ale.trajectory import Trajectory
+from ale.trajectory import StepMark, Trajectory
 
 STAGES = (
     "generate",
@@ -479,7 +479,7 @@ class Pipeline:
             "seed": c.seed,
             "source": source,
             "multi_turn": c.multi_turn,
-            "mistakes": sum(s.extra.get("expert") == "mistake" for s in t.steps),
+            "mistakes": sum(s.mark is StepMark.MISTAKE for s in t.steps),
         }
         write_jsonl(self.work / "trajectories" / f"{c.id}.jsonl", [t])
         j.put("trajectory", c.id, True, source=source)

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from ale.trajectory import Role, Step, ToolCall, Usage
+from ale.trajectory import Role, Step, StepMark, ToolCall, Usage
 
 INVALID_JSON_KEY = "_invalid_json"
 """Where a model layer puts tool-call arguments it could not parse as JSON (raw text)."""
@@ -44,8 +44,10 @@ class ModelResponse:
     """The version of the weights that sampled the answer (a trainer's policy)."""
     raw: str | None = None
     """The raw generated text, when it differs from ``content``."""
+    mark: StepMark | None = None
+    """The recorded step's mark (an expert's mistake or recovery)."""
     extra: dict[str, Any] = field(default_factory=dict)
-    """Copied into the recorded step's ``extra`` (e.g. an expert's mistake marks)."""
+    """Copied into the recorded step's ``extra``."""
 
 
 @runtime_checkable

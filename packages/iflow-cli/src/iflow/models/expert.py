@@ -6,8 +6,8 @@ expert for its next action and answers with that action as a tool call: shell ac
 ``run_shell_command``, file writes as ``write_file``, the end as ``finish``. The agent loop
 runs the tools and records every step exactly as it does for any model, so an expert
 trajectory has the system prompt, tool schemas and observation format a trained policy
-will see. Turns that are a planned mistake or its recovery carry ``extra["expert"]``
-(``"mistake"`` / ``"recovery"``) so trainers can mask them.
+will see. Turns that are a planned mistake or its recovery carry the step's ``mark``
+(:attr:`~ale.trajectory.StepMark.MISTAKE` / ``RECOVERY``), which trainers read.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import json
 from typing import Any
 
 from ale.synth.expert import Action, ExpertRun, Final, Observation
-from ale.trajectory import Role, Step, ToolCall, Usage
+from ale.trajectory import Role, Step, StepMark, ToolCall, Usage
 from iflow.models.base import DeltaCallback, ModelResponse, estimate_messages, estimate_tokens
 
 _TOOLS = {"shell": "run_shell_command", "write": "write_file"}
@@ -61,7 +61,7 @@ class ExpertModel:
         )
         response.usage = Usage(completion_tokens=estimate_tokens(completion))
         if mark:
-            response.extra = {"expert": mark}
+            response.mark = StepMark(mark)
         if on_delta is not None and response.content:
             on_delta(response.content)
         return response

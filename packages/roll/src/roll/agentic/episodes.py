@@ -349,8 +349,7 @@ class AgenticEpisodes:
                 if seen == len(script):
                     break
                 seen += 1
-                roll = {**step.extra.get("roll", {}), "prefix": True}
-                prefix.append(step.model_copy(update={"extra": {**step.extra, "roll": roll}}))
+                prefix.append(step.model_copy(update={"prefix": True}))
             elif step.role is Role.TOOL and seen:
                 prefix.append(step)
         if seen < len(script):

@@ -15,16 +15,13 @@ from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from ale.chunking import NO_CHUNK, chunk_ids, token_view
+from ale.chunking import NO_CHUNK, Loss, chunk_ids, loss_of, token_view
 from ale.trajectory import Trajectory
 from roll.algo.advantages import Estimator, chunk_advantages
 
 Aggregation = Literal[
     "token_mean", "seq_mean_token_mean", "seq_mean_token_sum", "seq_mean_token_sum_norm"
 ]
-
-MASK_MARKS = frozenset({"mistake", "irrelevant", "masked"})
-"""Values of a step's ``extra["expert"]`` / ``extra["roll"]["mask"]`` that drop its loss."""
 
 
 @dataclass(slots=True)
@@ -62,18 +59,6 @@ class Sample:
         return len(self.input_ids)
 
 
-def _masked_step(extra: dict[str, Any]) -> bool:
-    if extra.get("expert") in MASK_MARKS or extra.get("copied_context"):
-        return True  # a marked mistake, or context copied in from elsewhere (ATIF)
-    roll = extra.get("roll")
-    return isinstance(roll, dict) and (roll.get("mask") in MASK_MARKS or roll.get("mask") is True)
-
-
-def _prefix_step(extra: dict[str, Any]) -> bool:
-    roll = extra.get("roll")
-    return isinstance(roll, dict) and bool(roll.get("prefix"))
-
-
 def sample_from_trajectory(trajectory: Trajectory) -> Sample:
     """A trajectory with token ids (an RL rollout) as a :class:`Sample` (no advantages yet).
 
@@ -89,10 +74,9 @@ def sample_from_trajectory(trajectory: Trajectory) -> Sample:
             rl.append(False)
             prefix.append(False)
             continue
-        extra = steps[owner].extra
-        is_prefix = _prefix_step(extra)
-        prefix.append(is_prefix)
-        rl.append(not is_prefix and not _masked_step(extra))
+        loss = loss_of(steps[owner])  # the marks' one decision, shared with SFT
+        prefix.append(loss is Loss.IMITATION)
+        rl.append(loss is Loss.TARGET)
     mu = [math.nan if lp is None else float(lp) for lp in view.logprobs]
     return Sample(
         input_ids=list(view.token_ids),
