@@ -15,7 +15,7 @@ import yaml
 from safetensors.torch import load_file
 
 from iflow.models.tiny import build_tiny_model
-from roll.config import AlgorithmConfig, TrainConfig, load_config
+from roll.config import PRESETS, AlgorithmConfig, TrainConfig, load_config
 from roll.errors import ConfigError
 from roll.metrics import read_metrics
 from roll.train import run_train
@@ -96,6 +96,20 @@ def test_presets_fill_the_one_abstraction() -> None:
     )  # fmt: skip
     off = AlgorithmConfig(name="ipa", mismatch_threshold=None)
     assert off.mismatch_threshold is None  # set explicitly: the preset does not refill it
+
+
+@pytest.mark.parametrize("name", sorted(PRESETS))
+def test_every_preset_resolves_to_a_complete_algorithm(name: str) -> None:
+    """What training reads has every field set: no fallback is applied after the config."""
+    algo = AlgorithmConfig(name=name).resolved(max_new_tokens=96)
+    assert algo.norm_length == 96 and algo.advantage == PRESETS[name]["advantage"]
+    assert None not in [v for k, v in algo.model_dump().items() if k != "mismatch_threshold"]
+    assert AlgorithmConfig(name=name, norm_length=7).resolved(96).norm_length == 7
+
+
+def test_a_value_nulled_that_no_preset_fills_is_refused_in_one_sentence() -> None:
+    with pytest.raises(ConfigError, match=r"^algorithm\.clip_low is null and preset 'grpo'"):
+        AlgorithmConfig(name="grpo", clip_low=None).resolved(96)
 
 
 def test_mistyped_keys_name_the_closest_valid_one(tmp_path: Path, tiny: Path) -> None:

@@ -153,7 +153,9 @@ class ResampleConfig(_Section):
 
 
 class AlgorithmConfig(_Section):
-    """Credit assignment and loss. Unset fields come from the preset ``name``."""
+    """Credit assignment and loss. Unset fields come from the preset ``name``, filled in
+    as the config is read (so a run's saved config shows every value it trained with);
+    :meth:`resolved` is what training reads: every field set, nothing optional."""
 
     name: Literal["grpo", "dr_grpo", "rloo", "reinforce_pp", "gspo", "lite_ppo", "ipa"] = "ipa"
     """The preset (:data:`PRESETS`) that fills every field left unset."""
@@ -192,13 +194,65 @@ class AlgorithmConfig(_Section):
     entropy_coef: float = Field(default=0.0)
     """Weight of the entropy bonus (subtracted from the loss); 0: none."""
 
-    @model_validator(mode="after")
-    def _fill(self) -> AlgorithmConfig:
-        preset = PRESETS[self.name]
-        for key, value in {**_DEFAULTS, **preset}.items():
-            if getattr(self, key) is None and key not in self.model_fields_set:
-                object.__setattr__(self, key, value)
-        return self
+    @model_validator(mode="before")
+    @classmethod
+    def _fill(cls, data: Any) -> Any:
+        """The preset's values for the keys the config leaves out (a key given as null stays
+        null: ``mismatch_threshold: null`` never masks)."""
+        if not isinstance(data, dict):
+            return data
+        preset = PRESETS.get(data.get("name", "ipa"), {})  # an unknown name: the field says
+        return {**_DEFAULTS, **preset, **data}
+
+    def resolved(self, max_new_tokens: int) -> Algorithm:
+        """The algorithm as training runs it: every field set (``norm_length`` defaults to
+        ``max_new_tokens``), checked once here instead of at each use."""
+        values = self.model_dump(exclude={"name"})
+        values["norm_length"] = self.norm_length or max_new_tokens
+        try:
+            return Algorithm(**values)
+        except ValidationError as exc:
+            key = ".".join(str(part) for part in exc.errors()[0]["loc"])
+            raise ConfigError(
+                f"algorithm.{key} is null and preset {self.name!r} has no value for it; "
+                "give it a value or leave it out"
+            ) from None
+
+
+class Algorithm(BaseModel):
+    """An :class:`AlgorithmConfig` with its preset resolved: what training reads, every
+    field set (each one's meaning is the config's)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    advantage: Literal["grpo", "rloo", "reinforce_pp", "lite_ppo", "ipa"]
+    """See :attr:`AlgorithmConfig.advantage`."""
+    scale_by_std: bool
+    """See :attr:`AlgorithmConfig.scale_by_std`."""
+    gamma: float
+    """See :attr:`AlgorithmConfig.gamma`."""
+    baseline: Literal["none", "group_mean"]
+    """See :attr:`AlgorithmConfig.baseline`."""
+    loss: Literal["ppo", "ipa"]
+    """See :attr:`AlgorithmConfig.loss`."""
+    ratio_level: Literal["token", "chunk", "sequence"]
+    """See :attr:`AlgorithmConfig.ratio_level`."""
+    aggregation: Literal[
+        "token_mean", "seq_mean_token_mean", "seq_mean_token_sum", "seq_mean_token_sum_norm"
+    ]
+    """See :attr:`AlgorithmConfig.aggregation`."""
+    norm_length: int
+    """See :attr:`AlgorithmConfig.norm_length` (here: never unset)."""
+    clip_low: float
+    """See :attr:`AlgorithmConfig.clip_low`."""
+    clip_high: float
+    """See :attr:`AlgorithmConfig.clip_high`."""
+    mismatch_threshold: float | None
+    """See :attr:`AlgorithmConfig.mismatch_threshold` (None: never mask)."""
+    kl_coef: float
+    """See :attr:`AlgorithmConfig.kl_coef`."""
+    entropy_coef: float
+    """See :attr:`AlgorithmConfig.entropy_coef`."""
 
 
 PRESETS: dict[str, dict[str, Any]] = {

@@ -41,12 +41,13 @@ from roll.update import scored_logprobs_of
 
 
 def loss_spec(config: TrainConfig) -> LossSpec:
-    algo = config.algorithm
+    """The policy loss of ``config``'s algorithm, its preset resolved."""
+    algo = config.algorithm.resolved(config.rollout.max_new_tokens)
     return LossSpec(
-        loss=algo.loss or "ppo",
-        ratio_level=algo.ratio_level or "token",
-        clip_low=algo.clip_low if algo.clip_low is not None else 0.2,
-        clip_high=algo.clip_high if algo.clip_high is not None else 0.2,
+        loss=algo.loss,
+        ratio_level=algo.ratio_level,
+        clip_low=algo.clip_low,
+        clip_high=algo.clip_high,
         mismatch_threshold=algo.mismatch_threshold,
         kl_coef=algo.kl_coef,
         entropy_coef=algo.entropy_coef,
@@ -98,7 +99,7 @@ def rollout_metrics(trajectories: list[Trajectory], version: int | None = None) 
 def run_train(config: TrainConfig, *, resume: bool = False, log: Any = None) -> Path:
     """Train; the final model's directory."""
     spec = loss_spec(config)
-    algo = config.algorithm
+    algo = config.algorithm.resolved(config.rollout.max_new_tokens)
     # with ray: the run is connected to the Ray cluster throughout (see roll.ray_engine)
     with ray_session(config.ray), Session(config, spec=spec, resume=resume, log=log) as session:
         use_ref = config.reference if config.reference is not None else algo.kl_coef > 0
@@ -121,7 +122,7 @@ def run_train(config: TrainConfig, *, resume: bool = False, log: Any = None) -> 
             experts.load_state(session.state["experts"])
         backend = make_backend(config, session)
         session.sync_rollout(backend)
-        norm_length = algo.norm_length or config.rollout.max_new_tokens
+        norm_length = algo.norm_length
         rollouts_dir = session.run_dir / "rollouts"
         source = session.enter(open_source(config, session, backend, experts))
         source.load_state(session.state.get("source", {}))  # tail batching's deferred prompts
@@ -186,16 +187,16 @@ def _update(
     imitate: set[Any],
     norm_length: int,
 ) -> dict[str, float]:
-    algo = config.algorithm
+    algo = config.algorithm.resolved(config.rollout.max_new_tokens)
     world = session.world
     if not samples:
         return {"train/skipped_empty": 1.0}
     assign_advantages(
         samples,
-        algo.advantage or "grpo",
-        scale_by_std=bool(algo.scale_by_std),
-        gamma=algo.gamma or 1.0,
-        baseline=algo.baseline or "none",
+        algo.advantage,
+        scale_by_std=algo.scale_by_std,
+        gamma=algo.gamma,
+        baseline=algo.baseline,
     )
     # An episode that ended before the policy spoke (its time ran out while queued for
     # generation) counts in its group's rewards above, but has no token to train on.
@@ -216,7 +217,7 @@ def _update(
                 updater.pad_id,
                 updater.micro_batch_tokens,
                 session.device,
-                updater._autocast,
+                updater.autocast,
                 temperature=updater.temperature,
             )
             for sample, ref in zip(mine, refs, strict=True):
@@ -228,7 +229,7 @@ def _update(
     for part in parts:
         set_weights(
             part,
-            algo.aggregation or "token_mean",
+            algo.aggregation,
             norm_length=norm_length,
             imitation_coef=coef,
             imitation_groups=imitate,

@@ -101,13 +101,15 @@ class Updater:
         self.bad_steps = 0
         self.updates = 0
 
-    def _autocast(self) -> Any:
+    def autocast(self) -> Any:
+        """The mixed-precision context the updater's forward passes run in (none without
+        an ``amp_dtype``); a reference model scored beside the policy runs in it too."""
         if self.amp_dtype is None:
             return contextlib.nullcontext()
         return torch.autocast(device_type=self.device.split(":")[0], dtype=self.amp_dtype)
 
     def _forward(self, col: Collated, entropy: bool) -> tuple[torch.Tensor, Any]:
-        with self._autocast(), warnings.catch_warnings():
+        with self.autocast(), warnings.catch_warnings():
             # FSDP warns that the log-probs are a view, in case they are modified in place
             # (the hook of its backward would be lost); the losses never modify them.
             warnings.filterwarnings("ignore", message="FSDP2-wrapped module .* view tensor")
@@ -243,7 +245,7 @@ class Updater:
                 self.pad_id,
                 self.micro_batch_tokens,
                 self.device,
-                self._autocast,
+                self.autocast,
                 temperature=self.temperature,
             )
         # sharded: through the root module, every process as many micro-batches
