@@ -475,6 +475,16 @@ def test_missing_image_fails_at_once(backend: DockerBackend) -> None:
     assert time.monotonic() - started < 10
 
 
+@pytest.mark.parametrize("image", ["/", "Not An Image", "a//b", "x:", "/etc/passwd"])
+def test_an_image_that_is_no_image_reference_is_one_sentence(
+    backend: DockerBackend, image: str
+) -> None:
+    """The daemon's fuzz test sent image "/": the engine answered the image list, and the
+    Docker client raised a bare Exception (a 500)."""
+    with pytest.raises(SandboxError, match=r"is not an image reference \(name\[:tag\]"):
+        backend.create(SandboxSpec(image=image))
+
+
 def test_context_manager_deletes_and_get_of_unknown(backend: DockerBackend) -> None:
     with backend.create() as sb:
         sid = sb.id

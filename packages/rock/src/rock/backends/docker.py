@@ -662,6 +662,17 @@ class DockerSandbox(Sandbox):
         threading.Thread(target=remove, name="rock-fork-image", daemon=True).start()
 
 
+_NAME = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+_IMAGE_REFERENCE = re.compile(
+    rf"(?:[A-Za-z0-9.-]+(?::[0-9]+)?/)?{_NAME}(?:/{_NAME})*"  # [registry/]name[/name...]
+    r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?"  # :tag
+    r"(?:@[a-z0-9]+:[0-9a-fA-F]{32,})?"  # @digest
+    r"|(?:sha256:)?[0-9a-f]{12,64}"  # an image id
+)
+"""What the engine takes as an image (checked here: an engine asked for ``/`` answers with
+its image list, and the Docker client raises a bare exception on it)."""
+
+
 class DockerBackend(Backend):
     """Sandboxes as containers, labelled as ours (and as the given daemon's, made from
     ``origin``: see `rock.backends._owner`)."""
@@ -797,6 +808,11 @@ class DockerBackend(Backend):
     def check_spec(self, spec: SandboxSpec) -> None:
         if spec.runtime != "runc":
             self._check_runtime(spec)
+        if not _IMAGE_REFERENCE.fullmatch(spec.image):
+            raise SandboxError(
+                f"image {spec.image!r} is not an image reference (name[:tag], lowercase, as "
+                "`docker images` lists them, or an image id); give the image to start from."
+            )
         try:
             self.client.images.get(spec.image)
         except ImageNotFound:
