@@ -1,7 +1,11 @@
-"""Clients of the rock daemon: `Client` (sync) and `AsyncClient` (asyncio), both on httpx.
+"""Clients of the rock daemon: `AsyncClient` (asyncio, on httpx), and `Client`, its sync face.
 
-They send the calls :mod:`rock.api` describes (one implementation of the API), each with its
-own httpx client, retrying only connection failures; their methods are one-line wrappers.
+The client is written once, async-first: `AsyncClient`, `AsyncSandbox` and `AsyncSession`
+send the calls :mod:`rock.api` describes, retrying only connection failures. `Client`,
+`RemoteSandbox` and `RemoteSession` wrap them, each verb waiting for its async twin on an
+event loop of the process's own (one thread, started on first use), so the two cannot drift
+and hold no logic of their own. Both take an httpx transport as the seam for tests (an
+``httpx.MockTransport`` answering with a plain function).
 
 The sandboxes they hand out have the same verbs as in-process ones (`Sandbox`):
 exec, sessions, files and trees, snapshot, pause and resume, stop, delete; use them as context managers
@@ -20,8 +24,9 @@ import contextlib
 import itertools
 import json
 import os
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Self, TypeVar
@@ -105,166 +110,7 @@ def _lost(url: str, exc: Exception) -> DaemonLost:
     )
 
 
-class _Connection:
-    """What both clients hold: the daemon's URL and token, and the retry policy."""
-
-    def __init__(
-        self, url: str | None, token: str | None, home: Path | None, retries: int, backoff: float
-    ) -> None:
-        self.url, self.token = _settings(url, token, home)
-        self.retries = retries
-        self.backoff = backoff
-
-    def _http_options(self, timeout: float, max_connections: int) -> dict[str, Any]:
-        headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
-        limits = httpx.Limits(
-            max_connections=max_connections, max_keepalive_connections=max_connections
-        )
-        return {"base_url": self.url, "headers": headers, "timeout": timeout, "limits": limits}
-
-    def _retry_delay(self, exc: httpx.TransportError, attempt: int) -> float:
-        """Seconds to wait before sending again; raises what ``exc`` means when not to."""
-        if isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout):  # never reached it
-            if attempt >= self.retries:
-                raise _unreachable(self.url, exc) from None
-            return self.backoff * 2**attempt
-        raise _lost(self.url, exc) from None  # sent, and the connection broke
-
-
-# --- sync ---------------------------------------------------------------------------------
-
-
-class Client(_Connection):
-    """A connection to a rock daemon. ``Client()`` finds it through ``$ROCK_URL`` or
-    ``<rock home>/daemon.json`` and reads the token from ``$ROCK_TOKEN`` or ``<rock home>/token``."""
-
-    def __init__(
-        self,
-        url: str | None = None,
-        token: str | None = None,
-        *,
-        home: Path | None = None,
-        retries: int = 5,
-        backoff: float = 0.1,
-        timeout: float = 60.0,
-        max_connections: int = 100,
-    ) -> None:
-        super().__init__(url, token, home, retries, backoff)
-        self._http = httpx.Client(**self._http_options(timeout, max_connections))
-
-    def request(self, method: str, path: str, **options: Any) -> httpx.Response:
-        """Send one request; retry only when the connection could not be made."""
-        for attempt in itertools.count():
-            try:
-                response = self._http.request(method, path, **options)
-            except httpx.TransportError as exc:
-                time.sleep(self._retry_delay(exc, attempt))
-                continue
-            raise_for(response)
-            return response
-        raise AssertionError("unreachable")
-
-    def send(self, call: Call[T]) -> T:
-        """Send ``call`` and read its answer."""
-        return call.read(self.request(call.method, call.path, **call.options))
-
-    # daemon
-    def health(self) -> Health:
-        return self.send(Api.health())
-
-    def metrics(self) -> str:
-        return self.send(Api.metrics())
-
-    # sandboxes
-    def create(
-        self,
-        spec: SandboxSpec | None = None,
-        *,
-        pool: str | None = None,
-        use_pools: bool = True,
-        **fields: Any,
-    ) -> RemoteSandbox:
-        """A sandbox from ``pool``, from a pool that fits ``spec``, or newly started.
-
-        ``fields`` are `SandboxSpec` fields (``image=..., memory_mb=..., ttl_sec=...``).
-        """
-        return RemoteSandbox(self, self.send(Api.create(spec, pool, use_pools, fields)))
-
-    def acquire(self, pool: str, **fields: Any) -> RemoteSandbox:
-        """Take a started sandbox from ``pool``."""
-        return self.create(pool=pool, **fields)
-
-    def sandbox(self, sandbox_id: str) -> RemoteSandbox:
-        return RemoteSandbox(self, self.info(sandbox_id))
-
-    def info(self, sandbox_id: str) -> SandboxInfo:
-        return self.send(Api.info(sandbox_id))
-
-    def list(
-        self,
-        *,
-        state: list[str] | None = None,
-        labels: dict[str, str] | None = None,
-        pool: str | None = None,
-        include_deleted: bool = False,
-    ) -> list[SandboxInfo]:
-        return self.send(Api.list(state, labels, pool, include_deleted))
-
-    def delete(self, sandbox_id: str) -> SandboxInfo:
-        return self.send(Api.delete(sandbox_id))
-
-    def logs(self, sandbox_id: str, limit: int = 100) -> builtins.list[ExecLog]:
-        return self.send(Api.logs(sandbox_id, limit))
-
-    # pools
-    def pools(self) -> builtins.list[PoolInfo]:
-        return self.send(Api.pools())
-
-    def pool(self, name: str) -> PoolInfo:
-        return self.send(Api.pool(name))
-
-    def set_pool(
-        self,
-        name: str,
-        spec: SandboxSpec | None = None,
-        *,
-        min_idle: int = 1,
-        max_total: int = 8,
-    ) -> PoolInfo:
-        return self.send(Api.set_pool(name, spec, min_idle, max_total))
-
-    def delete_pool(self, name: str) -> None:
-        self.send(Api.delete_pool(name))
-
-    def wait_pool(self, name: str, idle: int | None = None, timeout: float = 120.0) -> PoolInfo:
-        """Wait until ``name`` has ``idle`` (default: its min_idle) sandboxes waiting."""
-        deadline = time.monotonic() + timeout
-        while True:
-            info = self.pool(name)
-            if info.idle >= (info.min_idle if idle is None else idle):
-                return info
-            if time.monotonic() > deadline:
-                raise _pool_not_ready(name, info, idle, timeout)
-            time.sleep(0.1)
-
-    def images(self) -> builtins.list[ImageInfo]:
-        return self.send(Api.images())
-
-    def build_image(
-        self, context: Path, *, dockerfile: str = "Dockerfile", name: str = "image"
-    ) -> ImageBuild:
-        """Build an image on the daemon's engine from the folder ``context`` (its
-        Dockerfile at ``dockerfile``, relative to it); sandboxes start from its ``tag``."""
-        return self.send(Api.build_image(context_tar(context), dockerfile, name))
-
-    def close(self) -> None:
-        self._http.close()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+# --- async: the client ---------------------------------------------------------------
 
 
 def _pool_not_ready(name: str, info: PoolInfo, idle: int | None, timeout: float) -> RockError:
@@ -275,113 +121,10 @@ def _pool_not_ready(name: str, info: PoolInfo, idle: int | None, timeout: float)
     )
 
 
-class RemoteSandbox(Sandbox):
-    """A sandbox behind the daemon, with the verbs of an in-process one."""
-
-    def __init__(self, client: Client, info: SandboxInfo) -> None:
-        self.client = client
-        self.id = info.id
-        self.spec = info.spec
-        self.info = info
-        self.daemon_lost: str | None = None
-        """Why the daemon could not be reached, or was shutting down, under a request of
-        this sandbox (the first time), or None: since then a command may have been lost and
-        sessions closed."""
-
-    def send(self, call: Call[T]) -> T:
-        """Send ``call`` for this sandbox, remembering a daemon that went away."""
-        try:
-            return self.client.send(call)
-        except (DaemonUnreachable, ShuttingDown) as exc:
-            self.daemon_lost = self.daemon_lost or str(exc)
-            raise
-
-    def run(self, request: ExecRequest) -> ExecResult:
-        return self.send(Api.run(self.id, request))
-
-    def session(self, *, max_output_bytes: int = DEFAULT_MAX_OUTPUT) -> RemoteSession:
-        return RemoteSession(self, self.send(Api.open_session(self.id)).id)
-
-    def interrupt(self, tag: str | None = None) -> int:
-        return self.send(Api.interrupt(self.id, tag)).interrupted
-
-    def read_file(self, path: str) -> bytes:
-        return self.send(Api.read_file(self.id, path))
-
-    def write_file(self, path: str, data: bytes, mode: int = 0o644) -> None:
-        self.send(Api.write_file(self.id, path, data, mode))
-
-    def put_archive(self, directory: str, data: bytes) -> None:
-        self.send(Api.put_archive(self.id, directory, data))
-
-    def get_archive(self, path: str) -> bytes:
-        return self.send(Api.get_archive(self.id, path))
-
-    def snapshot(self, tag: str) -> str:
-        return self.send(Api.snapshot(self.id, tag))
-
-    def fork(self, count: int = 1) -> list[RemoteSandbox]:
-        """``count`` new sandboxes with this one's files as they are now, from one snapshot
-        (as E2B's ``Sandbox.fork``; see the daemon's fork)."""
-        return [RemoteSandbox(self.client, info) for info in self.send(Api.fork(self.id, count))]
-
-    def status(self) -> dict[str, Any]:
-        self.info = self.send(Api.info(self.id))
-        return {"state": self.info.state, "reason": self.info.state_reason}
-
-    def logs(self, limit: int = 100) -> list[ExecLog]:
-        return self.client.logs(self.id, limit)
-
-    def set_network(self, on: bool) -> None:
-        self.send(Api.set_network(self.id, on))
-
-    def pause(self) -> None:
-        """Freeze the sandbox (processes and memory kept) until :meth:`resume`."""
-        self.info = self.send(Api.pause(self.id))
-
-    def resume(self) -> None:
-        self.info = self.send(Api.resume(self.id))
-
-    def stop(self) -> None:
-        self.info = self.send(Api.stop(self.id))
-
-    def delete(self) -> None:
-        with contextlib.suppress(SandboxNotFound):
-            self.info = self.send(Api.delete(self.id))
-
-
-class RemoteSession:
-    """A persistent bash session in a sandbox behind the daemon."""
-
-    def __init__(self, sandbox: RemoteSandbox, session_id: str) -> None:
-        self.sandbox = sandbox
-        self.id = session_id
-        self.closed = False
-
-    def run(self, command: str, timeout: float | None = 60.0) -> SessionResult:
-        return self.sandbox.send(Api.session_run(self.sandbox.id, self.id, command, timeout))
-
-    def interrupt(self) -> None:
-        self.sandbox.send(Api.session_interrupt(self.sandbox.id, self.id))
-
-    def close(self) -> None:
-        if not self.closed:
-            self.closed = True
-            with contextlib.suppress(SandboxNotFound, SandboxError):
-                self.sandbox.send(Api.session_close(self.sandbox.id, self.id))
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
-# --- async ----------------------------------------------------------------------------
-
-
-class AsyncClient(_Connection):
-    """`Client` for asyncio: the same methods, awaited."""
+class AsyncClient:
+    """A connection to a rock daemon, for asyncio. ``AsyncClient()`` finds it through
+    ``$ROCK_URL`` or ``<rock home>/daemon.json`` and reads the token from ``$ROCK_TOKEN`` or
+    ``<rock home>/token``; :class:`Client` is the same, waited for."""
 
     def __init__(
         self,
@@ -393,9 +136,29 @@ class AsyncClient(_Connection):
         backoff: float = 0.1,
         timeout: float = 60.0,
         max_connections: int = 100,
+        transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
-        super().__init__(url, token, home, retries, backoff)
-        self._http = httpx.AsyncClient(**self._http_options(timeout, max_connections))
+        """``retries`` and ``backoff``: how often, and after how long (doubled each time), a
+        request that could not reach the daemon is sent again; ``transport``: the seam below
+        the client (httpx's; a test's ``httpx.MockTransport``, say), by default HTTP."""
+        self.url, self.token = _settings(url, token, home)
+        self.retries = retries
+        self.backoff = backoff
+        headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
+        limits = httpx.Limits(
+            max_connections=max_connections, max_keepalive_connections=max_connections
+        )
+        self._http = httpx.AsyncClient(
+            base_url=self.url, headers=headers, timeout=timeout, limits=limits, transport=transport
+        )
+
+    def _retry_delay(self, exc: httpx.TransportError, attempt: int) -> float:
+        """Seconds to wait before sending again; raises what ``exc`` means when not to."""
+        if isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout):  # never reached it
+            if attempt >= self.retries:
+                raise _unreachable(self.url, exc) from None
+            return self.backoff * 2**attempt
+        raise _lost(self.url, exc) from None  # sent, and the connection broke
 
     async def request(self, method: str, path: str, **options: Any) -> httpx.Response:
         """Send one request; retry only when the connection could not be made."""
@@ -506,7 +269,8 @@ class AsyncClient(_Connection):
 
 
 class AsyncSandbox:
-    """`RemoteSandbox` for asyncio; ``async with`` deletes it on exit."""
+    """A sandbox behind the daemon, with the verbs of an in-process one, awaited;
+    ``async with`` deletes it on exit."""
 
     def __init__(self, client: AsyncClient, info: SandboxInfo) -> None:
         self.client = client
@@ -514,7 +278,9 @@ class AsyncSandbox:
         self.spec = info.spec
         self.info = info
         self.daemon_lost: str | None = None
-        """As :attr:`RemoteSandbox.daemon_lost`."""
+        """Why the daemon could not be reached, or was shutting down, under a request of
+        this sandbox (the first time), or None: since then a command may have been lost and
+        sessions closed."""
 
     async def send(self, call: Call[T]) -> T:
         """Send ``call`` for this sandbox, remembering a daemon that went away."""
@@ -531,7 +297,7 @@ class AsyncSandbox:
         self, request: ExecRequest, on_output: Callable[[int, bytes], None] | None
     ) -> ExecResult:
         """:meth:`run`, the output handed to ``on_output(stream, bytes)`` when it ends (the
-        daemon's API answers a command whole), as :meth:`RemoteSandbox.run_streaming`."""
+        daemon's API answers a command whole)."""
         result = await self.run(request)
         hand_on(result, on_output)
         return result
@@ -628,6 +394,8 @@ class AsyncSandbox:
 
 
 class AsyncSession:
+    """A persistent bash session in a sandbox behind the daemon."""
+
     def __init__(self, sandbox: AsyncSandbox, session_id: str) -> None:
         self.sandbox = sandbox
         self.id = session_id
@@ -651,6 +419,276 @@ class AsyncSession:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
+
+
+# --- sync: the async client, waited for ---------------------------------------------
+
+
+class _Portal:
+    """The event loop the sync client's calls run on: one thread of the process's own,
+    started on first use (and again in a forked child, where the parent's is gone)."""
+
+    _lock = threading.Lock()
+    _current: _Portal | None = None
+
+    def __init__(self) -> None:
+        self.pid = os.getpid()
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(
+            target=self.loop.run_forever, name="rock-client", daemon=True
+        )
+        self.thread.start()
+
+    @classmethod
+    def get(cls) -> _Portal:
+        with cls._lock:
+            if cls._current is None or cls._current.pid != os.getpid():
+                cls._current = _Portal()
+            return cls._current
+
+    def wait(self, coroutine: Coroutine[Any, Any, T]) -> T:
+        """Run ``coroutine`` on the loop and wait for its result; interrupted (Ctrl+C), the
+        request is cancelled too."""
+        if threading.get_ident() == self.thread.ident:
+            coroutine.close()
+            raise RuntimeError("the sync rock client was called on its own event loop")
+        future = asyncio.run_coroutine_threadsafe(coroutine, self.loop)
+        try:
+            return future.result()
+        except BaseException:
+            future.cancel()
+            raise
+
+
+def _wait(coroutine: Coroutine[Any, Any, T]) -> T:
+    return _Portal.get().wait(coroutine)
+
+
+class Client:
+    """:class:`AsyncClient`, waited for: the same arguments, verbs and answers."""
+
+    def __init__(
+        self,
+        url: str | None = None,
+        token: str | None = None,
+        *,
+        home: Path | None = None,
+        retries: int = 5,
+        backoff: float = 0.1,
+        timeout: float = 60.0,
+        max_connections: int = 100,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self.awaited = AsyncClient(
+            url, token, home=home, retries=retries, backoff=backoff, timeout=timeout,
+            max_connections=max_connections, transport=transport,
+        )  # fmt: skip
+        """The async client whose verbs this one waits for."""
+        self.url, self.token = self.awaited.url, self.awaited.token
+
+    def request(self, method: str, path: str, **options: Any) -> httpx.Response:
+        return _wait(self.awaited.request(method, path, **options))
+
+    def send(self, call: Call[T]) -> T:
+        return _wait(self.awaited.send(call))
+
+    def health(self) -> Health:
+        return _wait(self.awaited.health())
+
+    def metrics(self) -> str:
+        return _wait(self.awaited.metrics())
+
+    def create(
+        self,
+        spec: SandboxSpec | None = None,
+        *,
+        pool: str | None = None,
+        use_pools: bool = True,
+        **fields: Any,
+    ) -> RemoteSandbox:
+        """A sandbox from ``pool``, from a pool that fits ``spec``, or newly started.
+
+        ``fields`` are `SandboxSpec` fields (``image=..., memory_mb=..., ttl_sec=...``).
+        """
+        made = _wait(self.awaited.create(spec, pool=pool, use_pools=use_pools, **fields))
+        return RemoteSandbox(self, made.info)
+
+    def acquire(self, pool: str, **fields: Any) -> RemoteSandbox:
+        """Take a started sandbox from ``pool``."""
+        return self.create(pool=pool, **fields)
+
+    def sandbox(self, sandbox_id: str) -> RemoteSandbox:
+        return RemoteSandbox(self, self.info(sandbox_id))
+
+    def info(self, sandbox_id: str) -> SandboxInfo:
+        return _wait(self.awaited.info(sandbox_id))
+
+    def list(
+        self,
+        *,
+        state: list[str] | None = None,
+        labels: dict[str, str] | None = None,
+        pool: str | None = None,
+        include_deleted: bool = False,
+    ) -> list[SandboxInfo]:
+        return _wait(
+            self.awaited.list(
+                state=state, labels=labels, pool=pool, include_deleted=include_deleted
+            )
+        )
+
+    def delete(self, sandbox_id: str) -> SandboxInfo:
+        return _wait(self.awaited.delete(sandbox_id))
+
+    def logs(self, sandbox_id: str, limit: int = 100) -> builtins.list[ExecLog]:
+        return _wait(self.awaited.logs(sandbox_id, limit))
+
+    def pools(self) -> builtins.list[PoolInfo]:
+        return _wait(self.awaited.pools())
+
+    def pool(self, name: str) -> PoolInfo:
+        return _wait(self.awaited.pool(name))
+
+    def set_pool(
+        self,
+        name: str,
+        spec: SandboxSpec | None = None,
+        *,
+        min_idle: int = 1,
+        max_total: int = 8,
+    ) -> PoolInfo:
+        return _wait(self.awaited.set_pool(name, spec, min_idle=min_idle, max_total=max_total))
+
+    def delete_pool(self, name: str) -> None:
+        _wait(self.awaited.delete_pool(name))
+
+    def wait_pool(self, name: str, idle: int | None = None, timeout: float = 120.0) -> PoolInfo:
+        """Wait until ``name`` has ``idle`` (default: its min_idle) sandboxes waiting."""
+        return _wait(self.awaited.wait_pool(name, idle, timeout))
+
+    def images(self) -> builtins.list[ImageInfo]:
+        return _wait(self.awaited.images())
+
+    def build_image(
+        self, context: Path, *, dockerfile: str = "Dockerfile", name: str = "image"
+    ) -> ImageBuild:
+        """Build an image on the daemon's engine from the folder ``context`` (its
+        Dockerfile at ``dockerfile``, relative to it); sandboxes start from its ``tag``."""
+        return _wait(self.awaited.build_image(context, dockerfile=dockerfile, name=name))
+
+    def close(self) -> None:
+        _wait(self.awaited.aclose())
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class RemoteSandbox(Sandbox):
+    """:class:`AsyncSandbox`, waited for: a sandbox behind the daemon with the verbs of an
+    in-process one (``exec``, ``upload`` and ``download`` from :class:`Sandbox`)."""
+
+    def __init__(self, client: Client, info: SandboxInfo) -> None:
+        self.client = client
+        self.awaited = AsyncSandbox(client.awaited, info)
+        """The async sandbox whose verbs this one waits for."""
+        self.id = info.id
+        self.spec = info.spec
+
+    @property
+    def info(self) -> SandboxInfo:
+        """What the daemon last said of the sandbox."""
+        return self.awaited.info
+
+    @property
+    def daemon_lost(self) -> str | None:
+        """See :attr:`AsyncSandbox.daemon_lost`."""
+        return self.awaited.daemon_lost
+
+    def send(self, call: Call[T]) -> T:
+        return _wait(self.awaited.send(call))
+
+    def run(self, request: ExecRequest) -> ExecResult:
+        return _wait(self.awaited.run(request))
+
+    def session(self, *, max_output_bytes: int = DEFAULT_MAX_OUTPUT) -> RemoteSession:
+        return RemoteSession(self, _wait(self.awaited.session()))
+
+    def interrupt(self, tag: str | None = None) -> int:
+        return _wait(self.awaited.interrupt(tag))
+
+    def read_file(self, path: str) -> bytes:
+        return _wait(self.awaited.read_file(path))
+
+    def write_file(self, path: str, data: bytes, mode: int = 0o644) -> None:
+        _wait(self.awaited.write_file(path, data, mode))
+
+    def put_archive(self, directory: str, data: bytes) -> None:
+        _wait(self.awaited.put_archive(directory, data))
+
+    def get_archive(self, path: str) -> bytes:
+        return _wait(self.awaited.get_archive(path))
+
+    def snapshot(self, tag: str) -> str:
+        return _wait(self.awaited.snapshot(tag))
+
+    def fork(self, count: int = 1) -> list[RemoteSandbox]:
+        """``count`` new sandboxes with this one's files as they are now, from one snapshot
+        (as E2B's ``Sandbox.fork``; see the daemon's fork)."""
+        return [RemoteSandbox(self.client, box.info) for box in _wait(self.awaited.fork(count))]
+
+    def status(self) -> dict[str, Any]:
+        return _wait(self.awaited.status())
+
+    def logs(self, limit: int = 100) -> list[ExecLog]:
+        return _wait(self.awaited.logs(limit))
+
+    def set_network(self, on: bool) -> None:
+        _wait(self.awaited.set_network(on))
+
+    def pause(self) -> None:
+        """Freeze the sandbox (processes and memory kept) until :meth:`resume`."""
+        _wait(self.awaited.pause())
+
+    def resume(self) -> None:
+        _wait(self.awaited.resume())
+
+    def stop(self) -> None:
+        _wait(self.awaited.stop())
+
+    def delete(self) -> None:
+        _wait(self.awaited.delete())
+
+
+class RemoteSession:
+    """:class:`AsyncSession`, waited for: a persistent bash session in a sandbox behind the
+    daemon."""
+
+    def __init__(self, sandbox: RemoteSandbox, awaited: AsyncSession) -> None:
+        self.sandbox = sandbox
+        self.awaited = awaited
+        self.id = awaited.id
+
+    @property
+    def closed(self) -> bool:
+        return self.awaited.closed
+
+    def run(self, command: str, timeout: float | None = 60.0) -> SessionResult:
+        return _wait(self.awaited.run(command, timeout))
+
+    def interrupt(self) -> None:
+        _wait(self.awaited.interrupt())
+
+    def close(self) -> None:
+        _wait(self.awaited.close())
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 __all__ = [

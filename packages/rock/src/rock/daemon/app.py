@@ -24,6 +24,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 
 from rock import __version__
+from rock.api import Route, Routes
 from rock.backends._shell import SessionError
 from rock.backends.base import (
     PathEscape,
@@ -196,7 +197,7 @@ def create_app(
         metrics.requests.labels(status=f"{response.status_code // 100}xx").inc()
         return response
 
-    @app.get("/health", response_model=Health, tags=["daemon"])
+    @_on(app, Routes.health, response_model=Health, tags=["daemon"])
     def health() -> Health:
         """Liveness; the only route without a token."""
         return Health(
@@ -208,7 +209,7 @@ def create_app(
 
     api = APIRouter(dependencies=[Depends(require_token)], responses=_ERRORS)
 
-    @api.get("/metrics", tags=["daemon"], response_class=Response)
+    @_on(api, Routes.metrics, tags=["daemon"], response_class=Response)
     def prometheus() -> Response:
         """Prometheus text format: sandboxes by state, pools, acquire and exec latency, errors."""
         return Response(metrics.render(), media_type="text/plain; version=0.0.4")
@@ -264,16 +265,24 @@ def _answer_errors(app: FastAPI, metrics: Metrics) -> None:
         app.add_exception_handler(kind, failed)
 
 
+def _on(
+    router: APIRouter | FastAPI, route: Route, **options: Any
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Serve ``route`` (its method and path as :class:`rock.api.Routes` describes them, which
+    the client's calls take too) with the function decorated."""
+    return router.api_route(route.path, methods=[route.method], **options)
+
+
 def _sandbox_routes(api: APIRouter, manager: SandboxManager) -> None:
     """Sandboxes: create, list, inspect, stop, snapshot, delete."""
 
-    @api.post("/v1/sandboxes", response_model=SandboxInfo, status_code=201, tags=["sandboxes"])
+    @_on(api, Routes.create, response_model=SandboxInfo, status_code=201, tags=["sandboxes"])
     def create(request: CreateSandboxRequest) -> Response:
         """Start a sandbox or take one from a warm pool."""
         info = manager.create(request)
         return Response(info.model_dump_json(), status_code=201, media_type="application/json")
 
-    @api.get("/v1/sandboxes", response_model=list[SandboxInfo], tags=["sandboxes"])
+    @_on(api, Routes.list, response_model=list[SandboxInfo], tags=["sandboxes"])
     def list_sandboxes(
         state: Annotated[list[str] | None, Query(description="Keep these states")] = None,
         label: Annotated[list[str] | None, Query(description="key=value, all must match")] = None,
@@ -299,36 +308,32 @@ def _sandbox_routes(api: APIRouter, manager: SandboxManager) -> None:
                 )
         return manager.list(states=state, labels=labels, pool=pool, include_deleted=all)
 
-    @api.get("/v1/sandboxes/{sandbox_id}", response_model=SandboxInfo, tags=["sandboxes"])
+    @_on(api, Routes.info, response_model=SandboxInfo, tags=["sandboxes"])
     def get(sandbox_id: SandboxId) -> SandboxInfo:
         """One sandbox with its state history."""
         return manager.get(sandbox_id)
 
-    @api.delete("/v1/sandboxes/{sandbox_id}", response_model=SandboxInfo, tags=["sandboxes"])
+    @_on(api, Routes.delete, response_model=SandboxInfo, tags=["sandboxes"])
     def delete(sandbox_id: SandboxId) -> SandboxInfo:
         """Release a sandbox: it is deleted (a pool replaces it with a fresh one)."""
         return manager.delete(sandbox_id)
 
-    @api.post("/v1/sandboxes/{sandbox_id}/stop", response_model=SandboxInfo, tags=["sandboxes"])
+    @_on(api, Routes.stop, response_model=SandboxInfo, tags=["sandboxes"])
     def stop_sandbox(sandbox_id: SandboxId) -> SandboxInfo:
         return manager.stop(sandbox_id)
 
-    @api.post(
-        "/v1/sandboxes/{sandbox_id}/snapshot", response_model=SnapshotInfo, tags=["sandboxes"]
-    )
+    @_on(api, Routes.snapshot, response_model=SnapshotInfo, tags=["sandboxes"])
     def snapshot(sandbox_id: SandboxId, request: SnapshotRequest) -> SnapshotInfo:
         """Save the sandbox's filesystem as a new image."""
         return manager.snapshot(sandbox_id, request.tag)
 
-    @api.post(
-        "/v1/sandboxes/{sandbox_id}/fork", response_model=list[SandboxInfo], tags=["sandboxes"]
-    )
+    @_on(api, Routes.fork, response_model=list[SandboxInfo], tags=["sandboxes"])
     def fork(sandbox_id: SandboxId, request: ForkRequest) -> list[SandboxInfo]:
         """``count`` new sandboxes, leased to the caller, that start from this one's files as
         they are now (one snapshot; the same spec; running processes are not carried)."""
         return manager.fork(sandbox_id, request.count)
 
-    @api.get("/v1/sandboxes/{sandbox_id}/logs", response_model=list[ExecLog], tags=["sandboxes"])
+    @_on(api, Routes.logs, response_model=list[ExecLog], tags=["sandboxes"])
     def logs(
         sandbox_id: SandboxId, limit: Annotated[int, Query(ge=1, le=10000)] = 100
     ) -> list[ExecLog]:
@@ -348,7 +353,7 @@ def _port_routes(api: APIRouter, manager: SandboxManager) -> None:
         """:func:`port` at the path ``/``."""
         return await forward(manager, sandbox_id, port, "", request)
 
-    base = "/v1/sandboxes/{sandbox_id}/ports/{port}"
+    base = Routes.info.path + "/ports/{port}"
     for method in ("GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"):
         name = method.lower()
         api.add_api_route(
@@ -363,19 +368,19 @@ def _port_routes(api: APIRouter, manager: SandboxManager) -> None:
 def _state_routes(api: APIRouter, manager: SandboxManager) -> None:
     """A running sandbox's state: its network, paused or not."""
 
-    @api.post("/v1/sandboxes/{sandbox_id}/network", status_code=204, tags=["sandboxes"])
+    @_on(api, Routes.set_network, status_code=204, tags=["sandboxes"])
     def set_network(sandbox_id: SandboxId, request: NetworkRequest) -> Response:
         """Open or close a running sandbox's network (one made with a network only)."""
         manager.set_network(sandbox_id, request.on)
         return Response(status_code=204)
 
-    @api.post("/v1/sandboxes/{sandbox_id}/pause", response_model=SandboxInfo, tags=["sandboxes"])
+    @_on(api, Routes.pause, response_model=SandboxInfo, tags=["sandboxes"])
     def pause(sandbox_id: SandboxId) -> SandboxInfo:
         """Freeze a sandbox in use, its processes and memory kept; it does not expire while
         paused, and every call but resume and delete is refused (409)."""
         return manager.pause(sandbox_id)
 
-    @api.post("/v1/sandboxes/{sandbox_id}/resume", response_model=SandboxInfo, tags=["sandboxes"])
+    @_on(api, Routes.resume, response_model=SandboxInfo, tags=["sandboxes"])
     def resume(sandbox_id: SandboxId) -> SandboxInfo:
         """Let a paused sandbox go on; its timeout starts again."""
         return manager.resume(sandbox_id)
@@ -384,14 +389,15 @@ def _state_routes(api: APIRouter, manager: SandboxManager) -> None:
 def _command_routes(api: APIRouter, manager: SandboxManager) -> None:
     """Commands: one-off exec and persistent sessions."""
 
-    @api.post("/v1/sandboxes/{sandbox_id}/exec", response_model=ExecResult, tags=["commands"])
+    @_on(api, Routes.run, response_model=ExecResult, tags=["commands"])
     def exec_(sandbox_id: SandboxId, request: ExecRequest) -> Response:
         """Run one command; bytes travel as base64."""
         result = manager.exec(sandbox_id, request)
         return Response(result.model_dump_json(), media_type="application/json")
 
-    @api.post(
-        "/v1/sandboxes/{sandbox_id}/sessions",
+    @_on(
+        api,
+        Routes.open_session,
         response_model=SessionInfo,
         status_code=201,
         tags=["commands"],
@@ -400,8 +406,9 @@ def _command_routes(api: APIRouter, manager: SandboxManager) -> None:
         """Open a persistent bash session."""
         return manager.open_session(sandbox_id)
 
-    @api.post(
-        "/v1/sandboxes/{sandbox_id}/sessions/{session_id}/run",
+    @_on(
+        api,
+        Routes.session_run,
         response_model=SessionResult,
         tags=["commands"],
     )
@@ -413,13 +420,14 @@ def _command_routes(api: APIRouter, manager: SandboxManager) -> None:
         result = manager.run_in_session(sandbox_id, session_id, request)
         return Response(result.model_dump_json(), media_type="application/json")
 
-    @api.post("/v1/sandboxes/{sandbox_id}/interrupt", response_model=Interrupted, tags=["commands"])
+    @_on(api, Routes.interrupt, response_model=Interrupted, tags=["commands"])
     def interrupt(sandbox_id: SandboxId, request: InterruptRequest) -> Interrupted:
         """Stop the commands running now (or the one run with ``tag``), as Ctrl-C would."""
         return Interrupted(interrupted=manager.interrupt(sandbox_id, request.tag))
 
-    @api.post(
-        "/v1/sandboxes/{sandbox_id}/sessions/{session_id}/interrupt",
+    @_on(
+        api,
+        Routes.session_interrupt,
         status_code=204,
         tags=["commands"],
     )
@@ -428,9 +436,7 @@ def _command_routes(api: APIRouter, manager: SandboxManager) -> None:
         manager.interrupt_session(sandbox_id, session_id)
         return Response(status_code=204)
 
-    @api.delete(
-        "/v1/sandboxes/{sandbox_id}/sessions/{session_id}", status_code=204, tags=["commands"]
-    )
+    @_on(api, Routes.session_close, status_code=204, tags=["commands"])
     def close_session(sandbox_id: SandboxId, session_id: SessionId) -> Response:
         manager.close_session(sandbox_id, session_id)
         return Response(status_code=204)
@@ -439,8 +445,9 @@ def _command_routes(api: APIRouter, manager: SandboxManager) -> None:
 def _file_routes(api: APIRouter, manager: SandboxManager) -> None:
     """Files and trees in and out of a sandbox."""
 
-    @api.get(
-        "/v1/sandboxes/{sandbox_id}/file",
+    @_on(
+        api,
+        Routes.read_file,
         response_class=Response,
         responses={200: _OCTETS},
         tags=["files"],
@@ -448,8 +455,9 @@ def _file_routes(api: APIRouter, manager: SandboxManager) -> None:
     def read_file(sandbox_id: SandboxId, path: FilePath) -> Response:
         return Response(manager.read_file(sandbox_id, path), media_type="application/octet-stream")
 
-    @api.put(
-        "/v1/sandboxes/{sandbox_id}/file",
+    @_on(
+        api,
+        Routes.write_file,
         status_code=204,
         openapi_extra={"requestBody": {"required": True, **_OCTETS}},
         tags=["files"],
@@ -464,8 +472,9 @@ def _file_routes(api: APIRouter, manager: SandboxManager) -> None:
         await run_in_threadpool(manager.write_file, sandbox_id, path, data, mode)
         return Response(status_code=204)
 
-    @api.get(
-        "/v1/sandboxes/{sandbox_id}/archive",
+    @_on(
+        api,
+        Routes.get_archive,
         response_class=Response,
         responses={200: _TAR},
         tags=["files"],
@@ -474,8 +483,9 @@ def _file_routes(api: APIRouter, manager: SandboxManager) -> None:
         """A tar of a file or tree whose top member is the path's base name."""
         return Response(manager.get_archive(sandbox_id, path), media_type="application/x-tar")
 
-    @api.put(
-        "/v1/sandboxes/{sandbox_id}/archive",
+    @_on(
+        api,
+        Routes.put_archive,
         status_code=204,
         openapi_extra={"requestBody": {"required": True, **_TAR}},
         tags=["files"],
@@ -490,15 +500,15 @@ def _file_routes(api: APIRouter, manager: SandboxManager) -> None:
 def _pool_routes(api: APIRouter, manager: SandboxManager) -> None:
     """Warm pools and the images the daemon knows."""
 
-    @api.get("/v1/pools", response_model=list[PoolInfo], tags=["pools"])
+    @_on(api, Routes.pools, response_model=list[PoolInfo], tags=["pools"])
     def pools() -> list[PoolInfo]:
         return manager.pools()
 
-    @api.get("/v1/pools/{name}", response_model=PoolInfo, tags=["pools"])
+    @_on(api, Routes.pool, response_model=PoolInfo, tags=["pools"])
     def pool(name: PoolName) -> PoolInfo:
         return manager.pool(name)
 
-    @api.put("/v1/pools/{name}", response_model=PoolInfo, tags=["pools"])
+    @_on(api, Routes.set_pool, response_model=PoolInfo, tags=["pools"])
     def set_pool(name: PoolName, settings: PoolSettings) -> PoolInfo:
         """Create a pool or change its spec and sizes; it fills in the background."""
         if settings.min_idle > settings.max_total:
@@ -509,17 +519,17 @@ def _pool_routes(api: APIRouter, manager: SandboxManager) -> None:
             )
         return manager.set_pool(name, settings)
 
-    @api.delete("/v1/pools/{name}", status_code=204, tags=["pools"])
+    @_on(api, Routes.delete_pool, status_code=204, tags=["pools"])
     def delete_pool(name: PoolName) -> Response:
         """Forget a pool; its idle sandboxes are deleted, handed-out ones stay."""
         manager.delete_pool(name)
         return Response(status_code=204)
 
-    @api.get("/v1/images", response_model=list[ImageInfo], tags=["images"])
+    @_on(api, Routes.images, response_model=list[ImageInfo], tags=["images"])
     def images() -> list[ImageInfo]:
         return manager.images()
 
-    @api.post("/v1/images/build", response_model=ImageBuild, tags=["images"])
+    @_on(api, Routes.build_image, response_model=ImageBuild, tags=["images"])
     async def build_image(
         request: Request,
         name: Annotated[str, Query(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")] = "image",
