@@ -9,6 +9,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from task_families._sources import source
+
+
+def _source(name: str) -> str:
+    return source("fix_failing_test", name)
+
+
 Args = tuple[Any, ...]
 CaseMaker = Callable[[random.Random], Args]
 
@@ -46,56 +53,7 @@ _STATS = _Module(
     topic="statistics",
     purpose="the nightly reporting scripts",
     names=("stats_helpers", "numstats", "statkit"),
-    source='''\
-"""Small statistics helpers used by the reporting scripts."""
-
-
-def _total(values):
-    total = 0
-    for value in values:
-        total += value
-    return total
-
-
-def mean(values):
-    """Arithmetic mean of a non-empty list."""
-    return _total(values) / len(values)
-
-
-def median(values):
-    """Middle value (mean of the two middle values for an even count)."""
-    ordered = sorted(values)
-    n = len(ordered)
-    mid = n // 2
-    if n % 2 == 1:
-        return ordered[mid]
-    return (ordered[mid - 1] + ordered[mid]) / 2
-
-
-def variance(values):
-    """Population variance."""
-    m = mean(values)
-    return _total([(v - m) ** 2 for v in values]) / len(values)
-
-
-def value_range(values):
-    """Largest value minus smallest value."""
-    return max(values) - min(values)
-
-
-def clamp(x, low=0, high=100):
-    """x limited to the closed interval [low, high]."""
-    if x < low:
-        return low
-    if x > high:
-        return high
-    return x
-
-
-def percent(part, whole, digits=1):
-    """part as a percentage of whole, rounded to `digits` decimals."""
-    return round(100 * part / whole, digits)
-''',
+    source=_source("statistics"),
     bugs=(
         _Bug("_total", "for value in values:", "for value in values[1:]:", "off-by-one"),
         _Bug("median", "mid = n // 2", "mid = (n - 1) // 2", "off-by-one"),
@@ -144,48 +102,7 @@ _TEXT = _Module(
     topic="string",
     purpose="the static site generator",
     names=("textutils", "strtools", "stringkit"),
-    source='''\
-"""String helpers for the static site generator."""
-
-
-def _clean(text):
-    return "".join(ch.lower() for ch in text if ch.isalnum())
-
-
-def slugify(text, sep="-"):
-    """Lower-case alphanumeric words of text joined by sep."""
-    words = "".join(ch.lower() if ch.isalnum() else " " for ch in text).split()
-    return sep.join(words)
-
-
-def truncate(text, width, suffix="..."):
-    """text cut to at most width characters, ending in suffix when it was cut."""
-    if len(text) <= width:
-        return text
-    return text[: width - len(suffix)] + suffix
-
-
-def is_palindrome(text):
-    """True when text reads the same backwards, ignoring case and punctuation."""
-    cleaned = _clean(text)
-    return cleaned == cleaned[::-1]
-
-
-def count_word(text, word):
-    """How many times word occurs in text as a whole word, ignoring case."""
-    target = _clean(word)
-    return sum(1 for token in text.split() if _clean(token) == target)
-
-
-def title_case(text):
-    """Each word capitalised, the rest of the word in lower case."""
-    return " ".join(w[:1].upper() + w[1:].lower() for w in text.split())
-
-
-def initials(name):
-    """Upper-case initials of a full name, each followed by a dot."""
-    return "".join(part[0].upper() + "." for part in name.split())
-''',
+    source=_source("string"),
     bugs=(
         _Bug(
             "_clean",
@@ -253,45 +170,7 @@ _DATES = _Module(
     topic="date and interval",
     purpose="the shift scheduler",
     names=("datekit", "timespan", "sched_dates"),
-    source='''\
-"""Date and interval helpers for the shift scheduler (no datetime on purpose)."""
-
-
-def _is_leap(year):
-    return year % 4 == 0 and (year % 100 != 0 or year % 400 == 0)
-
-
-def days_in_month(year, month):
-    """Number of days in month (1-12) of year."""
-    if month == 2:
-        return 29 if _is_leap(year) else 28
-    return 30 if month in (4, 6, 9, 11) else 31
-
-
-def day_of_year(year, month, day):
-    """1-based position of the date within its year."""
-    return sum(days_in_month(year, m) for m in range(1, month)) + day
-
-
-def quarter(month):
-    """Quarter (1-4) that month (1-12) falls in."""
-    return (month - 1) // 3 + 1
-
-
-def _minutes(hhmm):
-    hours, minutes = hhmm.split(":")
-    return int(hours) * 60 + int(minutes)
-
-
-def duration(start, end):
-    """Minutes from start to end ("HH:MM"); an end before start wraps past midnight."""
-    return (_minutes(end) - _minutes(start)) % (24 * 60)
-
-
-def overlap(a_start, a_end, b_start, b_end):
-    """Length of the overlap of [a_start, a_end) and [b_start, b_end); 0 when none."""
-    return max(0, min(a_end, b_end) - max(a_start, b_start))
-''',
+    source=_source("date_and_interval"),
     bugs=(
         _Bug(
             "_is_leap",
@@ -359,46 +238,7 @@ _INVENTORY = _Module(
     topic="inventory",
     purpose="the warehouse tool",
     names=("inventory", "stockbook", "warehouse"),
-    source='''\
-"""Stock bookkeeping for the warehouse tool; a stock maps item name -> units."""
-
-
-def _line_total(quantity, unit_price):
-    return round(quantity * unit_price, 2)
-
-
-def add_item(stock, name, quantity=1):
-    """A copy of stock with quantity more units of name."""
-    updated = dict(stock)
-    updated[name] = updated.get(name, 0) + quantity
-    return updated
-
-
-def remove_item(stock, name, quantity=1):
-    """A copy of stock with quantity fewer units of name; items reaching 0 are dropped."""
-    updated = dict(stock)
-    left = updated.get(name, 0) - quantity
-    if left > 0:
-        updated[name] = left
-    else:
-        updated.pop(name, None)
-    return updated
-
-
-def total_units(stock):
-    """All units in stock."""
-    return sum(stock.values())
-
-
-def low_stock(stock, threshold=5):
-    """Names with fewer than threshold units, alphabetically."""
-    return sorted(name for name, units in stock.items() if units < threshold)
-
-
-def order_value(order, prices):
-    """Price of an order (name -> quantity) at the given unit prices."""
-    return round(sum(_line_total(q, prices[name]) for name, q in order.items()), 2)
-''',
+    source=_source("inventory"),
     bugs=(
         _Bug(
             "_line_total",
@@ -457,44 +297,7 @@ _MATRIX = _Module(
     topic="matrix",
     purpose="the layout engine",
     names=("matops", "tinymat", "matrix_utils"),
-    source='''\
-"""Tiny matrix helpers (a matrix is a list of rows) for the layout engine."""
-
-
-def _dot(u, v):
-    return sum(a * b for a, b in zip(u, v))
-
-
-def transpose(m):
-    """Rows become columns."""
-    return [[m[i][j] for i in range(len(m))] for j in range(len(m[0]))]
-
-
-def identity(n):
-    """The n x n identity matrix."""
-    return [[1 if i == j else 0 for j in range(n)] for i in range(n)]
-
-
-def matmul(a, b):
-    """Matrix product of a and b."""
-    cols = transpose(b)
-    return [[_dot(row, col) for col in cols] for row in a]
-
-
-def trace(m):
-    """Sum of the main diagonal."""
-    return sum(m[i][i] for i in range(len(m)))
-
-
-def scale(m, k):
-    """Every entry multiplied by k."""
-    return [[k * x for x in row] for row in m]
-
-
-def add(a, b):
-    """Entry-wise sum of two matrices of the same shape."""
-    return [[x + y for x, y in zip(ra, rb)] for ra, rb in zip(a, b)]
-''',
+    source=_source("matrix"),
     bugs=(
         _Bug(
             "_dot",
@@ -552,58 +355,7 @@ _PARSE = _Module(
     topic="parser",
     purpose="the config loader",
     names=("kvparse", "confparse", "textparse"),
-    source='''\
-"""Parsers for the small text formats our config files use."""
-
-_UNITS = {"h": 3600, "m": 60, "s": 1}
-
-
-def _coerce(value):
-    if value.lower() in ("true", "false"):
-        return value.lower() == "true"
-    if value.lstrip("-").isdigit():
-        return int(value)
-    return value
-
-
-def parse_pairs(text, sep=";"):
-    """'a=1; b=x' -> {'a': 1, 'b': 'x'}; values that look like ints or bools are converted."""
-    result = {}
-    for part in text.split(sep):
-        if part.strip():
-            key, _, value = part.partition("=")
-            result[key.strip()] = _coerce(value.strip())
-    return result
-
-
-def parse_duration(text):
-    """'1h30m' -> 5400 (seconds; units h, m and s)."""
-    total = 0
-    number = ""
-    for ch in text:
-        if ch.isdigit():
-            number += ch
-        else:
-            total += int(number) * _UNITS[ch]
-            number = ""
-    return total
-
-
-def parse_version(text):
-    """'1.10.2' -> (1, 10, 2)."""
-    return tuple(int(p) for p in text.split("."))
-
-
-def compare_versions(a, b):
-    """-1, 0 or 1 as version a is older than, equal to or newer than version b."""
-    left, right = parse_version(a), parse_version(b)
-    return (left > right) - (left < right)
-
-
-def parse_list(text):
-    """'a, b,,c' -> ['a', 'b', 'c'] (empty items are dropped)."""
-    return [item.strip() for item in text.split(",") if item.strip()]
-''',
+    source=_source("parser"),
     bugs=(
         _Bug(
             "_coerce",

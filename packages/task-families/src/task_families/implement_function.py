@@ -19,6 +19,12 @@ from typing import Any
 
 from ale.synth.expert import shell, write
 from ale.synth.family import ExpertProgram, Family, TaskDraft, register
+from task_families._sources import source
+
+
+def _source(name: str) -> str:
+    return source("implement_function", name)
+
 
 Call = tuple[str, tuple[Any, ...]]
 
@@ -81,22 +87,7 @@ _ROMAN_TO = _Spec(
     key="int-to-roman",
     modules=("roman", "numerals", "roman_numerals"),
     stubs=(("to_roman(n)", "Return the Roman numeral for the integer n (1 <= n <= 3999)."),),
-    source="""\
-_PAIRS = [
-    (1000, "M"), (900, "CM"), (500, "D"), (400, "CD"), (100, "C"), (90, "XC"),
-    (50, "L"), (40, "XL"), (10, "X"), (9, "IX"), (5, "V"), (4, "IV"), (1, "I"),
-]
-
-
-def to_roman(n):
-    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= 3999:
-        raise ValueError(f"cannot write {n!r} as a roman numeral")
-    out = []
-    for value, letters in _PAIRS:
-        count, n = divmod(n, value)
-        out.append(letters * count)
-    return "".join(out)
-""",
+    source=_source("int_to_roman"),
     summaries=(
         "Implement `to_roman(n)` in `{mod}`: it returns the upper-case Roman numeral of the integer `n`, using subtractive notation (IV, IX, XL, XC, CD, CM).",
         "Write the body of `to_roman(n)` in `{mod}` so that it converts a positive integer into standard Roman numerals (upper case, subtractive forms such as IV and CM).",
@@ -114,23 +105,7 @@ _ROMAN_FROM = _Spec(
     key="roman-to-int",
     modules=("roman", "numerals", "roman_parse"),
     stubs=(("from_roman(text)", "Return the integer value of the Roman numeral text."),),
-    source="""\
-_VALUES = {"I": 1, "V": 5, "X": 10, "L": 50, "C": 100, "D": 500, "M": 1000}
-
-
-def from_roman(text):
-    text = text.strip().upper()
-    if not text or any(ch not in _VALUES for ch in text):
-        raise ValueError(f"not a roman numeral: {text!r}")
-    total = 0
-    for i, ch in enumerate(text):
-        value = _VALUES[ch]
-        if i + 1 < len(text) and _VALUES[text[i + 1]] > value:
-            total -= value
-        else:
-            total += value
-    return total
-""",
+    source=_source("roman_to_int"),
     summaries=(
         "Implement `from_roman(text)` in `{mod}`: it parses a Roman numeral (such as `MCMXCIV`) and returns its integer value, honouring subtractive pairs.",
         "Fill in `from_roman(text)` in `{mod}` so it converts a Roman numeral string into an int (a smaller numeral before a larger one is subtracted).",
@@ -183,34 +158,7 @@ _RLE = _Spec(
         ),
         ("rle_decode(encoded)", "Inverse of rle_encode: '3a1b' -> 'aaab'."),
     ),
-    source="""\
-def rle_encode(text):
-    out = []
-    i = 0
-    while i < len(text):
-        j = i
-        while j < len(text) and text[j] == text[i]:
-            j += 1
-        out.append(f"{j - i}{text[i]}")
-        i = j
-    return "".join(out)
-
-
-def rle_decode(encoded):
-    out = []
-    count = ""
-    for ch in encoded:
-        if ch in "0123456789":
-            count += ch
-        elif not count:
-            raise ValueError(f"character {ch!r} has no count")
-        else:
-            out.append(ch * int(count))
-            count = ""
-    if count:
-        raise ValueError("encoded text ends with a count")
-    return "".join(out)
-""",
+    source=_source("run_length"),
     summaries=(
         "Implement `rle_encode(text)` and `rle_decode(encoded)` in `{mod}`. Encoding writes each run of equal characters as its length followed by the character (`aaab` becomes `3a1b`); decoding reverses it.",
         "`{mod}` needs a working run-length codec: `rle_encode(text)` turns every run of a repeated character into `<count><char>` and `rle_decode(encoded)` expands that form back.",
@@ -250,18 +198,7 @@ _CAESAR = _Spec(
     key="caesar",
     modules=("cipher", "caesar", "rot"),
     stubs=(("caesar(text, shift)", "Shift every letter of text by shift places in the alphabet."),),
-    source="""\
-def caesar(text, shift):
-    out = []
-    for ch in text:
-        if "a" <= ch <= "z":
-            out.append(chr((ord(ch) - 97 + shift) % 26 + 97))
-        elif "A" <= ch <= "Z":
-            out.append(chr((ord(ch) - 65 + shift) % 26 + 65))
-        else:
-            out.append(ch)
-    return "".join(out)
-""",
+    source=_source("caesar"),
     summaries=(
         "Implement `caesar(text, shift)` in `{mod}`: every ASCII letter moves `shift` places forward in the alphabet, wrapping from z to a; case is kept and other characters are left alone.",
         "Write a Caesar cipher in `{mod}`: `caesar(text, shift)` rotates letters by `shift` (z wraps round to a), preserves upper/lower case and copies everything else unchanged.",
@@ -289,24 +226,7 @@ _WRAP = _Spec(
     stubs=(
         ("wrap(text, width)", "Greedy word wrap: a list of lines of at most width characters."),
     ),
-    source="""\
-def wrap(text, width):
-    if width < 1:
-        raise ValueError("width must be at least 1")
-    lines = []
-    current = ""
-    for word in text.split():
-        if not current:
-            current = word
-        elif len(current) + 1 + len(word) <= width:
-            current += " " + word
-        else:
-            lines.append(current)
-            current = word
-    if current:
-        lines.append(current)
-    return lines
-""",
+    source=_source("word_wrap"),
     summaries=(
         "Implement `wrap(text, width)` in `{mod}`: a greedy word wrap that returns a list of lines, each at most `width` characters, with words separated by single spaces and each line filled with as many words as fit.",
         "Write `wrap(text, width)` in `{mod}`. Split the text into words on whitespace and pack them greedily into lines no longer than `width`; return the lines as a list of strings.",
@@ -331,17 +251,7 @@ _MERGE = _Spec(
     key="merge-intervals",
     modules=("intervals", "spans", "ranges"),
     stubs=(("merge_intervals(intervals)", "Merge overlapping [start, end] intervals."),),
-    source="""\
-def merge_intervals(intervals):
-    spans = sorted([min(a, b), max(a, b)] for a, b in intervals)
-    merged = []
-    for start, end in spans:
-        if merged and start <= merged[-1][1]:
-            merged[-1][1] = max(merged[-1][1], end)
-        else:
-            merged.append([start, end])
-    return merged
-""",
+    source=_source("merge_intervals"),
     summaries=(
         "Implement `merge_intervals(intervals)` in `{mod}`: given `[start, end]` pairs in any order, return the merged list of `[start, end]` lists sorted by start. Intervals that overlap or touch (`[1, 3]` and `[3, 5]`) become one.",
         "Write `merge_intervals(intervals)` in `{mod}` so that it combines overlapping or touching closed intervals and returns them as a list of `[start, end]` lists in ascending order of start.",
@@ -365,23 +275,7 @@ _BRACKETS = _Spec(
     key="balanced-brackets",
     modules=("brackets", "balance", "syntax_check"),
     stubs=(("is_balanced(text)", "True when the brackets (), [] and {} in text are balanced."),),
-    source="""\
-def is_balanced(text):
-    closing = {")": "(", "]": "[", "}": "{"}
-    stack = []
-    quoted = False
-    for ch in text:
-        if ch == '"':
-            quoted = not quoted
-        elif quoted:
-            continue
-        elif ch in "([{":
-            stack.append(ch)
-        elif ch in closing:
-            if not stack or stack.pop() != closing[ch]:
-                return False
-    return not stack and not quoted
-""",
+    source=_source("balanced_brackets"),
     summaries=(
         "Implement `is_balanced(text)` in `{mod}`: return True when every `(`, `[` and `{{` is closed by the matching bracket in the right order, False otherwise. Other characters are ignored.",
         "Write `is_balanced(text)` in `{mod}`, a bracket checker for `()`, `[]` and `{{}}`: brackets must close in last-opened-first-closed order; characters that are not brackets do not matter.",
@@ -406,23 +300,7 @@ _BASE = _Spec(
     key="base-conversion",
     modules=("baseconv", "radix", "numbase"),
     stubs=(("to_base(n, base)", "The digits of the integer n written in base (2-36)."),),
-    source="""\
-_DIGITS = "0123456789abcdefghijklmnopqrstuvwxyz"
-
-
-def to_base(n, base):
-    if not 2 <= base <= 36:
-        raise ValueError(f"base must be between 2 and 36, not {base}")
-    if n == 0:
-        return "0"
-    sign = "-" if n < 0 else ""
-    n = abs(n)
-    digits = []
-    while n:
-        n, rest = divmod(n, base)
-        digits.append(_DIGITS[rest])
-    return sign + "".join(reversed(digits))
-""",
+    source=_source("base_conversion"),
     summaries=(
         "Implement `to_base(n, base)` in `{mod}`: it writes the integer `n` in the given base (2 to 36) using the digits 0-9 then lower-case a-z, without a prefix or leading zeros.",
         "Write `to_base(n, base)` in `{mod}` so that it returns the string form of `n` in base `base`; digits beyond 9 are the lower-case letters a-z (so base 16 uses 0-9a-f).",
@@ -450,21 +328,7 @@ _CASE = _Spec(
         ("snake_to_camel(name)", "'user_name' -> 'userName'."),
         ("camel_to_snake(name)", "'userName' -> 'user_name'."),
     ),
-    source="""\
-import re
-
-
-def snake_to_camel(name):
-    parts = [p for p in name.split("_") if p]
-    if not parts:
-        return ""
-    return parts[0].lower() + "".join(p[:1].upper() + p[1:].lower() for p in parts[1:])
-
-
-def camel_to_snake(name):
-    words = re.findall(r"[A-Z]+(?=[A-Z][a-z0-9])|[A-Z]?[a-z0-9]+|[A-Z]+", name)
-    return "_".join(w.lower() for w in words)
-""",
+    source=_source("snake_camel"),
     summaries=(
         "Implement the two converters in `{mod}`: `snake_to_camel(name)` turns `max_item_count` into `maxItemCount`, and `camel_to_snake(name)` turns `maxItemCount` back into `max_item_count`.",
         "`{mod}` has stubs `snake_to_camel` and `camel_to_snake`. Make them convert identifiers between snake_case and lowerCamelCase (`order_total` <-> `orderTotal`).",
@@ -498,19 +362,7 @@ _RANGES = _Spec(
     key="compress-ranges",
     modules=("ranges", "pagespec", "numlist"),
     stubs=(("compress_ranges(numbers)", "[1, 2, 3, 5, 7, 8] -> '1-3,5,7-8'."),),
-    source="""\
-def compress_ranges(numbers):
-    values = sorted(set(numbers))
-    parts = []
-    i = 0
-    while i < len(values):
-        j = i
-        while j + 1 < len(values) and values[j + 1] == values[j] + 1:
-            j += 1
-        parts.append(str(values[i]) if i == j else f"{values[i]}-{values[j]}")
-        i = j + 1
-    return ",".join(parts)
-""",
+    source=_source("compress_ranges"),
     summaries=(
         "Implement `compress_ranges(numbers)` in `{mod}`: it takes a sorted list of distinct integers and returns a comma-separated summary in which each run of consecutive numbers is written `first-last` (`[1, 2, 3, 5, 7, 8]` -> `1-3,5,7-8`).",
         "Write `compress_ranges(numbers)` in `{mod}` so that a list of integers in ascending order becomes a compact string such as `4-6,9,11-12`: runs of two or more consecutive values collapse to `start-end`, lone values stay as they are, parts are joined by commas without spaces.",
