@@ -23,13 +23,16 @@ import time
 import traceback
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal, Protocol
 from urllib.parse import urlsplit, urlunsplit
 
+from pydantic import Field
+
 from ale.agents import BenchAgent, TaskContext, accepts_context
+from ale.episode import EpisodeResult
 from ale.sandbox import SandboxVerbs
 from ale.task import (
     Task,
@@ -38,7 +41,7 @@ from ale.task import (
     TaskVerifier,
     agent_instruction,
 )
-from ale.trajectory import FailureMode, Trajectory, VerifierResult, VerifierTest
+from ale.trajectory import FailureMode, VerifierResult, VerifierTest
 from rock.backends.base import Sandbox, SandboxError, upload
 from rock.task_phases import (
     COLLECT_LOG,
@@ -187,23 +190,18 @@ class TaskEnv(Protocol):
         ...
 
 
-@dataclass
-class Episode:
+class Episode(EpisodeResult):
     """How one episode went — the agent's part, the verifier's, and the first failure — or
-    one step of a multi-step task, as each of its :attr:`steps` is: one type for both."""
+    one step of a multi-step task, as each of its :attr:`steps` is. It is the
+    :class:`ale.episode.EpisodeResult` every caller gets (a trainer, the synthesis stages),
+    with what a benchmark's record reads besides: one type from the sandbox to the
+    trainer."""
 
     name: str = ""
     """The step's name (a whole episode's: its task's id)."""
-    trajectory: Trajectory | None = None
     verdict: VerifierOutcome | None = None
+    """What the verifier decided (its rewards; :attr:`reward` is its main one)."""
     verifier_stdout: str = ""
-    failure: FailureMode | None = None
-    """The first thing that failed, as the one value callers decide by: the environment
-    (:attr:`~ale.trajectory.FailureMode.is_environment`: no sandbox, a broken one), the
-    agent (a timeout, an error) or the verifier; None when it ran through (the trajectory's
-    own end, a turn limit say, is not one)."""
-    error: str | None = None
-    """The same for a person, one sentence."""
     opened: bool = False
     """Whether a sandbox was had (a failure before it: nothing ran)."""
     setup_sec: float = 0.0
@@ -211,16 +209,19 @@ class Episode:
     agent_started_at: datetime | None = None
     agent_ended_at: datetime | None = None
     test_started_at: datetime | None = None
-    steps: list[Episode] = field(default_factory=list)
+    steps: list[Episode] = Field(default_factory=list)
     """A multi-step task's steps that ran, in order (then :attr:`verdict` holds the rewards
     the task's strategy makes of theirs, and :attr:`trajectory` all their turns)."""
 
-    @property
-    def reward(self) -> float | None:
-        return self.verdict.reward if self.verdict is not None else None
+    def verified(self, verdict: VerifierOutcome) -> None:
+        """Take the verifier's ``verdict`` (and its reward as :attr:`reward`)."""
+        self.verdict, self.reward = verdict, verdict.reward
 
     def failed(self, failure: FailureMode, error: str) -> None:
-        """Note ``failure`` unless an earlier one was noted (the first one stands)."""
+        """Note ``failure`` unless an earlier one was noted (the first one stands): the
+        environment's (:attr:`~ale.trajectory.FailureMode.is_environment`: no sandbox, a
+        broken one), the agent's (a timeout, an error) or the verifier's; a trajectory's own
+        end (a turn limit, say) is not one."""
         if self.failure is None:
             self.failure, self.error = failure, error
 
@@ -267,7 +268,7 @@ async def run_episode(
     trial); a separate verifier gets them either way. ``before_verifier`` is awaited after
     the agent, before the collect hooks and the verifier (of each step, in a multi-step
     task): a caller holds the episode there until it knows it wants the reward."""
-    episode = Episode(task.id)
+    episode = Episode(name=task.id)
     started = time.monotonic()
     try:
         sandbox, workdir = await env.open(task)
@@ -352,7 +353,8 @@ async def _part(
             collect_artifacts, sandbox, phases.artifacts, kept / "artifacts", services
         )
     part.test_started_at = datetime.now(UTC)
-    part.verdict = verdict = await _verify(run, step, test_timeout_sec, verifier_out, handed)
+    verdict = await _verify(run, step, test_timeout_sec, verifier_out, handed)
+    part.verified(verdict)
     stdout = verifier_out / "stdout.txt"
     part.verifier_stdout = stdout.read_text(errors="replace") if stdout.is_file() else ""
     if verdict.failure_mode != FailureMode.NONE:
@@ -383,7 +385,7 @@ async def _steps(
             await asyncio.to_thread(_prepare_step, sandbox, step, run.workdir)
         except _SetupFailed as exc:
             episode.steps.append(
-                Episode(step.name, failure=FailureMode.BUILD_FAILED, error=str(exc))
+                Episode(name=step.name, failure=FailureMode.BUILD_FAILED, error=str(exc))
             )
             break
         if step.healthcheck is not None:
@@ -391,10 +393,10 @@ async def _steps(
             if sick is not None:
                 why = f"the environment was not healthy before the step: {sick}"
                 episode.steps.append(
-                    Episode(step.name, failure=FailureMode.SANDBOX_ERROR, error=why)
+                    Episode(name=step.name, failure=FailureMode.SANDBOX_ERROR, error=why)
                 )
                 break
-        part = Episode(step.name)
+        part = Episode(name=step.name)
         episode.steps.append(part)
         await _part(
             run, step, part, step.agent_timeout_sec * agent_scale,
@@ -482,7 +484,7 @@ def _sum_up(episode: Episode, task: Task) -> None:
     else:
         verdict.failure_mode = last.verdict.failure_mode if last.verdict else FailureMode.UNKNOWN
         verdict.error = last.verdict.error if last.verdict else "no step was verified"
-    episode.verdict = verdict
+    episode.verified(verdict)
     episode.verifier_stdout = "\n".join(
         f"== step {s.name} ==\n{s.verifier_stdout}" for s in episode.steps if s.verdict
     )

@@ -21,12 +21,11 @@ from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 from ale.agents import BenchAgent
-from ale.episode import EpisodeResult
 from ale.task import Task, TaskVerifier
 from ale.trajectory import FailureMode
 from rock.backends.base import Backend, PoolNotFound, Sandbox, SandboxError, pack_upload
 from rock.client import Client
-from rock.episode import run_episode, verifier_result
+from rock.episode import Episode, run_episode, verifier_result
 from rock.errors import DaemonUnreachable, PoolExhausted, RockError, ShuttingDown
 from rock.models import SandboxSpec
 from rock.task_phases import Services
@@ -297,7 +296,7 @@ class PoolRunner:
         logs_dir: Path | None = None,
         before_verifier: Callable[[], Awaitable[None]] | None = None,
         starts: ForkedStarts | None = None,
-    ) -> EpisodeResult:
+    ) -> Episode:
         """One episode in :func:`rock.episode.run_episode`, this runner its :class:`TaskEnv`
         (``before_verifier``: see :class:`ale.episode.EpisodeRunner`), or ``starts``
         when the episode starts from a fork of a prepared sandbox."""
@@ -321,24 +320,20 @@ class PoolRunner:
                 on_sandbox=note_lost,
                 before_verifier=before_verifier,
             )
-        seconds = round(time.monotonic() - started, 3)
-        if lost:  # the agent or the verifier saw the daemon fail, not the task
-            return EpisodeResult(
-                failure=FailureMode.DAEMON_UNAVAILABLE, error=f"{DAEMON_LOST}: {lost[0]}",
-                seconds=seconds,
-            )  # fmt: skip
+        episode.seconds = round(time.monotonic() - started, 3)
+        if lost:  # the agent or the verifier saw the daemon fail, not the task: nothing stands
+            episode.failure, episode.error = (
+                FailureMode.DAEMON_UNAVAILABLE,
+                f"{DAEMON_LOST}: {lost[0]}",
+            )
+            episode.reward = episode.trajectory = None
+            return episode
         trajectory = episode.trajectory
         if trajectory is not None and episode.verdict is not None:
             trajectory.task_id = trajectory.task_id or task.id
             trajectory.reward = episode.verdict.reward
             trajectory.verifier = verifier_result(episode.verdict, stdout=episode.verifier_stdout)
-        return EpisodeResult(
-            reward=episode.reward,
-            trajectory=trajectory,
-            failure=episode.failure,
-            error=episode.error,
-            seconds=seconds,
-        )
+        return episode
 
     async def prepared(
         self,
