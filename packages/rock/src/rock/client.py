@@ -428,7 +428,7 @@ class _Portal:
     """The event loop the sync client's calls run on: one thread of the process's own,
     started on first use (and again in a forked child, where the parent's is gone)."""
 
-    _lock = threading.Lock()
+    _lock = threading.RLock()  # (a signal handler may use a client while get() holds it)
     _current: _Portal | None = None
 
     def __init__(self) -> None:
