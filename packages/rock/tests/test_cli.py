@@ -449,8 +449,12 @@ def test_the_issue_s_escapes_through_the_cli_leave_nothing(daemon: Path, runtime
             'timeout 10 bash -c ":(){ :|:& };:"',
         )  # fmt: skip
         assert bomb.exit_code in (0, 124), bomb.output
+        ended = time.monotonic()
         left = _none_left(daemon, box)
-        assert left.exit_code == 0 and left.stdout.strip() == "0", left.output
+        assert left.exit_code == 0 and left.stdout.strip() == "0", (
+            f"{left.output.strip()} (the bomb's command exited {bomb.exit_code} after "
+            f"{ended - began:.0f} s of the test; counted for {time.monotonic() - ended:.0f} s)"
+        )
     finally:
         rock("sandbox", "rm", "--home", str(daemon), box)
 
