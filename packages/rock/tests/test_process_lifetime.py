@@ -135,6 +135,21 @@ def test_a_bomb_that_never_dies_out_goes_when_its_command_ends(
         assert sandbox.exec("echo next").stdout_text == "next\n"
 
 
+@pytest.mark.parametrize("runtime", [pytest.param("runsc", marks=GVISOR_BOMBS)])
+def test_under_gvisor_a_timeout_is_answered_once_the_keeper_s_freeze_is_done(
+    backend: DockerBackend, runtime: str
+) -> None:
+    """Under gVisor a timeout freezes the sandbox through the keeper; the command's answer
+    waits for the keeper to say it is done (``rock-frozen MARK``), so the next command is
+    not stopped by a freeze still under way (in CI one was, its own timeout asked for
+    another freeze, and the sandbox stayed frozen for minutes after a fork bomb)."""
+    with backend.create(SandboxSpec(memory_mb=512, runtime=runtime)) as sandbox:
+        result = sandbox.exec(ESCAPES["a new session"], timeout=3)
+        said = sandbox.container.logs(stdout=True, stderr=False)
+        assert result.timed_out and said.count(b"rock-frozen ") == 1, said[-500:]
+        assert sandbox.exec("echo next", timeout=30).stdout_text == "next\n"
+
+
 def test_the_keeper_ends_a_command_at_its_timeout_when_no_reaper_can_start(
     sandbox: DockerSandbox, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -131,6 +131,7 @@ while :; do
       done
       rock_freezing=
       kill -CONT -1 2>/dev/null
+      printf 'rock-frozen %s\n' "$mark"  # (the daemon waits for it: the sandbox is clean)
     elif [ "$verb" = reap ]; then
       rock_reap "$mark" "${root:-0}" "${keep:-0}"
     fi
@@ -149,7 +150,8 @@ holds all of them; images without bash keep the container up with a plain sleep 
 call whatever their number, sent 30 times back to back), ends every process group that holds
 a marked process (killed until empty), reaps the rest with every round of the reap stopping
 all first, then lets the others go on (``kill -CONT -1``). It is for a sandbox out of pids,
-where no reaper can start. Under gVisor a fork under way as the stop lands brings a child
+where no reaper can start. When it is done it says ``rock-frozen MARK`` on its stdout,
+which the daemon waits for before it answers the command. Under gVisor a fork under way as the stop lands brings a child
 that was not stopped; a bomb's such children forked on and took the CPU from the keeper's
 scan of /proc (a pass of it took 20 s and more, and the sandbox refilled its 512 pids). One
 kill of the bomb's process group, sent at the first marked process the scan meets, ends most

@@ -66,6 +66,11 @@ _REAP_WAIT = 30.0
 """How long the reaping of one command may take, all tries together, before it is given up."""
 _REAP_TRIES = 12
 """Tries to start the in-sandbox reaper by exec (each a moment apart) while no pid is free."""
+_FREEZE_WAIT = 45.0
+"""How long the daemon waits for the keeper to finish a freeze (its ``rock-frozen`` line)
+before it answers the command: a command sent while a freeze runs is stopped with the rest,
+and under load its own timeout then asked for another freeze (seen in CI, a sandbox frozen
+for minutes after a fork bomb). Below the client's slack past a command's timeout."""
 _REAP_ALONE = 5.0
 """Seconds the reaper has before the keeper is told to freeze and reap: one that has not
 finished by then could not start (no pid free; under gVisor a failed exec takes 7-10 s to
@@ -125,6 +130,27 @@ def _frames(read: Callable[[int], bytes], on_frame: Callable[[int, bytes], None]
         payload = read(size)
         if payload:
             on_frame(stream, payload)
+
+
+def _await_line(raw: object, wanted: bytes, wait: float) -> bool:
+    """Read an attached container's multiplexed output until a line holding ``wanted``
+    comes (True) or ``wait`` seconds pass (False)."""
+    sock, read = _sock(raw), _reader(raw)
+    deadline = time.monotonic() + wait
+    seen = bytearray()
+    while (left := deadline - time.monotonic()) > 0:
+        sock.settimeout(left)
+        try:
+            header = read(8)
+            if len(header) < 8:
+                return False
+            seen += read(struct.unpack(">I", header[4:])[0])
+        except OSError:  # a timeout is one
+            return False
+        if wanted in seen:
+            return True
+        del seen[: max(0, len(seen) - len(wanted))]  # keep only what a split line needs
+    return False
 
 
 class _ExecChannel:
@@ -425,7 +451,7 @@ class DockerSandbox(Sandbox):
         a fork bomb went on); the keeper stops everything before each of its scans."""
         keep = "1" if keep_root else "0"
         gvisor = self.spec.runtime == "runsc"
-        told = mark is not None and gvisor and self._tell_keeper(mark, pid, keep_root)
+        told = mark is not None and gvisor and self._tell_keeper(mark, pid, keep_root, wait=True)
         argv = ["bash", "-c", KILL_TREE, "kill-tree", str(pid), keep, mark or "-"]
         delay = 0.05
         deadline = time.monotonic() + _REAP_WAIT
@@ -442,7 +468,7 @@ class DockerSandbox(Sandbox):
             if code == 0:
                 return
             if mark is not None and not told:
-                told = self._tell_keeper(mark, pid, keep_root)
+                told = self._tell_keeper(mark, pid, keep_root, wait=True)
             time.sleep(delay)
             delay = min(delay * 2, 1.0)
 
@@ -462,20 +488,26 @@ class DockerSandbox(Sandbox):
         info = self._api.exec_inspect(exec_id)
         return None if info.get("Running") or info.get("ExitCode") is None else info["ExitCode"]
 
-    def _tell_keeper(self, mark: str, root: int = 0, keep_root: bool = False) -> bool:
+    def _tell_keeper(
+        self, mark: str, root: int = 0, keep_root: bool = False, *, wait: bool = False
+    ) -> bool:
         """Have the keeper freeze the sandbox and reap the processes marked ``mark`` and
         the tree under ``root`` (but ``root`` itself, and its process group, with
-        ``keep_root``: a session's shell) through its stdin; False when it cannot be told
+        ``keep_root``: a session's shell) through its stdin, and with ``wait`` wait for it
+        to say it is done (:data:`_FREEZE_WAIT` at most); False when it cannot be told
         (containers made before it had none)."""
         if not (self.container.attrs.get("Config") or {}).get("OpenStdin"):
             return False
+        params = {"stdin": 1, "stdout": 1, "stream": 1} if wait else {"stdin": 1, "stream": 1}
         try:
-            raw = self._api.attach_socket(self.container.id, params={"stdin": 1, "stream": 1})
+            raw = self._api.attach_socket(self.container.id, params=params)
         except DockerException:
             return False
         sock = _sock(raw)
         try:
             sock.sendall(f"freeze {mark} {root} {1 if keep_root else 0}\n".encode())
+            if wait:
+                _await_line(raw, f"rock-frozen {mark}".encode(), _FREEZE_WAIT)
             return True
         except OSError:
             return False
