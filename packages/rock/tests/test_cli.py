@@ -411,8 +411,9 @@ keeper (seen in CI)."""
 
 UNDER_LOAD = pytest.mark.xfail(
     strict=False,
-    reason="issue 37, open: under the full suite's load gVisor does not always end this bomb "
-    "in time (failed in 2 of 4 clean-clone runs; passes alone and beside CPU hogs)",
+    reason="issue 37, open: under the full suite's load gVisor did not always end this bomb "
+    "in time (failed in 2 of 4 clean-clone runs before the wrapper froze bombs; kept until "
+    "clean-clone runs show it passing)",
 )
 """A known fault of an open issue, reported as XFAIL or XPASS in every run rather than
 hidden; the runc variants stay strict."""

@@ -4,6 +4,7 @@ at the daemon by its own settings: E2B_API_URL, E2B_SANDBOX_URL and E2B_API_KEY.
 from __future__ import annotations
 
 import asyncio
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,6 +29,8 @@ from e2b.exceptions import (
     TimeoutException,
 )
 from rock_daemons import Running, start_daemon, stop_daemon
+
+from rock.daemon.e2b_envd import _PTY_HOLDER, _STDIN_HOLDER
 
 pytestmark = pytest.mark.docker
 
@@ -501,6 +504,27 @@ def test_a_command_started_with_stdin_reads_what_is_sent_until_it_is_closed(
         plain.kill()
     finally:
         sandbox.kill()
+
+
+@pytest.mark.parametrize("holder", ["stdin", "pty"])
+def test_closing_stdin_as_the_command_ends_keeps_its_exit_status(
+    tmp_path: Path, holder: str
+) -> None:
+    """CloseStdin's SIGUSR1 interrupts the holder's ``wait``; when the command ended in that
+    moment the holder said 138 (128 + SIGUSR1) for a command that exited 0 (seen in CI:
+    ``python3 -u`` fed two lines, then its stdin closed). Here the command sends the signal
+    to the holder itself as it exits, 20 times."""
+    codes = []
+    for i in range(20):
+        fifo = str(tmp_path / f"in{i}")
+        command = ["sh", "-c", f'kill -USR1 "$(cat {fifo}.pid)"; exit 0']
+        argv = (
+            ["bash", "-c", _STDIN_HOLDER, "rock-stdin", fifo, *command]
+            if holder == "stdin"
+            else ["bash", "-c", _PTY_HOLDER, "rock-pty", fifo, "24", "80", *command]
+        )
+        codes.append(subprocess.run(argv, capture_output=True, timeout=30).returncode)
+    assert codes == [0] * 20
 
 
 def test_a_pty_runs_an_interactive_shell_and_resizes(e2b_env: Running) -> None:

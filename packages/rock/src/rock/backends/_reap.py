@@ -19,6 +19,11 @@ from __future__ import annotations
 # a busy machine): while one of them is still running, or is still a fork of the command's
 # bash that has not become its program yet (it may be redirecting away from the output), up
 # to 3 s, in pauses of 0.1 s that need no new process (rock_pause).
+# A fork bomb turns each round into a freeze: every process the reaper may signal is stopped
+# first (rock_stop_all), so the scan runs at full speed with nothing forking, and the others
+# go on at the end. A bomb is what doubles between two scans (under gVisor each scan of
+# /proc while a bomb runs is slower than the last: 18 s at 95 processes) or still brings new
+# processes after 4 rounds of stops (children forked as a stop lands get none under gVisor).
 # Arguments: the mark ("-" for none), the root pid (0 for none), 1 to keep the root itself
 # alive (a session's shell), then optionally the command's stdout and stderr as paths.
 REAP_FUNCTION = r"""
@@ -26,11 +31,23 @@ rock_pause() {  # 0.1 s without a new process or a file: a read that times out o
   read -r -t 0.1 _ </dev/udp/127.0.0.1/9 2>/dev/null  # socket nothing sends to (loopback)
   (($? > 128)) || read -r -t 0.1 _ 0<>/dev/ptmx 2>/dev/null  # (bash without /dev/udp)
 }
+rock_stop_all() {  # stop every process the caller may signal, back to back: a child forked
+  local i  # as one stop landed got none (gVisor), the next stops it before it forks much
+  for ((i = 0; i < 30; i++)); do kill -STOP -1 2>/dev/null; done
+}
+rock_end_group() {  # kill process group $1 until it is empty: under gVisor a fork under way
+  local i  # as a signal lands brings a child that got none; a pause now and then lets init
+  for ((i = 0; i < 200; i++)); do  # reap the dead (members until reaped)
+    kill -KILL -- "-$1" 2>/dev/null || break
+    ((i % 20 == 19)) && { rock_stop_all; rock_pause; }
+  done
+}
 rock_reap() {
-  local mark=$1 root=$2 keep=${3:-0} out=${4:-} err=${5:-} round f p s e hit busy settle=0
-  local me=$BASHPID
-  local -a fresh todo ev
-  local -A kids seen
+  local mark=$1 root=$2 keep=${3:-0} out=${4:-} err=${5:-} round f p s g e hit busy mine
+  local me=$BASHPID froze= settle=0 stops=0
+  local -a fresh todo ev pending
+  local -A kids seen groups
+  read -r s <"/proc/$me/stat"; s=${s##*) }; s=${s#* * }; mine=${s%% *}
   [ "$keep" = 1 ] && [ "$root" -gt 0 ] && kill -INT "$root" 2>/dev/null
   for ((round = 0; round < 200; round++)); do
     [ -n "${rock_freezing:-}" ] && rock_stop_all  # (the keeper's freeze: all of the sandbox)
@@ -48,6 +65,7 @@ rock_reap() {
         if read -r s 2>/dev/null <"$f/stat"; then
           [[ $s == "$p (bash) "* ]] && busy=1
           s=${s##*) }; [ "${s%% *}" = R ] && busy=1
+          s=${s#* * }; g=${s%% *}; ((g > 1 && g != mine)) && groups[$g]=1
         fi
       elif [ "$mark" != - ]; then
         ev=(); mapfile -d '' -t ev 2>/dev/null <"$f/environ"
@@ -65,21 +83,46 @@ rock_reap() {
         todo+=(${kids[$p]})
       done
     fi
-    ((${#fresh[@]})) || break
+    if ((${#fresh[@]} == 0)); then
+      { [ -n "$froze" ] && ((${#pending[@]})); } || break
+      kill -KILL "${pending[@]}" 2>/dev/null  # then scan again: under gVisor a process
+      pending=()  # killed as it forks can leave a child that nothing stopped
+      continue
+    fi
+    if ((${#seen[@]} == 0 && settle < 30 && ${#fresh[@]} > 16)) || ((stops == 4)); then
+      settle=30 stops=5  # a fork bomb: freeze, and end the process groups it went to
+      [ -n "${rock_freezing:-}" ] || { rock_freezing=1 froze=1; rock_stop_all; }
+      for g in "${!groups[@]}"; do rock_end_group "$g"; done
+      continue  # (from this round on, each scan runs with everything stopped)
+    fi
     if [ -n "$out" ] && ((${#seen[@]} == 0 && settle < 30 && (settle == 0 || busy))); then
       ((settle++))  # a job put in the background just now may still be leaving the output
       rock_pause
       continue  # so wait while one of them is still running, up to 3 s
     fi
+    ((stops++))
     kill -STOP "${fresh[@]}" 2>/dev/null
     for p in "${fresh[@]}"; do seen[$p]=1; done
+    pending+=("${fresh[@]}")
   done
-  ((${#seen[@]})) && kill -KILL "${!seen[@]}" 2>/dev/null
+  ((${#pending[@]})) && kill -KILL "${pending[@]}" 2>/dev/null
   [ "$keep" = 1 ] || [ "$root" -le 0 ] || kill -KILL -- "-$root" 2>/dev/null
+  [ -n "$froze" ] && { rock_freezing=; kill -CONT -1 2>/dev/null; }  # the others go on
   return 0
 }
 """
-KILL_TREE = REAP_FUNCTION + 'rock_reap "${3:--}" "$1" "${2:-0}"\n'
+KILL_TREE = (
+    REAP_FUNCTION
+    + r"""
+rock_reap "${3:--}" "$1" "${2:-0}"
+for f in /proc/[0-9]*; do  # a command killed during its wrapper's freeze (a fork bomb's, see
+  a=(); mapfile -d '' -t a 2>/dev/null <"$f/cmdline"  # above) left the others stopped, the
+  ((${#a[@]})) && [ "${a[-1]}" = rock-keeper ] || continue  # keeper with them: go on
+  read -r s 2>/dev/null <"$f/stat" && s=${s##*) } && [ "${s%% *}" = T ] && kill -CONT -1
+  break
+done 2>/dev/null
+"""
+)
 """A bash script: ``kill-tree ROOT_PID KEEP_ROOT [MARK]`` (see :data:`REAP_FUNCTION`)."""
 
 _KEEPER = (
@@ -90,10 +133,6 @@ _KEEPER = (
 # gVisor a fork under way as a signal lands brings a child that got none. One kill reaches a
 # whole fork bomb (its processes keep their group), and it is over before a scan of /proc,
 # starved by a bomb's children, could stop them one by one.
-rock_stop_all() {  # stop every process the keeper may signal, back to back: a child forked
-  local i  # as one stop landed got none (gVisor), the next stops it before it forks much
-  for ((i = 0; i < 30; i++)); do kill -STOP -1 2>/dev/null; done
-}
 rock_end_groups() {
   local mark=$1 root=$2 keep=$3 f p s g e mine skip i
   local -a ev
@@ -111,10 +150,7 @@ rock_end_groups() {
     for e in "${ev[@]}"; do
       [ "$e" = "ROCK_EXEC_ID=$mark" ] || continue
       done[$g]=1
-      for ((i = 0; i < 200; i++)); do  # back to back, a pause now and then for init to
-        kill -KILL -- "-$g" 2>/dev/null || break  # reap the dead (members until reaped)
-        ((i % 20 == 19)) && { rock_stop_all; rock_pause; }
-      done
+      rock_end_group "$g"
       break
     done
   done

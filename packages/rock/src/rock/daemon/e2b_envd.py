@@ -197,11 +197,13 @@ _STDIN_HOLDER = r"""
 f=$1; shift
 mkfifo -m 600 "$f" || exit 126
 exec 3<>"$f"  # a writer held open: the command sees no end of input between two inputs
-trap 'exec 3>&-' USR1  # CloseStdin: the last writer goes, the command reads its end
+trap 'exec 3>&-; closed=1' USR1  # CloseStdin: the last writer goes, the command reads its end
 echo $$ > "$f.pid"  # (last: input and CloseStdin wait for it)
 "$@" <"$f" 3>&- &
 child=$!
-while :; do wait "$child"; rc=$?; kill -0 "$child" 2>/dev/null || break; done
+while :; do  # a wait the signal cut short is waited again (bash keeps the child's status,
+  closed= ; wait "$child"; rc=$?; [ -n "$closed" ] || break  # even once it has gone)
+done
 rm -f "$f" "$f.pid"
 exit $rc
 """
@@ -214,12 +216,12 @@ _PTY_HOLDER = r"""
 f=$1 rows=$2 cols=$3; shift 3
 mkfifo -m 600 "$f" || exit 126
 exec 3<>"$f"
-trap 'exec 3>&-' USR1
+trap 'exec 3>&-; closed=1' USR1
 echo $$ > "$f.pid"
 cmd=$(printf '%q ' "$@")
 script -qfec "tty > $f.tty; stty rows $rows cols $cols; exec $cmd" /dev/null <"$f" 3>&- &
 child=$!
-while :; do wait "$child"; rc=$?; kill -0 "$child" 2>/dev/null || break; done
+while :; do closed= ; wait "$child"; rc=$?; [ -n "$closed" ] || break; done
 rm -f "$f" "$f.pid" "$f.tty"
 exit $rc
 """
