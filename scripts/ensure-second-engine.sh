@@ -24,8 +24,20 @@ if [ "$(id -u)" != 0 ]; then
 fi
 command -v dockerd >/dev/null || { echo "dockerd is not installed: run scripts/ensure-docker.sh first." >&2; exit 1; }
 
+# A pid file whose process is gone or is another program (left by an engine that did not
+# stop: a crash, a machine restored from a snapshot with its /run) would have dockerd wait
+# for a containerd that is not there ("containerd is still running", then a timeout).
+forget_stale() {
+  local pid
+  [ -f "$1" ] || return 0
+  pid=$(cat "$1" 2>/dev/null || true)
+  if [ -z "$pid" ] || [ "$(cat "/proc/$pid/comm" 2>/dev/null)" != "$2" ]; then rm -f "$1"; fi
+}
+
 if ! answers; then
   mkdir -p "$ROOT" "$RUN"
+  forget_stale "$RUN/exec/containerd/containerd.pid" containerd
+  forget_stale "$RUN/dockerd.pid" dockerd
   if ! ip link show "$BRIDGE" >/dev/null 2>&1; then
     ip link add "$BRIDGE" type bridge
     ip addr add 10.213.0.1/24 dev "$BRIDGE"

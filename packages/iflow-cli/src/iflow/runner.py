@@ -14,9 +14,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ale.trajectory import Role, Step
-from iflow.agent import Agent, AgentConfig
+from iflow.agent import Agent
 from iflow.approval import Approver
 from iflow.checkpoints import Checkpoints
+from iflow.config import AgentConfig
 from iflow.context.memory import load_memory, render_memory
 from iflow.events import EventSink
 from iflow.hooks import HookRunner

@@ -196,14 +196,16 @@ _READY_TTY = _READY.replace("$1.pid", "$1.tty")
 _STDIN_HOLDER = r"""
 f=$1; shift
 mkfifo -m 600 "$f" || exit 126
-exec 3<>"$f"  # a writer held open: the command sees no end of input between two inputs
-trap 'exec 3>&-; closed=1' USR1  # CloseStdin: the last writer goes, the command reads its end
-echo $$ > "$f.pid"  # (last: input and CloseStdin wait for it)
-"$@" <"$f" 3>&- &
-child=$!
-while :; do  # a wait the signal cut short is waited again (bash keeps the child's status,
-  closed= ; wait "$child"; rc=$?; [ -n "$closed" ] || break  # even once it has gone)
-done
+# a writer held open by a process of its own, so the command sees no end of input between
+# two inputs; CloseStdin ends it (SIGUSR1), the last writer goes, the command reads its end.
+# (A trap in this shell cut its wait short, and a command ending in that moment was
+# reported as 138 or 255, not its own status.)
+sleep 2147483647 3<>"$f" </dev/null >/dev/null 2>&1 &
+writer=$!; disown "$writer"  # (its end is no job of this shell to report)
+echo "$writer" > "$f.new" && mv -f "$f.new" "$f.pid"  # (last: input and CloseStdin wait)
+"$@" <"$f"
+rc=$?
+kill "$writer" 2>/dev/null
 rm -f "$f" "$f.pid"
 exit $rc
 """
@@ -215,13 +217,13 @@ ends."""
 _PTY_HOLDER = r"""
 f=$1 rows=$2 cols=$3; shift 3
 mkfifo -m 600 "$f" || exit 126
-exec 3<>"$f"
-trap 'exec 3>&-; closed=1' USR1
-echo $$ > "$f.pid"
+sleep 2147483647 3<>"$f" </dev/null >/dev/null 2>&1 &
+writer=$!; disown "$writer"
+echo "$writer" > "$f.new" && mv -f "$f.new" "$f.pid"
 cmd=$(printf '%q ' "$@")
-script -qfec "tty > $f.tty; stty rows $rows cols $cols; exec $cmd" /dev/null <"$f" 3>&- &
-child=$!
-while :; do closed= ; wait "$child"; rc=$?; [ -n "$closed" ] || break; done
+script -qfec "tty > $f.tty; stty rows $rows cols $cols; exec $cmd" /dev/null <"$f"
+rc=$?
+kill "$writer" 2>/dev/null
 rm -f "$f" "$f.pid" "$f.tty"
 exit $rc
 """

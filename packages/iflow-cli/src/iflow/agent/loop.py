@@ -16,13 +16,12 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, cast
 
 from ale.trajectory import (
     AgentInfo,
     Role,
     Step,
-    StepMark,
     Timings,
     ToolCall,
     ToolResult,
@@ -30,8 +29,9 @@ from ale.trajectory import (
     Usage,
 )
 from iflow import __version__
+from iflow.agent.budget import RunBudget
 from iflow.approval import ApprovalPolicy, Approver, Mode, allow_all, offered_kinds
-from iflow.checkpoints import Checkpoints, RewindError, RewindReport
+from iflow.checkpoints import Checkpoints
 from iflow.config import AgentConfig
 from iflow.context.compress import compress
 from iflow.context.loop import LoopDetector
@@ -45,7 +45,6 @@ from iflow.errors import (
     FormatError,
     IflowError,
     Interrupted,
-    LimitsExceeded,
     LoopDetected,
     ModelError,
     ModelFailed,
@@ -76,10 +75,10 @@ from iflow.prompts import (
     system_prompt,
 )
 from iflow.tools import Tool, ToolContext, ToolRegistry, default_tools
-from iflow.tools.base import SubAgent
 from iflow.workspace.base import Workspace
 
 if TYPE_CHECKING:
+    from iflow.agent import Agent
     from iflow.mcp.hub import McpHub
 from iflow.workspace.shell import ShellSession
 
@@ -90,8 +89,9 @@ INTERRUPTED_ANSWER = "(interrupted by the user before answering)"
 """The answer a turn the user cut off leaves in the history."""
 
 
-class Agent:
-    """One agent: a model, a workspace, tools, and the conversation so far."""
+class AgentLoop:
+    """The agent's loop and what it holds: a model, a workspace, tools, and the conversation
+    so far (:class:`iflow.agent.Agent` adds its session and sub-agents)."""
 
     def __init__(
         self,
@@ -143,7 +143,9 @@ class Agent:
         for a saved session): what :meth:`rewind` restores."""
         self.shell = shell or ShellSession(workspace)
         self.todos = TodoList()
-        self.ctx = ToolContext(workspace=workspace, shell=self.shell, todos=self.todos, agent=self)
+        self.ctx = ToolContext(
+            workspace=workspace, shell=self.shell, todos=self.todos, agent=cast("Agent", self)
+        )
         self._custom_prompt = prompt
         self.history: list[Step] = [Step(role=Role.SYSTEM, content=self._system_prompt())]
         self.trajectory = Trajectory(
@@ -171,9 +173,8 @@ class Agent:
         self._interrupting = False
         self._since_todo = 0
         self._format_errors = 0
-        self._run_turns = 0
-        self._run_tokens = 0
-        self._run_cost = 0.0
+        self.budget = RunBudget()
+        """What the run under way has spent against its limits."""
 
     # -- set-up ----------------------------------------------------------------------------
 
@@ -241,8 +242,7 @@ class Agent:
     async def run(self, prompt: str) -> AgentEnd:
         """Give the agent ``prompt`` and let it work until an end; return that end."""
         self._interrupting = False
-        self._run_turns = self._run_tokens = 0
-        self._run_cost = 0.0
+        self.budget = RunBudget()
         self.final_answer = ""
         started_at, started = datetime.now(UTC), time.monotonic()
         self.emit(
@@ -282,20 +282,6 @@ class Agent:
         except (IflowError, OSError) as exc:  # a checkpoint that fails must not stop the work
             self.emit(Notice(text=f"The files could not be checkpointed: {exc}", level="warning"))
 
-    async def rewind(self, number: int) -> RewindReport:
-        """Back to before turn ``number``: its files as they were then, the conversation
-        cut before its prompt (a :class:`RewindError` of one sentence when there is none)."""
-        if self.checkpoints is None:
-            raise RewindError(
-                "this session keeps no checkpoints (it is not saved), so it cannot rewind."
-            )
-        turn, report = await self.checkpoints.rewind(number)
-        self.history = self.history[: turn.history_len]
-        self.trajectory.steps = self.trajectory.steps[: turn.trajectory_len]
-        self.final_answer = ""
-        self.meter.reset()
-        return report
-
     def interrupt(self) -> bool:
         """Stop the running turn (Ctrl+C); ``run`` returns :class:`Interrupted`. False when idle."""
         if self._inner is None or self._inner.done():
@@ -317,7 +303,7 @@ class Agent:
         try:
             async with deadline:
                 while True:
-                    self._check_limits()
+                    self.budget.check(self.config)
                     try:
                         await self.step()
                     except Finished:
@@ -353,28 +339,10 @@ class Agent:
         )
         return True
 
-    def _check_limits(self) -> None:
-        c = self.config
-        if self._run_turns >= c.max_turns:
-            raise LimitsExceeded(
-                f"the agent used its {c.max_turns} turns without finishing; "
-                "raise --max-turns (or max_turns in settings) to let it go on."
-            )
-        if c.max_tokens is not None and self._run_tokens >= c.max_tokens:
-            raise LimitsExceeded(
-                f"the run spent {self._run_tokens} tokens, over its limit of {c.max_tokens}; "
-                "raise max_tokens to let it go on."
-            )
-        if c.max_cost_usd is not None and self._run_cost >= c.max_cost_usd:
-            raise LimitsExceeded(
-                f"the run cost ${self._run_cost:.4f}, over its limit of ${c.max_cost_usd:.4f}; "
-                "raise max_cost_usd to let it go on."
-            )
-
     async def step(self) -> None:
         """One turn: fit the context, call the model, run its tool calls, record everything."""
         self.turn += 1
-        self._run_turns += 1
+        self.budget.turns += 1
         self.emit(TurnStarted(turn=self.turn))
         await self._fit_context()
         covered = len(self.history)
@@ -534,10 +502,10 @@ class Agent:
         self.meter.reported(covered, usage.prompt_tokens)
         self.prompt_tokens += prompt
         self.completion_tokens += completion
-        self._run_tokens += prompt + completion
+        self.budget.tokens += prompt + completion
         if usage.cost_usd:
             self.cost_usd += usage.cost_usd
-            self._run_cost += usage.cost_usd
+            self.budget.cost_usd += usage.cost_usd
 
     # -- context ---------------------------------------------------------------------------
 
@@ -591,7 +559,7 @@ class Agent:
 
     async def _after_turn(self) -> None:
         if self.after_turn is not None:
-            result = self.after_turn(self)
+            result = self.after_turn(cast("Agent", self))
             if result is not None:
                 await result
 
@@ -626,7 +594,7 @@ class Agent:
                 outcome=_outcome(end),
                 message=str(end),
                 exit_code=end.exit_code,
-                turns=self._run_turns,
+                turns=self.budget.turns,
                 result=self.final_answer,
             )
         )
@@ -637,64 +605,6 @@ class Agent:
         await self.shell.close()
         if self.mcp is not None:
             await self.mcp.aclose()
-
-    # -- sub-agents ------------------------------------------------------------------------
-
-    def spawn(self, *, max_turns: int) -> Agent:
-        """A sub-agent for the ``task`` tool: same model, workspace and policy, own context."""
-        shell = ShellSession(self.workspace, env=dict(self.shell.env))
-        shell.cwd = self.shell.cwd
-        config = self.config.model_copy(update={"max_turns": min(max_turns, self.config.max_turns)})
-        sub = Agent(
-            self.model,
-            self.workspace,
-            config=config,
-            tools=[t for t in self.all_tools if t.name != "task"],
-            approver=self.approver,
-            memory=self.memory,
-            shell=shell,
-            name=f"{self.name}-task",
-        )
-        sub.policy = self.policy
-        return sub
-
-    def adopt_subagent(self, description: str, sub: SubAgent) -> None:
-        subs = self.trajectory.extra.setdefault("iflow", {}).setdefault("subagents", [])
-        subs.append(
-            {"description": description, "trajectory": sub.trajectory.model_dump(mode="json")}
-        )
-        self.prompt_tokens += sub.prompt_tokens
-        self.completion_tokens += sub.completion_tokens
-
-    # -- sessions --------------------------------------------------------------------------
-
-    def state(self) -> dict[str, Any]:
-        """What a session file keeps to resume this agent."""
-        return {
-            "history": self.history,
-            "trajectory": self.trajectory,
-            "todos": self.todos.dump(),
-            "turns": self.turn,
-            "tokens_used": self.prompt_tokens + self.completion_tokens,
-            "extra": {
-                "cwd": self.shell.cwd,
-                "always": sorted(self.policy.always),
-                "completion_tokens": self.completion_tokens,
-            },
-        }
-
-    def seed(self, steps: list[Step]) -> None:
-        """Start from an earlier conversation (a task's prior context): its user, assistant
-        and tool steps follow the system prompt, marked :attr:`~StepMark.COPIED` (ATIF's
-        ``is_copied_context``: no training loss is taken on them)."""
-        copied = [
-            s.model_copy(update={"mark": StepMark.COPIED})
-            for s in steps
-            if s.role is not Role.SYSTEM
-        ]
-        self.history.extend(copied)
-        self.trajectory.steps.extend(copied)
-        self.meter.reset()
 
     def continue_from(self, steps: list[Step]) -> None:
         """Start the next run as if ``steps`` (assistant turns and their tool results) had
@@ -710,28 +620,7 @@ class Agent:
             self._append(step)
             if step.role is Role.ASSISTANT:
                 self.turn += 1
-                self._run_turns += 1
-
-    def restore(
-        self,
-        *,
-        history: list[Step],
-        trajectory: Trajectory,
-        todos: list[dict[str, str]],
-        turns: int,
-        tokens_used: int,
-        extra: dict[str, Any],
-    ) -> None:
-        self.history = list(history)
-        self.trajectory = trajectory
-        self.todos.replace(TodoList.load(todos).items)
-        self.turn = turns
-        self.completion_tokens = int(extra.get("completion_tokens", 0))
-        self.prompt_tokens = max(0, tokens_used - self.completion_tokens)
-        self.policy.always = set(extra.get("always", []))
-        if extra.get("cwd"):
-            self.shell.cwd = str(extra["cwd"])
-        self.meter.reset()
+                self.budget.turns += 1
 
 
 def _outcome(end: AgentEnd) -> str:
