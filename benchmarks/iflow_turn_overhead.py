@@ -23,7 +23,8 @@ from pathlib import Path
 
 from _rockbench import machine
 
-from iflow.agent import Agent, AgentConfig
+from iflow.agent import Agent
+from iflow.config import AgentConfig
 from iflow.models.scripted import ScriptedModel
 from iflow.runner import SessionRecorder
 from iflow.sessions import SessionData, SessionStore

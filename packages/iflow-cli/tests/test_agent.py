@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from ale.trajectory import FailureMode, Role, ToolCall, Usage
-from iflow.agent import Agent, AgentConfig
+from iflow.agent import Agent
 from iflow.approval import ApprovalRequest
+from iflow.config import AgentConfig
 from iflow.errors import ContextTooLong, ModelError
 from iflow.events import Compressed, Notice, RunEnded, ToolFinished
 from iflow.models.base import ModelResponse

@@ -11,8 +11,9 @@ import pytest
 
 from ale.agents import AgentNotFound, load_agent, parse_agent_kwargs
 from ale.trajectory import FailureMode, Role
-from iflow.agent import Agent, AgentConfig
+from iflow.agent import Agent
 from iflow.bench import IflowAgent
+from iflow.config import AgentConfig
 from iflow.models.scripted import ScriptedModel
 from iflow.workspace.local import LocalWorkspace
 

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 from transformers import AutoTokenizer
 
-from iflow.agent import Agent, AgentConfig
+from iflow.agent import Agent
+from iflow.config import AgentConfig
 from iflow.models.local import prompt_token_ids
 from iflow.models.scripted import ScriptedModel
 from iflow.models.tiny import build_tiny_model

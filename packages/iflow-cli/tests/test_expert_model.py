@@ -6,8 +6,9 @@ from pathlib import Path
 
 from ale.synth.expert import ExpertRun, shell, write
 from ale.trajectory import Role, StepMark
-from iflow.agent import Agent, AgentConfig
+from iflow.agent import Agent
 from iflow.bench import IflowAgent
+from iflow.config import AgentConfig
 from iflow.models.expert import ExpertModel, replay_script
 from iflow.workspace.local import LocalWorkspace
 

@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from iflow.agent import Agent, AgentConfig
+from iflow.agent import Agent
+from iflow.config import AgentConfig
 from iflow.errors import Finished, StoppedByHook
 from iflow.events import Event, Notice
 from iflow.hooks import HookMatcher, HookRunner

@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 from mcp_servers import TOKEN, http_server
 
-from iflow.agent import Agent, AgentConfig
+from iflow.agent import Agent
+from iflow.config import AgentConfig
 from iflow.errors import ConfigError, Finished
 from iflow.mcp import McpServerConfig
 from iflow.mcp.hub import McpHub, ServerState

@@ -386,7 +386,8 @@ async def test_a_model_that_runs_on_is_cancelled_at_the_call_timeout(server: Fak
 async def test_an_answer_cut_at_the_output_limit_is_not_a_finish(
     server: FakeOpenAI, tmp_path: Path
 ) -> None:
-    from iflow.agent import Agent, AgentConfig
+    from iflow.agent import Agent
+    from iflow.config import AgentConfig
     from iflow.errors import FormatError
     from iflow.workspace import LocalWorkspace
 

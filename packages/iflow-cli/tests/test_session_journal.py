@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from iflow.agent import Agent, AgentConfig
+from iflow.agent import Agent
+from iflow.config import AgentConfig
 from iflow.errors import SessionError
 from iflow.models.scripted import ScriptedModel
 from iflow.runner import SessionRecorder

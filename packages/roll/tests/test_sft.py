@@ -196,7 +196,8 @@ def test_bad_data_is_one_sentence(tmp_path: Path, tiny: Path) -> None:
 
 
 async def test_compact_rendering_matches_the_compact_agent(tmp_path: Path, tiny: Path) -> None:
-    from iflow.agent import Agent, AgentConfig
+    from iflow.agent import Agent
+    from iflow.config import AgentConfig
     from iflow.models.scripted import ScriptedModel
     from iflow.workspace.local import LocalWorkspace
     from roll.demonstrations import as_compact

@@ -1,5 +1,6 @@
-"""The agent, one room per concern: the loop and what it holds (:mod:`.loop`), its session
-state and rewind (:mod:`.session`), the run's budget (:mod:`.budget`) and sub-agents
+"""The agent, one room per concern: the loop and what it holds (:mod:`.loop`), what it does
+with one answer (:mod:`.answers`), its context window (:mod:`.context`), its session state
+and rewind (:mod:`.session`), the run's budget (:mod:`.budget`) and sub-agents
 (:mod:`.subagents`), put together here."""
 
 from iflow.agent.budget import RunBudget

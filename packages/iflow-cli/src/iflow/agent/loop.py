@@ -1,8 +1,8 @@
 """The agent loop: one model call, its tool calls run, their observations back, until an end.
 
-``run`` → ``_loop`` → ``step`` (fit the context, query the model, record its answer) →
-``_act`` (check the answer, run its calls through the tool gate of :mod:`iflow.gate`, record
-the results). The ends of a run are exceptions
+``run`` → ``_loop`` → ``step`` (fit the context, :mod:`.context`; query the model, record its
+answer) → ``_act`` (check the answer and run its calls through the tool gate of
+:mod:`iflow.gate`, :mod:`.answers`; record the results). The ends of a run are exceptions
 (:class:`iflow.errors.AgentEnd`) that :meth:`Agent.run` catches and returns, recording
 the failure mode in the trajectory. Every step is appended both to ``history`` (what
 the model sees, which compression rewrites) and to ``trajectory`` (the full record in
@@ -23,17 +23,17 @@ from ale.trajectory import (
     Role,
     Step,
     Timings,
-    ToolCall,
     ToolResult,
     Trajectory,
     Usage,
 )
 from iflow import __version__
+from iflow.agent.answers import AnswerChecks
 from iflow.agent.budget import RunBudget
+from iflow.agent.context import ContextWindow
 from iflow.approval import ApprovalPolicy, Approver, Mode, allow_all, offered_kinds
 from iflow.checkpoints import Checkpoints
 from iflow.config import AgentConfig
-from iflow.context.compress import compress
 from iflow.context.loop import LoopDetector
 from iflow.context.tokens import TokenMeter
 from iflow.errors import (
@@ -42,10 +42,8 @@ from iflow.errors import (
     ContextLengthExceeded,
     ContextTooLong,
     Finished,
-    FormatError,
     IflowError,
     Interrupted,
-    LoopDetected,
     ModelError,
     ModelFailed,
     StoppedByHook,
@@ -53,14 +51,11 @@ from iflow.errors import (
 from iflow.events import (
     AssistantDelta,
     AssistantMessage,
-    Compressed,
     Event,
     EventSink,
     Notice,
     RunEnded,
     RunStarted,
-    TokensUpdated,
-    ToolFinished,
     TurnStarted,
 )
 from iflow.gate import ToolGate
@@ -69,9 +64,6 @@ from iflow.models.base import Model, ModelResponse
 from iflow.plan import TodoList
 from iflow.prompts import (
     COMPACT_TOOLS,
-    FINISH_REMINDER,
-    TODO_REMINDER,
-    TRUNCATED_REMINDER,
     system_prompt,
 )
 from iflow.tools import Tool, ToolContext, ToolRegistry, default_tools
@@ -89,7 +81,7 @@ INTERRUPTED_ANSWER = "(interrupted by the user before answering)"
 """The answer a turn the user cut off leaves in the history."""
 
 
-class AgentLoop:
+class AgentLoop(ContextWindow, AnswerChecks):
     """The agent's loop and what it holds: a model, a workspace, tools, and the conversation
     so far (:class:`iflow.agent.Agent` adds its session and sub-agents)."""
 
@@ -400,89 +392,6 @@ class AgentLoop:
             self.final_answer = finish or response.content
             raise Finished("the agent called finish.")
 
-    def _check_answer(
-        self, response: ModelResponse
-    ) -> tuple[list[ToolResult], list[str], AgentEnd | None]:
-        """Unusable tool calls answered as errors, a plain answer where finish is required
-        reminded, and the end when that happened too often in a row."""
-        results: list[ToolResult] = []
-        notes: list[str] = []
-        if response.format_errors:
-            self._format_errors += 1
-            results += [ToolResult(content=e, is_error=True) for e in response.format_errors]
-            for error in response.format_errors:  # shown as the gate's rejections are
-                self.emit(
-                    ToolFinished(
-                        call_id="", name="(unparsed call)", content=error, is_error=True,
-                        metadata={"rejected": True},
-                    )
-                )  # fmt: skip
-        elif not response.tool_calls and response.finish_reason == "length":
-            # cut at the output limit: not an answer to finish on
-            self._format_errors += 1
-            notes.append(TRUNCATED_REMINDER)
-            self.emit(
-                Notice(text="The model's answer was cut at its output limit.", level="warning")
-            )
-        elif not response.tool_calls:
-            if not self.config.require_finish:
-                self.final_answer = response.content
-                raise Finished("the agent answered without further tool calls.")
-            self._format_errors += 1
-            notes.append(FINISH_REMINDER)
-        else:
-            self._format_errors = 0
-        end: AgentEnd | None = None
-        if self._format_errors >= self.config.max_format_errors and not response.tool_calls:
-            cut = response.finish_reason == "length"
-            end = FormatError(
-                f"the model's last {self._format_errors} answers were cut at its output limit; "
-                "raise max_output_tokens or ask for less."
-                if cut
-                else f"the model gave {self._format_errors} answers in a row without a usable "
-                "tool call; check that it supports tool calls (or set tool_format to text)."
-            )
-        return results, notes, end
-
-    async def _run_calls(
-        self, calls: list[ToolCall], notes: list[str], end: AgentEnd | None
-    ) -> tuple[list[ToolResult], str | None, AgentEnd | None]:
-        """Each call through the gate, watched for loops (a warning goes to ``notes``); once
-        the run has ended, the rest are answered as not run. Returns the results, finish's
-        summary if it was called, and the end."""
-        results: list[ToolResult] = []
-        finish: str | None = None
-        for call in calls:
-            if end is not None:
-                results.append(
-                    ToolResult(call_id=call.id, content="Not run: the run stopped.", is_error=True)
-                )
-                continue
-            result = await self.gate.execute(call, self.tools, self.all_tools, self.ctx)
-            results.append(result)
-            verdict = self.loops.observe(call, result)
-            if verdict == "warn":
-                notes.append(f"<warning>{self.loops.describe()}</warning>")
-                self.emit(Notice(level="warning", text=self.loops.describe()))
-            elif verdict == "stop":
-                end = LoopDetected(
-                    "the agent kept repeating itself after a warning "
-                    f"({call.name} with the same arguments, or failing calls in a row); the run was stopped."
-                )
-            if call.name == "finish" and not result.is_error:
-                finish = str(result.metadata.get("summary", ""))
-        return results, finish, end
-
-    def _reminders(self, calls: list[ToolCall]) -> list[str]:
-        if any(c.name == "todo_write" for c in calls):
-            self._since_todo = 0
-            return []
-        self._since_todo += 1
-        if self.todos.open_items() and self._since_todo >= self.config.todo_reminder_every:
-            self._since_todo = 0
-            return [TODO_REMINDER.format(todos=self.todos.render())]
-        return []
-
     async def _query(self) -> ModelResponse:
         on_delta = (lambda text: self.emit(AssistantDelta(text=text))) if self.on_event else None
         for attempt in (1, 2):
@@ -506,50 +415,6 @@ class AgentLoop:
         if usage.cost_usd:
             self.cost_usd += usage.cost_usd
             self.budget.cost_usd += usage.cost_usd
-
-    # -- context ---------------------------------------------------------------------------
-
-    async def _fit_context(self) -> None:
-        used = self.context_used()
-        limit = self.model.context_limit
-        self.emit(
-            TokensUpdated(used=used, limit=limit, total=self.prompt_tokens + self.completion_tokens)
-        )
-        if used > self.config.compress_threshold * limit:
-            await self.compress()
-            if self.context_used() > limit:
-                raise ContextLengthExceeded(
-                    f"the prompt takes {self.context_used()} tokens even after compression, over "
-                    f"the model's {limit}; start a new session or use a model with a larger context."
-                )
-
-    async def compress(self, *, force: bool = False) -> bool:
-        """Replace older turns by a summary (``/compress``); False when nothing could be dropped."""
-        before = self.context_used()
-        target = self.config.compress_threshold * self.model.context_limit
-        done = await compress(
-            self.history, self.model, self.todos, keep_recent_turns=self.config.keep_recent_turns
-        )
-        if done is None:
-            return False
-        keep = self.config.keep_recent_turns
-        while self.meter.count(done.history) > target and keep > 1:
-            keep -= 1
-            smaller = await compress(
-                self.history, self.model, self.todos, keep_recent_turns=keep, use_model=False
-            )
-            if smaller is None:
-                break
-            done = smaller
-        self.history = done.history
-        self.meter.reset()
-        self.trajectory.steps.append(done.summary)
-        after = self.context_used()
-        self.emit(
-            Compressed(method=done.method, before=before, after=after, dropped_steps=done.dropped)
-        )
-        self.emit(Notice(text=f"Context compressed ({done.method}): {before} -> {after} tokens."))
-        return True
 
     # -- records ---------------------------------------------------------------------------
 
