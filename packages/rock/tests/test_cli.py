@@ -409,15 +409,6 @@ GVISOR_BOMBS = pytest.mark.xdist_group("gvisor-bombs")
 machine's CPU in gVisor's own threads, and two at once on 2 cores starved each other's
 keeper (seen in CI)."""
 
-UNDER_LOAD = pytest.mark.xfail(
-    strict=False,
-    reason="issue 37, open: under the full suite's load gVisor did not always end this bomb "
-    "in time (failed in 2 of 4 clean-clone runs before the wrapper froze bombs; kept until "
-    "clean-clone runs show it passing)",
-)
-"""A known fault of an open issue, reported as XFAIL or XPASS in every run rather than
-hidden; the runc variants stay strict."""
-
 
 def _none_left(home: Path, box: str) -> Result:
     """Count the issue's processes in ``box`` until none are left (a kill takes a moment to
@@ -432,9 +423,7 @@ def _none_left(home: Path, box: str) -> Result:
 
 
 @pytest.mark.docker
-@pytest.mark.parametrize(
-    "runtime", ["runc", pytest.param("runsc", marks=[GVISOR_BOMBS, UNDER_LOAD])]
-)
+@pytest.mark.parametrize("runtime", ["runc", pytest.param("runsc", marks=GVISOR_BOMBS)])
 def test_the_issue_s_escapes_through_the_cli_leave_nothing(daemon: Path, runtime: str) -> None:
     """The reproductions of issue 37, as written: a process moved to a new session outlives
     a timeout no more, and a fork bomb leaves nothing behind; the next command runs. Under
