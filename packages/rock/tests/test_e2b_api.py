@@ -606,6 +606,7 @@ def test_the_async_sdk_reaches_the_rest_of_it(e2b_env: Running, tmp_path: Path) 
     async def main() -> None:
         box = await AsyncSandbox.create(allow_internet_access=True)
         child: AsyncSandbox | None = None
+        snap = None
         try:
             fed = await box.commands.run("python3 -u", background=True, stdin=True)
             assert fed.pid in {p.pid for p in await box.commands.list()}
@@ -631,6 +632,8 @@ def test_the_async_sdk_reaches_the_rest_of_it(e2b_env: Running, tmp_path: Path) 
             if child is not None:
                 await child.kill()
             await box.kill()
+            if snap is not None:  # (a snapshot outlives its sandbox, as E2B's do)
+                assert await AsyncSandbox.delete_snapshot(snap.snapshot_id)
         (tmp_path / "Dockerfile").write_text("FROM rock/base:bookworm\nRUN echo async > /x\n")
         template = Template(file_context_path=str(tmp_path)).from_dockerfile(
             str(tmp_path / "Dockerfile")
