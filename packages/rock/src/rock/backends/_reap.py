@@ -21,9 +21,10 @@ from __future__ import annotations
 # to 3 s, in pauses of 0.1 s that need no new process (rock_pause).
 # A fork bomb turns each round into a freeze: every process the reaper may signal is stopped
 # first (rock_stop_all), so the scan runs at full speed with nothing forking, and the others
-# go on at the end. A bomb is what doubles between two scans (under gVisor each scan of
-# /proc while a bomb runs is slower than the last: 18 s at 95 processes) or still brings new
-# processes after 4 rounds of stops (children forked as a stop lands get none under gVisor).
+# go on at the end, and the process groups the bomb's processes are in (not the reaper's
+# own) are killed until empty. A bomb is more than 16 processes still on the output (under
+# gVisor each scan of /proc while a bomb runs is slower than the last: 18 s at 95 processes)
+# or new ones after 4 rounds of stops (children forked as a stop lands get none there).
 # Arguments: the mark ("-" for none), the root pid (0 for none), 1 to keep the root itself
 # alive (a session's shell), then optionally the command's stdout and stderr as paths.
 REAP_FUNCTION = r"""
@@ -134,7 +135,7 @@ _KEEPER = (
 # whole fork bomb (its processes keep their group), and it is over before a scan of /proc,
 # starved by a bomb's children, could stop them one by one.
 rock_end_groups() {
-  local mark=$1 root=$2 keep=$3 f p s g e mine skip i
+  local mark=$1 root=$2 keep=$3 f p s g e mine skip
   local -a ev
   local -A done
   read -r s <"/proc/$BASHPID/stat"; s=${s##*) }; s=${s#* * }; mine=${s%% *}
