@@ -23,13 +23,13 @@ test: setup vllm engine base-image postgres lint
 
 setup: $(STAMP)
 
-$(STAMP): $(PYPROJECTS) scripts/setup-venv.sh
+$(STAMP): $(PYPROJECTS) scripts/setup-venv.sh scripts/_install.sh
 	scripts/setup-venv.sh
 
 # vLLM's CPU build in .venv-vllm, for roll's managed inference server and its tests.
 vllm: .venv-vllm/.installed
 
-.venv-vllm/.installed: constraints-vllm.txt scripts/ensure-vllm.sh
+.venv-vllm/.installed: constraints-vllm.txt scripts/ensure-vllm.sh scripts/_install.sh
 	scripts/ensure-vllm.sh
 
 engine:

@@ -22,7 +22,9 @@ fi
 rm -f "$STAMP"
 [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
 "$VENV/bin/python" -m pip install -q --upgrade "pip>=25.1"
-grep -v '^#' "$LOCK" | "$VENV/bin/pip" install -q --no-deps -r /dev/stdin
+# shellcheck source=scripts/_install.sh
+. scripts/_install.sh
+venv_install "$VENV" --no-deps -r "$LOCK"
 # The packaging traps, checked once: the module imports, and nothing CUDA-built came in.
 "$VENV/bin/python" - <<'PY'
 import importlib.util, sys

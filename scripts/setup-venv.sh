@@ -11,10 +11,12 @@ if ! "$PY" -c 'import sys; raise SystemExit(sys.version_info < (3, 11))' 2>/dev/
 fi
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 .venv/bin/python -m pip install -q --upgrade "pip>=25.1"
+# shellcheck source=scripts/_install.sh
+. scripts/_install.sh
 # constraints.txt pins the tested versions of the fast-moving dependencies (torch among them:
 # 2.13.0 resolves to a CPU build here; an unpinned torch pulls CUDA wheels).
-.venv/bin/pip install -q -c constraints.txt --group dev
-.venv/bin/pip install -q -c constraints.txt "torch==2.13.0"
-.venv/bin/pip install -q -c constraints.txt -e packages/ale-core -e packages/task-families -e "packages/rock[ray]" -e "packages/iflow-cli[local,sandbox]" -e "packages/roll[tensorboard,ray,mini-swe-agent]"
+venv_install .venv -c constraints.txt --group dev "torch==2.13.0" \
+  -e packages/ale-core -e packages/task-families -e "packages/rock[ray]" \
+  -e "packages/iflow-cli[local,sandbox]" -e "packages/roll[tensorboard,ray,mini-swe-agent]"
 touch .venv/.installed
 echo "[setup] .venv ready: $(.venv/bin/python --version), packages installed editable" >&2

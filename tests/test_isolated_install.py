@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
+import sys
 import venv
 from pathlib import Path
 
@@ -34,8 +36,8 @@ CASES = {
 }
 
 
-def _run(args: list[str]) -> str:
-    done = subprocess.run(args, capture_output=True, text=True)
+def _run(args: list[str], env: dict[str, str] | None = None) -> str:
+    done = subprocess.run(args, capture_output=True, text=True, env=env)
     assert done.returncode == 0, f"{' '.join(args)} failed:\n{done.stdout}\n{done.stderr}"
     return done.stdout
 
@@ -47,10 +49,12 @@ def test_installs_alone(tmp_path: Path, dist: str) -> None:
     env_dir = tmp_path / "venv"
     venv.EnvBuilder(with_pip=True).create(env_dir)
     py = env_dir / "bin" / "python"
-    args = [str(py), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
+    # the set-up's installer (scripts/_install.sh: uv from .venv, as `make setup` uses, or pip)
+    install = ["bash", "-c", '. "$0" && venv_install "$@"', str(ROOT / "scripts" / "_install.sh")]
+    args = [*install, str(env_dir)]
     for d in dists:
         args += ["-e", str(ROOT / "packages" / d)]
-    _run(args)
+    _run(args, env={**os.environ, "ALE_UV": str(Path(sys.executable).parent / "uv")})
     probe = (
         f"import importlib.util, {must_import}\n"
         f"absent = {absent!r}\n"
