@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 import requests
 
-from rock.backends.docker import DockerBackend, DockerSandbox
+from rock.backends.docker import DockerBackend
+from rock.backends.docker_sandbox import DockerSandbox
 from rock.bench.harness import LABEL_RUN, LABEL_TRIAL, BenchOptions, Harness
 from rock.bench.images import ImageBuilder, ImageMap
 from rock.bench.results import TrialResults

@@ -21,7 +21,8 @@ from rock.backends.base import (
     SandboxError,
     SandboxNotFound,
 )
-from rock.backends.docker import DockerBackend, DockerSandbox
+from rock.backends.docker import DockerBackend
+from rock.backends.docker_sandbox import DockerSandbox
 from rock.engine import connect
 from rock.models import DEFAULT_CAPABILITIES, SandboxSpec
 

@@ -17,7 +17,8 @@ import pytest
 
 from rock.backends._shell import SessionError
 from rock.backends.base import PathEscape, SandboxError, SandboxNotFound
-from rock.backends.local import LocalBackend, LocalSandbox
+from rock.backends.local import LocalBackend
+from rock.backends.local_sandbox import LocalSandbox
 from rock.models import ExecResult, SandboxSpec
 
 

@@ -14,9 +14,10 @@ import docker
 import pytest
 from docker.errors import APIError
 
-from rock.backends import docker as docker_backend
+from rock.backends import _docker_reap
 from rock.backends._reap import REAP_FUNCTION
-from rock.backends.docker import DockerBackend, DockerSandbox
+from rock.backends.docker import DockerBackend
+from rock.backends.docker_sandbox import DockerSandbox
 from rock.models import ExecRequest, ExecResult, SandboxSpec
 
 pytestmark = pytest.mark.docker
@@ -168,7 +169,7 @@ def test_the_keeper_ends_a_command_at_its_timeout_when_no_reaper_can_start(
 
     with monkeypatch.context() as patch:
         patch.setattr(sandbox.container, "exec_run", no_pid_free)
-        patch.setattr(docker_backend, "_REAP_TRIES", 2)
+        patch.setattr(_docker_reap, "_REAP_TRIES", 2)
         result = sandbox.exec(ESCAPES["a new session"], timeout=3)
     assert result.timed_out and result.exit_code == 137
     assert _settled(sandbox) == []

@@ -32,7 +32,7 @@ from ray_nodes import (
 from rock_daemons import Serve
 
 from rock.backends.base import ImageMissing, NodeLost, SandboxConflict
-from rock.backends.cluster import Node
+from rock.backends.cluster_sandbox import Node
 from rock.client import Client, RemoteSandbox
 from rock.errors import DaemonError
 from rock.models import ExecRequest, SandboxSpec

@@ -15,7 +15,8 @@ from typing import Any
 import docker
 import pytest
 
-from rock.backends.docker import DockerBackend, DockerSandbox
+from rock.backends.docker import DockerBackend
+from rock.backends.docker_sandbox import DockerSandbox
 from rock.bench.harness import BenchOptions, Harness
 from rock.bench.images import ImageBuilder, ImageMap
 from rock.models import SandboxSpec

@@ -32,7 +32,7 @@ from rock.models import ExecRequest, ExecResult, SandboxSpec
 
 
 class CopyTarget(Protocol):
-    """What a copy uses of a Docker sandbox (:class:`rock.backends.docker.DockerSandbox`):
+    """What a copy uses of a Docker sandbox (:class:`rock.backends.docker_sandbox.DockerSandbox`):
     its id, spec and container, and running a command in it."""
 
     id: str

@@ -150,6 +150,74 @@ def _run(cmd: list[str], what: str, log: Callable[[str], None]) -> None:
         raise ImageBuildError(f"{what} failed (exit {done.returncode}): {' | '.join(tail)}")
 
 
+def _make_rootfs(
+    debootstrap: str,
+    rootfs: Path,
+    *,
+    suite: str,
+    mirror: str,
+    packages: tuple[str, ...],
+    log: Callable[[str], None],
+) -> None:
+    """Install a minimal Debian into ``rootfs``, with the host's CA bundle and no apt caches."""
+    log(f"debootstrap {suite} from {mirror} (a few minutes)")
+    _run(
+        [
+            debootstrap,
+            "--variant=minbase",
+            f"--include={','.join(packages)}",
+            suite,
+            str(rootfs),
+            mirror,
+        ],
+        "debootstrap",
+        log,
+    )
+    if HOST_CA_BUNDLE.exists():
+        log("copying the host CA bundle into the image")
+        target = rootfs / IMAGE_CA_BUNDLE.lstrip("/")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(HOST_CA_BUNDLE, target)
+    for cache in ["var/cache/apt/archives", "var/lib/apt/lists"]:
+        for item in (rootfs / cache).glob("*"):
+            if item.is_file():
+                item.unlink()
+
+
+def _import(
+    client: docker.DockerClient,
+    rootfs: Path,
+    tarball: Path,
+    *,
+    tag: str,
+    suite: str,
+    log: Callable[[str], None],
+) -> None:
+    """Pack ``rootfs`` into ``tarball`` and ``docker import`` it as ``tag``."""
+    log("packing the tree")
+    _run(["tar", "--numeric-owner", "-C", str(rootfs), "-cf", str(tarball), "."], "tar", log)
+    repository, _, version = tag.rpartition(":")
+    if not repository:
+        repository, version = tag, "latest"
+    changes = [
+        'CMD ["/bin/bash"]',
+        "ENV LANG=C.UTF-8",
+        "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        f"ENV SSL_CERT_FILE={IMAGE_CA_BUNDLE}",
+        f"ENV REQUESTS_CA_BUNDLE={IMAGE_CA_BUNDLE}",
+        f"ENV PIP_CERT={IMAGE_CA_BUNDLE}",
+        "ENV PIP_BREAK_SYSTEM_PACKAGES=1",
+        f"LABEL {BASE_LABEL}={suite}",
+    ]
+    log(f"docker import as {tag}")
+    try:
+        client.api.import_image_from_file(
+            str(tarball), repository=repository, tag=version, changes=changes
+        )
+    except docker.errors.APIError as exc:
+        raise ImageBuildError(f"docker import failed: {exc.explanation or exc}") from None
+
+
 def build_base(
     client: docker.DockerClient,
     *,
@@ -180,51 +248,8 @@ def build_base(
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="rock-base-", dir=workdir) as scratch:
         rootfs = Path(scratch) / "rootfs"
-        log(f"debootstrap {suite} from {mirror} (a few minutes)")
-        _run(
-            [
-                debootstrap,
-                "--variant=minbase",
-                f"--include={','.join(packages)}",
-                suite,
-                str(rootfs),
-                mirror,
-            ],
-            "debootstrap",
-            log,
-        )
-        if HOST_CA_BUNDLE.exists():
-            log("copying the host CA bundle into the image")
-            target = rootfs / IMAGE_CA_BUNDLE.lstrip("/")
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(HOST_CA_BUNDLE, target)
-        for cache in ["var/cache/apt/archives", "var/lib/apt/lists"]:
-            for item in (rootfs / cache).glob("*"):
-                if item.is_file():
-                    item.unlink()
-        tarball = Path(scratch) / "rootfs.tar"
-        log("packing the tree")
-        _run(["tar", "--numeric-owner", "-C", str(rootfs), "-cf", str(tarball), "."], "tar", log)
-        repository, _, version = tag.rpartition(":")
-        if not repository:
-            repository, version = tag, "latest"
-        changes = [
-            'CMD ["/bin/bash"]',
-            "ENV LANG=C.UTF-8",
-            "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-            f"ENV SSL_CERT_FILE={IMAGE_CA_BUNDLE}",
-            f"ENV REQUESTS_CA_BUNDLE={IMAGE_CA_BUNDLE}",
-            f"ENV PIP_CERT={IMAGE_CA_BUNDLE}",
-            "ENV PIP_BREAK_SYSTEM_PACKAGES=1",
-            f"LABEL {BASE_LABEL}={suite}",
-        ]
-        log(f"docker import as {tag}")
-        try:
-            client.api.import_image_from_file(
-                str(tarball), repository=repository, tag=version, changes=changes
-            )
-        except docker.errors.APIError as exc:
-            raise ImageBuildError(f"docker import failed: {exc.explanation or exc}") from None
+        _make_rootfs(debootstrap, rootfs, suite=suite, mirror=mirror, packages=packages, log=log)
+        _import(client, rootfs, Path(scratch) / "rootfs.tar", tag=tag, suite=suite, log=log)
     _layer(client, tag)
     info = inspect_base(client, tag)
     if not info.exists:
