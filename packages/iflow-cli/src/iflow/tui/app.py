@@ -46,14 +46,8 @@ from iflow.events import (
 from iflow.mentions import as_typed, expand_mentions, mentioned
 from iflow.tui.commands import COMMAND_SUMMARY, SlashCommands
 from iflow.tui.conversation import Conversation
-from iflow.tui.widgets import (
-    SLASH_SUGGESTIONS,
-    ApprovalPanel,
-    PromptInput,
-    PromptSuggester,
-    StatusBar,
-    ToolPanel,
-)
+from iflow.tui.prompt import SLASH_SUGGESTIONS, PromptInput, PromptSuggester
+from iflow.tui.widgets import ApprovalPanel, StatusBar, ToolPanel
 
 if TYPE_CHECKING:
     from iflow.agent import Agent

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from iflow.sessions import SessionStore
     from iflow.settings import Settings
     from iflow.tui.conversation import Conversation
-    from iflow.tui.widgets import PromptInput
+    from iflow.tui.prompt import PromptInput
 
 
 class CommandHost(Protocol):
