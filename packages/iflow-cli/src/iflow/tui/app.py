@@ -1,8 +1,9 @@
 """The iflow TUI: a conversation, tool panels, approvals, a prompt and a status bar.
 
 The agent runs in an async worker on the app's own loop; its events come back as
-:class:`AgentEvent` messages, and its approval questions are answered through the
-docked :class:`~iflow.tui.widgets.ApprovalPanel`. Imports here stay light so the first
+:class:`~iflow.tui.messages.AgentEvent` messages, and its approval questions are answered
+through the docked :class:`~iflow.tui.widgets.ApprovalPanel`. The slash commands post what
+they want shown or done as messages too, handled here. Imports here stay light so the first
 frame comes fast: the model and the agent are built in a worker after the first paint.
 """
 
@@ -13,7 +14,6 @@ import contextlib
 import difflib
 import importlib
 import time
-from collections.abc import Coroutine
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -22,7 +22,6 @@ from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
 from textual.content import Content
 from textual.css.query import NoMatches
-from textual.message import Message
 from textual.reactive import reactive
 from textual.widgets import Static, TextArea
 
@@ -46,6 +45,19 @@ from iflow.events import (
 from iflow.mentions import as_typed, expand_mentions, mentioned
 from iflow.tui.commands import COMMAND_SUMMARY, SlashCommands
 from iflow.tui.conversation import Conversation
+from iflow.tui.messages import (
+    AgentEvent,
+    ApprovalAsked,
+    ClearView,
+    QuitApp,
+    RefreshStatus,
+    RunInBackground,
+    RunPrompt,
+    ShowHistory,
+    ShowNotice,
+    ShowText,
+    UseSettings,
+)
 from iflow.tui.prompt import SLASH_SUGGESTIONS, PromptInput, PromptSuggester
 from iflow.tui.widgets import ApprovalPanel, StatusBar, ToolPanel
 
@@ -58,23 +70,6 @@ if TYPE_CHECKING:
 
 QUIT_WINDOW_SEC = 2.0
 """Ctrl+C pressed twice within this many seconds, while idle, quits."""
-
-
-class AgentEvent(Message):
-    """One event of the agent, carried to the app's message queue."""
-
-    def __init__(self, event: Event) -> None:
-        super().__init__()
-        self.event = event
-
-
-class ApprovalAsked(Message):
-    """The agent waits for an answer to ``request`` (``diff``: what an edit would change)."""
-
-    def __init__(self, request: ApprovalRequest, diff: str | None = None) -> None:
-        super().__init__()
-        self.request = request
-        self.diff = diff
 
 
 class IflowApp(App[int]):
@@ -369,6 +364,58 @@ class IflowApp(App[int]):
             await view.run_ended(ev.outcome, ev.message, ev.turns, ev.result)
             self.refresh_status()
 
+    # -- what the slash commands ask ------------------------------------------------------
+
+    @on(ShowNotice)
+    async def _show_notice(self, message: ShowNotice) -> None:
+        await self.conversation.notice(message.text, message.level)
+
+    @on(ShowText)
+    async def _show_text(self, message: ShowText) -> None:
+        await self.conversation.text_block(message.text, message.classes)
+
+    @on(ClearView)
+    async def _clear(self, message: ClearView) -> None:
+        await self.conversation.clear_view()
+
+    @on(ShowHistory)
+    async def _show_history(self, message: ShowHistory) -> None:
+        await self.conversation.clear_view()
+        await self.replay()
+        self.refresh_status()
+        if message.prompt is not None:
+            self.prompt_input.value = message.prompt
+            self.prompt_input.cursor_position = len(message.prompt)  # (typing goes on at its end)
+
+    @on(RefreshStatus)
+    def _refresh_status(self, message: RefreshStatus) -> None:
+        self.refresh_status()
+
+    @on(UseSettings)
+    def _use_settings(self, message: UseSettings) -> None:
+        self.settings = message.settings
+        self.refresh_status()
+
+    @on(RunPrompt)
+    async def _run_prompt(self, message: RunPrompt) -> None:
+        await self.submit(message.prompt)
+
+    @on(RunInBackground)
+    def _run_in_background(self, message: RunInBackground) -> None:
+        self.busy = True
+        self.run_worker(self._background(message), group="agent", exit_on_error=False)
+
+    async def _background(self, message: RunInBackground) -> None:
+        try:
+            await message.work
+        finally:
+            self.busy = False
+            self.refresh_status()
+
+    @on(QuitApp)
+    def _quit(self, message: QuitApp) -> None:
+        self.action_quit_app()
+
     # -- approvals -------------------------------------------------------------------------
 
     async def ask(self, request: ApprovalRequest) -> Decision:
@@ -470,10 +517,6 @@ class IflowApp(App[int]):
 
     async def action_clear_view(self) -> None:
         await self.commands.clear("")
-
-    def start_in_background(self, work: Coroutine[Any, Any, None]) -> None:
-        """Run ``work`` as the agent's worker (a slash command's long job: /compress)."""
-        self.run_worker(work, group="agent", exit_on_error=False)
 
     def action_quit_app(self) -> None:
         if self.agent is not None:
