@@ -2,7 +2,7 @@
 
 The agent runs in an async worker on the app's own loop; its events come back as
 :class:`~iflow.tui.messages.AgentEvent` messages, and its approval questions are answered
-through the docked :class:`~iflow.tui.widgets.ApprovalPanel`. The slash commands post what
+through the docked :class:`~iflow.tui.approval.ApprovalPanel`. The slash commands post what
 they want shown or done as messages too, handled here. Imports here stay light so the first
 frame comes fast: the model and the agent are built in a worker after the first paint.
 """
@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import difflib
 import importlib
 import time
 from pathlib import Path
@@ -43,6 +42,7 @@ from iflow.events import (
     TurnStarted,
 )
 from iflow.mentions import as_typed, expand_mentions, mentioned
+from iflow.tui.approval import ApprovalPanel, edit_diff
 from iflow.tui.commands import COMMAND_SUMMARY, SlashCommands
 from iflow.tui.conversation import Conversation
 from iflow.tui.messages import (
@@ -59,7 +59,7 @@ from iflow.tui.messages import (
     UseSettings,
 )
 from iflow.tui.prompt import SLASH_SUGGESTIONS, PromptInput, PromptSuggester
-from iflow.tui.widgets import ApprovalPanel, StatusBar, ToolPanel
+from iflow.tui.widgets import StatusBar, ToolPanel
 
 if TYPE_CHECKING:
     from iflow.agent import Agent
@@ -422,7 +422,7 @@ class IflowApp(App[int]):
         """The agent's approver: show the question, wait for the person's answer."""
         future: asyncio.Future[Decision] = asyncio.get_running_loop().create_future()
         self._approval = future
-        diff = await self._edit_diff(request) if request.kind == "edit" else None
+        diff = await edit_diff(self.agent, request) if request.kind == "edit" else None
         self.post_message(ApprovalAsked(request, diff))
         try:
             return await future
@@ -433,32 +433,6 @@ class IflowApp(App[int]):
                 self.prompt_input.focus()
                 for panel in self.query(ToolPanel):
                     panel.waiting(False)
-
-    async def _edit_diff(self, request: ApprovalRequest) -> str | None:
-        """What a write_file or replace call would change in its file, as a unified diff."""
-        agent, arguments = self.agent, request.arguments
-        path = arguments.get("path")
-        if agent is None or not isinstance(path, str) or request.tool not in (
-            "write_file", "replace"
-        ):  # fmt: skip
-            return None
-        full = agent.workspace.resolve(path, agent.shell.cwd)
-        try:
-            before = (await agent.workspace.read_bytes(full)).decode("utf-8")
-        except (IflowError, OSError, UnicodeDecodeError):
-            before = ""  # a new file (or one that is not text: its new content is shown)
-        if request.tool == "write_file":
-            after = str(arguments.get("content", ""))
-        else:
-            old, new = str(arguments.get("old_string", "")), str(arguments.get("new_string", ""))
-            after = before.replace(old, new) if old and old in before else before
-        lines = difflib.unified_diff(
-            before.splitlines(keepends=True),
-            after.splitlines(keepends=True),
-            fromfile=f"a/{path}",
-            tofile=f"b/{path}",
-        )
-        return "".join(lines) or None
 
     @on(ApprovalAsked)
     def _show_approval(self, message: ApprovalAsked) -> None:

@@ -1,23 +1,17 @@
-"""The TUI's widgets: messages of the conversation, tool panels, the status bar and the
-approval prompt (the prompt typed in is in :mod:`iflow.tui.prompt`). They hold no agent
-logic; the app and the conversation feed them."""
+"""The TUI's widgets: messages of the conversation, tool panels and the status bar (the
+prompt typed in is in :mod:`iflow.tui.prompt`, the approval question in
+:mod:`iflow.tui.approval`). They hold no agent logic; the app and the conversation feed them."""
 
 from __future__ import annotations
 
 import json
-import shlex
 import time
-from typing import Any, ClassVar
+from typing import Any
 
-from textual import on
-from textual.app import ComposeResult
-from textual.binding import Binding, BindingType
-from textual.containers import Horizontal, Vertical
 from textual.content import Content
-from textual.message import Message
 from textual.reactive import reactive
 from textual.widget import Widget
-from textual.widgets import Button, Collapsible, Static
+from textual.widgets import Collapsible, Static
 
 OUTPUT_LINES = 40
 """Lines of a tool's output a panel shows (the model saw more; see ``tool_output_limit``)."""
@@ -47,14 +41,6 @@ def human_tokens(n: int) -> str:
     return f"{value:.1f}".rstrip("0").rstrip(".") + unit
 
 
-def command_root(command: str) -> str:
-    try:
-        words = shlex.split(command)
-    except ValueError:
-        words = command.split()
-    return words[0] if words else ""
-
-
 class UserMessage(Static):
     """What the person typed; a prompt of several lines keeps them, under its first."""
 
@@ -78,7 +64,9 @@ def _cut(row: str, chars: int = 300) -> str:
     return row if len(row) <= chars else row[:chars].rstrip() + " …"
 
 
-def _arguments_text(name: str, arguments: dict[str, Any]) -> str:
+def arguments_text(name: str, arguments: dict[str, Any]) -> str:
+    """A tool call's arguments as lines for people: a shell command as ``$ command``, each
+    other argument as ``key: value``, long values cut."""
     lines: list[str] = []
     for key, value in arguments.items():
         if name == "run_shell_command" and key == "command":
@@ -113,7 +101,7 @@ class ToolPanel(Collapsible):
         self.state = "running"
         self.output = ""
         self.exit_code: int | None = None
-        self.args_view = Static(Content(_arguments_text(name, arguments)), classes="tool-args")
+        self.args_view = Static(Content(arguments_text(name, arguments)), classes="tool-args")
         self.output_view = Static("", classes="tool-output")
         self.meta_view = Static(Content("running…"), classes="tool-meta")
         super().__init__(
@@ -242,65 +230,3 @@ class StatusBar(Widget):
             right = Content("/help · ctrl+c twice quits")
         gap = max(2, self.size.width - left.cell_length - right.cell_length)
         return Content.assemble(left, " " * gap, right)
-
-
-class ApprovalPanel(Vertical, can_focus=True):
-    """Asks whether a tool call may run: allow once (y/1), always (a/2), deny (n/3/Esc)."""
-
-    BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("y,1", "decide('allow_once')", "Allow once"),
-        Binding("a,2", "decide('allow_always')", "Always allow"),
-        Binding("n,3,escape", "decide('deny')", "Deny"),
-    ]
-
-    class Decided(Message):
-        def __init__(self, decision: str) -> None:
-            super().__init__()
-            self.decision = decision
-
-    def compose(self) -> ComposeResult:
-        yield Static("", id="approval-question")
-        yield Static("", id="approval-detail")
-        with Horizontal(id="approval-buttons"):
-            yield Button(
-                Content("Allow once (y)"), id="allow_once", variant="success", compact=True
-            )
-            yield Button(Content("Always (a)"), id="allow_always", variant="primary", compact=True)
-            yield Button(Content("Deny (n)"), id="deny", variant="error", compact=True)
-
-    def ask(
-        self,
-        tool: str,
-        kind: str,
-        title: str,
-        arguments: dict[str, Any],
-        diff: str | None = None,
-    ) -> None:
-        """Show the question for one call (an edit as the ``diff`` it makes against the file)
-        and focus the first answer."""
-        verb = {"execute": "run this command", "edit": "make this change"}.get(kind, "run this")
-        self.query_one("#approval-question", Static).update(
-            Content.assemble(("? ", "bold $warning"), f"Allow {tool} to {verb}?")
-        )
-        shown = _arguments_text(tool, arguments)
-        detail = shown if kind == "execute" else f"{title}\n{diff or shown}"
-        self.query_one("#approval-detail", Static).update(Content(clip_lines(detail, 14, 1200)))
-        if kind == "execute":
-            root = command_root(str(arguments.get("command", "")))
-            always = f"Always allow `{root}` (a)" if root else "Always (a)"
-        elif kind == "edit":
-            always = "Always allow edits (a)"
-        else:  # an MCP tool, say: always this tool
-            always = f"Always allow {tool} (a)"
-        self.query_one("#allow_always", Button).label = Content(always)
-        self.display = True
-        self.query_one("#allow_once", Button).focus()
-
-    def action_decide(self, decision: str) -> None:
-        self.post_message(self.Decided(decision))
-
-    @on(Button.Pressed)
-    def _pressed(self, event: Button.Pressed) -> None:
-        event.stop()
-        if event.button.id:
-            self.post_message(self.Decided(event.button.id))
