@@ -58,7 +58,7 @@ from iflow.tui.messages import (
     ShowText,
     UseSettings,
 )
-from iflow.tui.prompt import SLASH_SUGGESTIONS, PromptInput, PromptSuggester
+from iflow.tui.prompt import SLASH_SUGGESTIONS, PromptInput, PromptSuggester, SlashHints
 from iflow.tui.widgets import StatusBar, ToolPanel
 
 if TYPE_CHECKING:
@@ -127,7 +127,7 @@ class IflowApp(App[int]):
     def compose(self) -> ComposeResult:
         yield Conversation(id="conversation")
         yield ApprovalPanel(id="approval")
-        yield Static("", id="slash-hints")
+        yield SlashHints("", id="slash-hints")
         yield PromptInput(id="prompt", placeholder="Ask iflow to do something · /help")
         yield StatusBar(id="status")
 
@@ -259,21 +259,8 @@ class IflowApp(App[int]):
     @on(TextArea.Changed, "#prompt")
     def _typing(self, event: TextArea.Changed) -> None:
         """While a /command is being typed, the commands it may be, listed above the input."""
-        hints = self.query_one("#slash-hints", Static)
-        text = self.prompt_input.value
-        if not text.startswith("/") or any(ch.isspace() for ch in text):
-            hints.display = False
-            return
         known = {**COMMAND_SUMMARY, **{c.name: c.description for c in self._custom.values()}}
-        matches = [(n, d) for n, d in known.items() if n.startswith(text[1:])]
-        if not matches:
-            hints.display = False
-            return
-        lines = [f"/{name:<12} {summary}" for name, summary in matches[:8]]
-        if len(matches) > 8:
-            lines.append(f"… {len(matches) - 8} more (Tab completes)")
-        hints.update(Content("\n".join(lines)))
-        hints.display = True
+        self.query_one("#slash-hints", SlashHints).show_for(self.prompt_input.value, known)
 
     @on(PromptInput.Submitted, "#prompt")
     async def _submitted(self, event: PromptInput.Submitted) -> None:

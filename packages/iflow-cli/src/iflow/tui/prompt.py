@@ -1,5 +1,5 @@
-"""The prompt the person types in: several lines, its history, and Tab completion of a slash
-command or of the path after an ``@``."""
+"""The prompt the person types in: several lines, its history, Tab completion of a slash
+command or of the path after an ``@``, and the commands listed above it while one is typed."""
 
 from __future__ import annotations
 
@@ -10,8 +10,9 @@ from typing import ClassVar
 
 from textual import events
 from textual.binding import Binding, BindingType
+from textual.content import Content
 from textual.message import Message
-from textual.widgets import TextArea
+from textual.widgets import Static, TextArea
 from textual.widgets.text_area import Selection
 
 SLASH_SUGGESTIONS = [
@@ -232,3 +233,23 @@ class PromptInput(TextArea):
         """Tab: take the suggestion; with none, nothing (no tab character, no focus move)."""
         if self.suggestion:
             self.insert(self.suggestion)
+
+
+class SlashHints(Static):
+    """Above the prompt while a ``/command`` is typed: the commands it may be, each with what it
+    does (eight at most); hidden once the name is followed by a space, or when none matches."""
+
+    def show_for(self, text: str, commands: dict[str, str]) -> None:
+        """Show the ``commands`` (name: summary) that ``text``, the prompt, may be the start of."""
+        if not text.startswith("/") or any(ch.isspace() for ch in text):
+            self.display = False
+            return
+        matches = [(n, d) for n, d in commands.items() if n.startswith(text[1:])]
+        if not matches:
+            self.display = False
+            return
+        lines = [f"/{name:<12} {summary}" for name, summary in matches[:8]]
+        if len(matches) > 8:
+            lines.append(f"… {len(matches) - 8} more (Tab completes)")
+        self.update(Content("\n".join(lines)))
+        self.display = True
