@@ -296,7 +296,7 @@ async def _headless(
 def _tui(
     settings: Settings, cwd: Path, home: Path, store: SessionStore, resumed: SessionData | None
 ) -> int:
-    from iflow.tui.app import run_tui
+    from iflow.tui.run import run_tui
 
     return run_tui(settings, cwd=cwd, home=home, store=store, resume=resumed)
 

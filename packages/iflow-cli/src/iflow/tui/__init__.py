@@ -1,1 +1,1 @@
-"""The Textual TUI: ``iflow`` without ``-p``. :func:`iflow.tui.app.run_tui` starts it."""
+"""The Textual TUI: ``iflow`` without ``-p``. :func:`iflow.tui.run.run_tui` starts it."""

@@ -1,8 +1,9 @@
 """The iflow TUI: a conversation, tool panels, approvals, a prompt and a status bar.
 
 The agent runs in an async worker on the app's own loop; its events come back as
-:class:`AgentEvent` messages, and its approval questions are answered through the
-docked :class:`~iflow.tui.widgets.ApprovalPanel`. Imports here stay light so the first
+:class:`~iflow.tui.messages.AgentEvent` messages, and its approval questions are answered
+through the docked :class:`~iflow.tui.approval.ApprovalPanel`. The slash commands post what
+they want shown or done as messages too, handled here. Imports here stay light so the first
 frame comes fast: the model and the agent are built in a worker after the first paint.
 """
 
@@ -10,10 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import difflib
 import importlib
 import time
-from collections.abc import Coroutine
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -22,7 +21,6 @@ from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
 from textual.content import Content
 from textual.css.query import NoMatches
-from textual.message import Message
 from textual.reactive import reactive
 from textual.widgets import Static, TextArea
 
@@ -44,16 +42,24 @@ from iflow.events import (
     TurnStarted,
 )
 from iflow.mentions import as_typed, expand_mentions, mentioned
+from iflow.tui.approval import ApprovalPanel, edit_diff
 from iflow.tui.commands import COMMAND_SUMMARY, SlashCommands
 from iflow.tui.conversation import Conversation
-from iflow.tui.widgets import (
-    SLASH_SUGGESTIONS,
-    ApprovalPanel,
-    PromptInput,
-    PromptSuggester,
-    StatusBar,
-    ToolPanel,
+from iflow.tui.messages import (
+    AgentEvent,
+    ApprovalAsked,
+    ClearView,
+    QuitApp,
+    RefreshStatus,
+    RunInBackground,
+    RunPrompt,
+    ShowHistory,
+    ShowNotice,
+    ShowText,
+    UseSettings,
 )
+from iflow.tui.prompt import SLASH_SUGGESTIONS, PromptInput, PromptSuggester, SlashHints
+from iflow.tui.widgets import StatusBar, ToolPanel
 
 if TYPE_CHECKING:
     from iflow.agent import Agent
@@ -64,23 +70,6 @@ if TYPE_CHECKING:
 
 QUIT_WINDOW_SEC = 2.0
 """Ctrl+C pressed twice within this many seconds, while idle, quits."""
-
-
-class AgentEvent(Message):
-    """One event of the agent, carried to the app's message queue."""
-
-    def __init__(self, event: Event) -> None:
-        super().__init__()
-        self.event = event
-
-
-class ApprovalAsked(Message):
-    """The agent waits for an answer to ``request`` (``diff``: what an edit would change)."""
-
-    def __init__(self, request: ApprovalRequest, diff: str | None = None) -> None:
-        super().__init__()
-        self.request = request
-        self.diff = diff
 
 
 class IflowApp(App[int]):
@@ -138,7 +127,7 @@ class IflowApp(App[int]):
     def compose(self) -> ComposeResult:
         yield Conversation(id="conversation")
         yield ApprovalPanel(id="approval")
-        yield Static("", id="slash-hints")
+        yield SlashHints("", id="slash-hints")
         yield PromptInput(id="prompt", placeholder="Ask iflow to do something · /help")
         yield StatusBar(id="status")
 
@@ -270,21 +259,8 @@ class IflowApp(App[int]):
     @on(TextArea.Changed, "#prompt")
     def _typing(self, event: TextArea.Changed) -> None:
         """While a /command is being typed, the commands it may be, listed above the input."""
-        hints = self.query_one("#slash-hints", Static)
-        text = self.prompt_input.value
-        if not text.startswith("/") or any(ch.isspace() for ch in text):
-            hints.display = False
-            return
         known = {**COMMAND_SUMMARY, **{c.name: c.description for c in self._custom.values()}}
-        matches = [(n, d) for n, d in known.items() if n.startswith(text[1:])]
-        if not matches:
-            hints.display = False
-            return
-        lines = [f"/{name:<12} {summary}" for name, summary in matches[:8]]
-        if len(matches) > 8:
-            lines.append(f"… {len(matches) - 8} more (Tab completes)")
-        hints.update(Content("\n".join(lines)))
-        hints.display = True
+        self.query_one("#slash-hints", SlashHints).show_for(self.prompt_input.value, known)
 
     @on(PromptInput.Submitted, "#prompt")
     async def _submitted(self, event: PromptInput.Submitted) -> None:
@@ -375,13 +351,65 @@ class IflowApp(App[int]):
             await view.run_ended(ev.outcome, ev.message, ev.turns, ev.result)
             self.refresh_status()
 
+    # -- what the slash commands ask ------------------------------------------------------
+
+    @on(ShowNotice)
+    async def _show_notice(self, message: ShowNotice) -> None:
+        await self.conversation.notice(message.text, message.level)
+
+    @on(ShowText)
+    async def _show_text(self, message: ShowText) -> None:
+        await self.conversation.text_block(message.text, message.classes)
+
+    @on(ClearView)
+    async def _clear(self, message: ClearView) -> None:
+        await self.conversation.clear_view()
+
+    @on(ShowHistory)
+    async def _show_history(self, message: ShowHistory) -> None:
+        await self.conversation.clear_view()
+        await self.replay()
+        self.refresh_status()
+        if message.prompt is not None:
+            self.prompt_input.value = message.prompt
+            self.prompt_input.cursor_position = len(message.prompt)  # (typing goes on at its end)
+
+    @on(RefreshStatus)
+    def _refresh_status(self, message: RefreshStatus) -> None:
+        self.refresh_status()
+
+    @on(UseSettings)
+    def _use_settings(self, message: UseSettings) -> None:
+        self.settings = message.settings
+        self.refresh_status()
+
+    @on(RunPrompt)
+    async def _run_prompt(self, message: RunPrompt) -> None:
+        await self.submit(message.prompt)
+
+    @on(RunInBackground)
+    def _run_in_background(self, message: RunInBackground) -> None:
+        self.busy = True
+        self.run_worker(self._background(message), group="agent", exit_on_error=False)
+
+    async def _background(self, message: RunInBackground) -> None:
+        try:
+            await message.work
+        finally:
+            self.busy = False
+            self.refresh_status()
+
+    @on(QuitApp)
+    def _quit(self, message: QuitApp) -> None:
+        self.action_quit_app()
+
     # -- approvals -------------------------------------------------------------------------
 
     async def ask(self, request: ApprovalRequest) -> Decision:
         """The agent's approver: show the question, wait for the person's answer."""
         future: asyncio.Future[Decision] = asyncio.get_running_loop().create_future()
         self._approval = future
-        diff = await self._edit_diff(request) if request.kind == "edit" else None
+        diff = await edit_diff(self.agent, request) if request.kind == "edit" else None
         self.post_message(ApprovalAsked(request, diff))
         try:
             return await future
@@ -392,32 +420,6 @@ class IflowApp(App[int]):
                 self.prompt_input.focus()
                 for panel in self.query(ToolPanel):
                     panel.waiting(False)
-
-    async def _edit_diff(self, request: ApprovalRequest) -> str | None:
-        """What a write_file or replace call would change in its file, as a unified diff."""
-        agent, arguments = self.agent, request.arguments
-        path = arguments.get("path")
-        if agent is None or not isinstance(path, str) or request.tool not in (
-            "write_file", "replace"
-        ):  # fmt: skip
-            return None
-        full = agent.workspace.resolve(path, agent.shell.cwd)
-        try:
-            before = (await agent.workspace.read_bytes(full)).decode("utf-8")
-        except (IflowError, OSError, UnicodeDecodeError):
-            before = ""  # a new file (or one that is not text: its new content is shown)
-        if request.tool == "write_file":
-            after = str(arguments.get("content", ""))
-        else:
-            old, new = str(arguments.get("old_string", "")), str(arguments.get("new_string", ""))
-            after = before.replace(old, new) if old and old in before else before
-        lines = difflib.unified_diff(
-            before.splitlines(keepends=True),
-            after.splitlines(keepends=True),
-            fromfile=f"a/{path}",
-            tofile=f"b/{path}",
-        )
-        return "".join(lines) or None
 
     @on(ApprovalAsked)
     def _show_approval(self, message: ApprovalAsked) -> None:
@@ -477,50 +479,7 @@ class IflowApp(App[int]):
     async def action_clear_view(self) -> None:
         await self.commands.clear("")
 
-    def start_in_background(self, work: Coroutine[Any, Any, None]) -> None:
-        """Run ``work`` as the agent's worker (a slash command's long job: /compress)."""
-        self.run_worker(work, group="agent", exit_on_error=False)
-
     def action_quit_app(self) -> None:
         if self.agent is not None:
             self.agent.interrupt()
         self.exit(0)
-
-
-def run_tui(
-    settings: Settings,
-    *,
-    cwd: Path,
-    home: Path,
-    store: SessionStore | None,
-    resume: SessionData | None,
-) -> int:
-    """Open the TUI in ``cwd`` until the person quits; returns the exit code."""
-    return asyncio.run(_run_tui(settings, cwd=cwd, home=home, store=store, resume=resume))
-
-
-async def _run_tui(
-    settings: Settings,
-    *,
-    cwd: Path,
-    home: Path,
-    store: SessionStore | None,
-    resume: SessionData | None,
-) -> int:
-    from iflow.workspace.local import LocalWorkspace
-
-    async with LocalWorkspace(cwd) as workspace:
-        app = IflowApp(
-            settings=settings,
-            workspace=workspace,
-            cwd=cwd,
-            home=home,
-            store=store,
-            resume=resume,
-        )
-        try:
-            await app.run_async()
-        finally:
-            if app.agent is not None:
-                await app.agent.aclose()
-    return app.return_code or 0

@@ -1,18 +1,35 @@
-"""Slash commands typed at the prompt: ``/help``, ``/mode plan``, ``/resume ID``..."""
+"""Slash commands typed at the prompt: ``/help``, ``/mode plan``, ``/resume ID``...
+
+A command reads the app's state through :class:`CommandHost` and works on the agent and the
+session itself; what it wants shown or done in the TUI it posts to the app as a message of
+:mod:`iflow.tui.messages` (attributes down, messages up, as Textual has it)."""
 
 from __future__ import annotations
 
 import asyncio
 import importlib
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
+
+from textual.message import Message
 
 from iflow.approval import MODES, check_mode
 from iflow.context.memory import MEMORY_FILE_NAMES, load_memory
 from iflow.custom_commands import load_commands
 from iflow.errors import IflowError
 from iflow.mentions import as_typed
+from iflow.tui.messages import (
+    ClearView,
+    QuitApp,
+    RefreshStatus,
+    RunInBackground,
+    RunPrompt,
+    ShowHistory,
+    ShowNotice,
+    ShowText,
+    UseSettings,
+)
 from iflow.tui.widgets import human_tokens
 
 if TYPE_CHECKING:
@@ -20,39 +37,40 @@ if TYPE_CHECKING:
     from iflow.runner import SessionRecorder
     from iflow.sessions import SessionStore
     from iflow.settings import Settings
-    from iflow.tui.conversation import Conversation
-    from iflow.tui.widgets import PromptInput
 
 
 class CommandHost(Protocol):
-    """What the slash commands use of the TUI app (:class:`iflow.tui.app.IflowApp`): its
-    agent and session, the conversation and prompt it shows, and a few of its actions. The
-    commands see this much of the app, not the app, and the app's module is not imported."""
-
-    agent: Agent | None
-    recorder: SessionRecorder | None
-    store: SessionStore | None
-    settings: Settings | None
-    cwd: Path
-    home: Path
-    failed: str | None
-    busy: bool
+    """What the slash commands see of the TUI app (:class:`iflow.tui.app.IflowApp`): its
+    agent and session, read-only, and its message queue. The app's module is not imported,
+    nor its widgets reached: a command posts what it wants, the app's handlers do it."""
 
     @property
-    def conversation(self) -> Conversation: ...
+    def agent(self) -> Agent | None: ...
 
     @property
-    def prompt_input(self) -> PromptInput: ...
+    def recorder(self) -> SessionRecorder | None: ...
 
-    async def replay(self) -> None: ...
+    @property
+    def store(self) -> SessionStore | None: ...
 
-    def refresh_status(self) -> None: ...
+    @property
+    def settings(self) -> Settings | None: ...
 
-    async def submit(self, prompt: str) -> None: ...
+    @property
+    def cwd(self) -> Path: ...
 
-    def action_quit_app(self) -> None: ...
+    @property
+    def home(self) -> Path: ...
 
-    def start_in_background(self, work: Coroutine[Any, Any, None]) -> None: ...
+    @property
+    def failed(self) -> str | None:
+        """Why the model could not be built, when it could not."""
+
+    @property
+    def busy(self) -> bool:
+        """A run (or a /compress) is going."""
+
+    def post_message(self, message: Message) -> bool: ...
 
 
 HELP = """\
@@ -140,22 +158,25 @@ class SlashCommands:
             return
         custom = load_commands(self.app.cwd, self.app.home).get(name)
         if custom is None:
-            await self._say(f"Unknown command /{name}; type /help to see the commands.", "warning")
+            self._say(f"Unknown command /{name}; type /help to see the commands.", "warning")
             return
-        await self.app.submit(custom.expand(arg.strip()))
+        self.app.post_message(RunPrompt(custom.expand(arg.strip())))
 
-    async def _say(self, text: str, level: str = "info") -> None:
-        await self.app.conversation.notice(text, level)
+    def _say(self, text: str, level: str = "info") -> None:
+        self.app.post_message(ShowNotice(text, level))
 
-    async def _agent(self) -> Agent | None:
+    def _show(self, text: str, classes: str = "info-block") -> None:
+        self.app.post_message(ShowText(text, classes))
+
+    def _agent(self) -> Agent | None:
         if self.app.agent is None:
             why = "could not be started (see above)" if self.app.failed else "is still starting"
-            await self._say(f"The model {why}; this command needs it.", "warning")
+            self._say(f"The model {why}; this command needs it.", "warning")
         return self.app.agent
 
-    async def _idle(self, what: str) -> bool:
+    def _idle(self, what: str) -> bool:
         if self.app.busy:
-            await self._say(
+            self._say(
                 f"{what} cannot run while the agent is working; wait for it or press Ctrl+C.",
                 "warning",
             )
@@ -172,41 +193,41 @@ class SlashCommands:
             for command in custom.values():
                 usage = f"/{command.name} {command.argument_hint}".rstrip()
                 lines.append(f"  {usage:<16} {command.description}")
-        await self.app.conversation.text_block("\n".join(lines), "help")
+        self._show("\n".join(lines), "help")
 
     async def clear(self, arg: str) -> None:
-        await self.app.conversation.clear_view()
-        await self._say("View cleared; the agent still remembers the conversation.")
+        self.app.post_message(ClearView())
+        self._say("View cleared; the agent still remembers the conversation.")
 
     async def quit(self, arg: str) -> None:
-        self.app.action_quit_app()
+        self.app.post_message(QuitApp())
 
     async def todo(self, arg: str) -> None:
-        agent = await self._agent()
+        agent = self._agent()
         if agent is not None:
-            await self.app.conversation.text_block(agent.todos.render(), "todo")
+            self._show(agent.todos.render(), "todo")
 
     async def mode(self, arg: str) -> None:
-        agent = await self._agent()
+        agent = self._agent()
         if agent is None:
             return
         if not arg:
             current = agent.policy.mode
             lines = [f"Approval mode: {current} ({MODE_HELP[current]})."]
             lines += [f"  /mode {m:<10} {MODE_HELP[m]}" for m in MODES]
-            await self.app.conversation.text_block("\n".join(lines))
+            self._show("\n".join(lines))
             return
         try:
             mode = check_mode(arg)
         except ValueError:
-            await self._say(f"Unknown mode {arg!r}; use one of {', '.join(MODES)}.", "warning")
+            self._say(f"Unknown mode {arg!r}; use one of {', '.join(MODES)}.", "warning")
             return
         agent.set_mode(mode)
-        self.app.refresh_status()
-        await self._say(f"Approval mode set to {mode}: {MODE_HELP[mode]}.")
+        self.app.post_message(RefreshStatus())
+        self._say(f"Approval mode set to {mode}: {MODE_HELP[mode]}.")
 
     async def model(self, arg: str) -> None:
-        agent = await self._agent()
+        agent = self._agent()
         if agent is None:
             return
         if arg:
@@ -215,7 +236,7 @@ class SlashCommands:
         settings = self.app.settings
         limit = human_tokens(agent.model.context_limit)
         if settings is None:
-            await self.app.conversation.text_block(f"Model: {agent.model.name} (context {limit})")
+            self._show(f"Model: {agent.model.name} (context {limit})")
             return
         lines = [
             f"Model: {agent.model.name} (provider {settings.provider}, context {limit})",
@@ -227,14 +248,14 @@ class SlashCommands:
         others = sorted(set(settings.sources) - {"provider", "model", "base_url", "api_key"})
         for name in others:
             lines.append(f"  {name} from {settings.source(name)}")
-        await self.app.conversation.text_block("\n".join(lines))
+        self._show("\n".join(lines))
 
     async def memory(self, arg: str) -> None:
         """The memory files this session's prompt was built from, most general first."""
         files = load_memory(self.app.cwd, self.app.home)
         if not files:
             places = ", ".join(MEMORY_FILE_NAMES)
-            await self.app.conversation.text_block(
+            self._show(
                 f"No memory file was read. iflow reads {places} from ~/.iflow (and "
                 "~/.claude/CLAUDE.md, ~/.gemini/GEMINI.md), the repository root and the "
                 "folders down to this one."
@@ -244,14 +265,14 @@ class SlashCommands:
         for f in files:
             cut = f" (cut: {f.cut} characters left out)" if f.cut else ""
             lines.append(f"  {f.scope:<9} {f.path}  {len(f.text)} characters{cut}")
-        await self.app.conversation.text_block("\n".join(lines))
+        self._show("\n".join(lines))
 
     async def mcp(self, arg: str) -> None:
-        agent = await self._agent()
+        agent = self._agent()
         if agent is None:
             return
         if agent.mcp is None:
-            await self.app.conversation.text_block(
+            self._show(
                 'No MCP servers are configured. Add them under "mcpServers" in '
                 "~/.iflow/settings.json or .iflow/settings.json, e.g.\n"
                 '  "mcpServers": {"git": {"command": "mcp-server-git", "args": ["-r", "."]}}'
@@ -271,16 +292,16 @@ class SlashCommands:
                 lines.append(f"    tools: {', '.join(tools) if tools else '(none)'}")
             elif entry["error"]:
                 lines.append(f"    {entry['error']}")
-        await self.app.conversation.text_block("\n".join(lines), "mcp")
+        self._show("\n".join(lines), "mcp")
 
     async def rewind(self, arg: str) -> None:
-        agent = await self._agent()
-        if agent is None or not await self._idle("/rewind"):
+        agent = self._agent()
+        if agent is None or not self._idle("/rewind"):
             return
         turns = agent.checkpoints.turns if agent.checkpoints is not None else []
         if not arg:
             if not turns:
-                await self._say("There is no turn to rewind to yet.")
+                self._say("There is no turn to rewind to yet.")
                 return
             lines = ["Turns (/rewind N goes back to before turn N)"]
             for turn in turns:
@@ -289,27 +310,23 @@ class SlashCommands:
                 first = (typed.splitlines() or [""])[0]
                 more = " …" if len(first) > 70 or "\n" in typed else ""
                 lines.append(f"  {turn.number:>3}  {first[:70]}{more}{files}")
-            await self.app.conversation.text_block("\n".join(lines), "rewind")
+            self._show("\n".join(lines), "rewind")
             return
         if not arg.isdigit():
-            await self._say(
-                f"/rewind takes a turn number, not {arg!r}; /rewind lists them.", "warning"
-            )
+            self._say(f"/rewind takes a turn number, not {arg!r}; /rewind lists them.", "warning")
             return
         prompt = as_typed(turns[int(arg) - 1].prompt) if 1 <= int(arg) <= len(turns) else ""
         try:
             report = await agent.rewind(int(arg))
         except IflowError as exc:
-            await self._say(str(exc), "warning")
+            self._say(str(exc), "warning")
             return
         if self.app.recorder is not None:
             await asyncio.to_thread(self.app.recorder.save, agent)
-        await self.app.conversation.clear_view()
-        await self.app.replay()
-        self.app.refresh_status()
-        self.app.prompt_input.value = prompt  # the prompt back in the input, to edit or send
-        self.app.prompt_input.cursor_position = len(prompt)  # (typing goes on at its end)
-        await self._say(
+        self.app.post_message(
+            ShowHistory(prompt)
+        )  # (its prompt back in the input, to edit or send)
+        self._say(
             f"Rewound to before turn {arg}: {len(report.written)} file(s) restored, "
             f"{len(report.removed)} removed"
             + (f", {len(report.skipped)} left as they were (unreadable)" if report.skipped else "")
@@ -320,13 +337,11 @@ class SlashCommands:
         """``/model NAME``: the same provider with another model (a model name for a server,
         a model directory for a local model); the conversation goes on with it."""
         settings = self.app.settings
-        if settings is None or not await self._idle("/model"):
+        if settings is None or not self._idle("/model"):
             return
         field = "model_path" if settings.provider == "local" else "model"
         if settings.provider == "scripted":
-            await self._say(
-                "A scripted model cannot be switched; it replays its script.", "warning"
-            )
+            self._say("A scripted model cannot be switched; it replays its script.", "warning")
             return
         changed = settings.model_copy(update={field: name})
         changed._sources = {**settings.sources, field: "/model, in this session"}
@@ -334,42 +349,39 @@ class SlashCommands:
             runner: Any = importlib.import_module("iflow.runner")
             model = await asyncio.to_thread(runner.model_from, changed)
         except IflowError as exc:
-            await self._say(f"The model stays {agent.model.name}: {exc}", "warning")
+            self._say(f"The model stays {agent.model.name}: {exc}", "warning")
             return
         old = agent.model
         agent.set_model(model)
-        self.app.settings = changed
-        self.app.refresh_status()
+        self.app.post_message(UseSettings(changed))
         closing = getattr(old, "aclose", None)
         if callable(closing):
             await closing()
-        await self._say(f"Model switched to {model.name}; the conversation goes on with it.")
+        self._say(f"Model switched to {model.name}; the conversation goes on with it.")
 
     async def compress(self, arg: str) -> None:
-        agent = await self._agent()
-        if agent is None or not await self._idle("/compress"):
+        agent = self._agent()
+        if agent is None or not self._idle("/compress"):
             return
-        self.app.start_in_background(self._compress(agent))
+        self.app.post_message(RunInBackground(self._compress(agent)))
 
     async def _compress(self, agent: Agent) -> None:
+        """The app runs this as the agent's worker, busy meanwhile (then the status bar
+        shows what is left)."""
         before = agent.context_used()
-        self.app.busy = True
         try:
             done = await agent.compress(force=True)
         except IflowError as exc:
-            await self._say(f"Compression failed: {exc}", "error")
+            self._say(f"Compression failed: {exc}", "error")
             return
-        finally:
-            self.app.busy = False
-            self.app.refresh_status()
         if not done:
-            await self._say(
+            self._say(
                 f"Nothing to compress yet ({human_tokens(before)} tokens): the conversation "
                 f"is no longer than the {agent.config.keep_recent_turns} recent turns kept."
             )
 
     async def save(self, arg: str) -> None:
-        agent = await self._agent()
+        agent = self._agent()
         if agent is None:
             return
         path = self._save_path(agent, arg)
@@ -377,10 +389,10 @@ class SlashCommands:
         try:
             await asyncio.to_thread(_write_trajectory, trajectory, path)
         except (OSError, ValueError) as exc:
-            await self._say(f"Could not write {path}: {exc}; choose another path.", "error")
+            self._say(f"Could not write {path}: {exc}; choose another path.", "error")
             return
         kind = "ATIF" if path.name.endswith(".atif.json") else "ALE JSONL"
-        await self._say(f"Trajectory saved to {path} ({kind}, {len(trajectory.steps)} steps).")
+        self._say(f"Trajectory saved to {path} ({kind}, {len(trajectory.steps)} steps).")
 
     def _save_path(self, agent: Agent, arg: str) -> Path:
         if arg:
@@ -392,27 +404,27 @@ class SlashCommands:
         return folder / f"{name}.jsonl"
 
     async def resume(self, arg: str) -> None:
-        agent = await self._agent()
+        agent = self._agent()
         store = self.app.store
         if agent is None:
             return
         if store is None:
-            await self._say("Sessions are not saved in this run, so none can be resumed.")
+            self._say("Sessions are not saved in this run, so none can be resumed.")
             return
         if not arg:
             await self._list_sessions()
             return
-        if not await self._idle("/resume"):
+        if not self._idle("/resume"):
             return
         confirmed = arg.endswith("!")
         try:
             data = await asyncio.to_thread(store.load, arg.rstrip("!"))
         except IflowError as exc:
-            await self._say(str(exc), "error")
+            self._say(str(exc), "error")
             return
         started = Path(data.cwd).expanduser().resolve()
         if started != self.app.cwd.resolve() and not confirmed:
-            await self._say(
+            self._say(
                 f"Session {data.id} belongs to {started}, not to this directory "
                 f"({self.app.cwd}); /resume {data.id}! resumes it here anyway.",
                 "warning",
@@ -428,19 +440,17 @@ class SlashCommands:
         )
         if self.app.recorder is not None:
             self.app.recorder.data = data
-        await self.app.conversation.clear_view()
-        await self.app.replay()
-        self.app.refresh_status()
-        await self._say(f"Resumed session {data.id} ({data.turns} turns): {data.title}")
+        self.app.post_message(ShowHistory())
+        self._say(f"Resumed session {data.id} ({data.turns} turns): {data.title}")
 
     async def _list_sessions(self) -> None:
         store = self.app.store
         assert store is not None
         summaries, warnings = await asyncio.to_thread(store.list, self.app.cwd)
         for warning in warnings:
-            await self._say(warning, "warning")
+            self._say(warning, "warning")
         if not summaries:
-            await self._say(f"No saved sessions of {self.app.cwd} in {store.root}.")
+            self._say(f"No saved sessions of {self.app.cwd} in {store.root}.")
             return
         current = self.app.recorder.data.id if self.app.recorder else None
         lines = [f"Saved sessions of {self.app.cwd} (newest first); /resume ID resumes one:"]
@@ -451,7 +461,7 @@ class SlashCommands:
             )
         if len(summaries) > 20:
             lines.append(f"  … and {len(summaries) - 20} older")
-        await self.app.conversation.text_block("\n".join(lines))
+        self._show("\n".join(lines))
 
 
 def _write_trajectory(trajectory: object, path: Path) -> None:
