@@ -13,7 +13,7 @@ from ale.jsonl import read_jsonl
 from ale.synth.config import load_config
 from ale.synth.dataset import dataset_stats, tree_digest
 from ale.synth.family import draft_for
-from ale.synth.pipeline import plan
+from ale.synth.plan import plan
 from ale.synth.render import render_task
 from ale.task import load_task
 from ale.trajectory import Role, StepMark

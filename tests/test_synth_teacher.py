@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from ale.synth.config import parse_config
-from ale.synth.pipeline import Pipeline, plan
+from ale.synth.pipeline import Pipeline
+from ale.synth.plan import plan
 from rock.backends.docker import DockerBackend
 from rock.synth.image import ensure_pool_image
 from rock.synth.runner import FreshSandboxes, PoolRunner

@@ -19,7 +19,8 @@ from ale.synth.config import parse_config
 from ale.synth.dataset import dataset_stats
 from ale.synth.expert import ExpertRun, Final, Observation
 from ale.synth.family import Family, TaskDraft, register
-from ale.synth.pipeline import Pipeline, WorkDirError, family_shares, plan
+from ale.synth.pipeline import Pipeline, WorkDirError
+from ale.synth.plan import family_shares, plan
 from ale.trajectory import AgentInfo, Role, Step, StepMark, ToolCall, ToolResult, Trajectory
 
 

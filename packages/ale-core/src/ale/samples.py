@@ -65,23 +65,10 @@ def sample_trajectory(seed: int, steps: int = 30, vocab: int = 32_000) -> Trajec
     while len(out) < steps:
         round_no += 1
         command, output = _COMMANDS[rng.randrange(len(_COMMANDS))]
-        sampled = [rng.randrange(vocab) for _ in range(rng.randint(20, 60))]
         call_id = f"call_{seed}_{round_no}"
-        out.append(
-            Step(
-                role=Role.ASSISTANT,
-                content=f"Let me look at this with `{command.split()[0]}`.",
-                tool_calls=[
-                    ToolCall(id=call_id, name="run_shell_command", arguments={"command": command})
-                ],
-                timestamp=start + timedelta(seconds=2 * round_no),
-                usage=Usage(prompt_tokens=len(prompt), completion_tokens=len(sampled)),
-                prompt_token_ids=list(prompt),
-                token_ids=sampled,
-                logprobs=[round(-rng.expovariate(3.0), 6) for _ in sampled],
-                policy_version=3,
-            )
-        )
+        at = start + timedelta(seconds=2 * round_no)
+        sampled = [rng.randrange(vocab) for _ in range(rng.randint(20, 60))]
+        out.append(_assistant_step(rng, command, call_id, at, prompt, sampled))
         prompt_tokens += len(prompt)
         completion_tokens += len(sampled)
         prompt.extend(sampled)
@@ -93,10 +80,41 @@ def sample_trajectory(seed: int, steps: int = 30, vocab: int = 32_000) -> Trajec
                 tool_results=[
                     ToolResult(call_id=call_id, content=output, metadata={"exit_code": 0})
                 ],
-                timestamp=start + timedelta(seconds=2 * round_no + 1),
+                timestamp=at + timedelta(seconds=1),
             )
         )
         prompt.extend(rng.randrange(vocab) for _ in range(len(output) // 4 + 4))
+    usage = Usage(prompt_tokens=prompt_tokens, completion_tokens=completion_tokens)
+    return _finished(rng, seed, start, out, round_no, usage)
+
+
+def _assistant_step(
+    rng: random.Random,
+    command: str,
+    call_id: str,
+    at: datetime,
+    prompt: list[int],
+    sampled: list[int],
+) -> Step:
+    """The policy's step of one round: a shell call, with the prompt it saw and the tokens
+    and log-probs it sampled."""
+    return Step(
+        role=Role.ASSISTANT,
+        content=f"Let me look at this with `{command.split()[0]}`.",
+        tool_calls=[ToolCall(id=call_id, name="run_shell_command", arguments={"command": command})],
+        timestamp=at,
+        usage=Usage(prompt_tokens=len(prompt), completion_tokens=len(sampled)),
+        prompt_token_ids=list(prompt),
+        token_ids=sampled,
+        logprobs=[round(-rng.expovariate(3.0), 6) for _ in sampled],
+        policy_version=3,
+    )
+
+
+def _finished(
+    rng: random.Random, seed: int, start: datetime, steps: list[Step], rounds: int, usage: Usage
+) -> Trajectory:
+    """The trajectory of ``steps``, with a verifier that passed it or not by chance."""
     passed = rng.random() < 0.5
     return Trajectory(
         trajectory_id=f"traj-{seed:08d}",
@@ -105,7 +123,7 @@ def sample_trajectory(seed: int, steps: int = 30, vocab: int = 32_000) -> Trajec
         group_id=f"group-{seed // 8}",
         agent=AgentInfo(name="iflow", version="0.1.0"),
         model="tiny-qwen",
-        steps=out,
+        steps=steps,
         reward=1.0 if passed else 0.0,
         verifier=VerifierResult(
             reward=1.0 if passed else 0.0,
@@ -115,8 +133,8 @@ def sample_trajectory(seed: int, steps: int = 30, vocab: int = 32_000) -> Trajec
         ),
         timings=Timings(
             started_at=start,
-            finished_at=start + timedelta(seconds=2 * round_no + 5),
-            agent_sec=2.0 * round_no,
+            finished_at=start + timedelta(seconds=2 * rounds + 5),
+            agent_sec=2.0 * rounds,
         ),
-        usage=Usage(prompt_tokens=prompt_tokens, completion_tokens=completion_tokens),
+        usage=usage,
     )

@@ -167,46 +167,60 @@ def main(
         resumed = _resume(store, resume, cwd)
         if rewind is not None and resumed is None:
             raise ConfigError("--rewind N goes back within a session; give --resume [ID] too.")
-        if prompt is None and not sys.stdin.isatty():
-            prompt = sys.stdin.read().strip() or None
-        elif prompt is not None and not sys.stdin.isatty():
-            piped = _piped_input()  # `cat log | iflow -p "summarize"`: the log joins the prompt
-            if piped:
-                prompt = f"{prompt}\n\n{piped}"
-        if prompt is None and not (sys.stdin.isatty() and sys.stdout.isatty()):
-            click.echo(
-                "iflow: the TUI needs a terminal, and this one has none; run headless with "
-                '-p "PROMPT" (or pipe the prompt on stdin), with --resume to go on with a session.',
-                err=True,
-            )
-            sys.exit(2)
+        prompt = _headless_prompt(prompt)
         if prompt is not None:
-            prompt = expand_line(prompt, cwd, home) or prompt  # a custom /command's prompt
-            prompt, notes = expand_mentions(prompt, cwd)  # @app.py, @src/
-            for note in notes:
-                click.echo(f"iflow: {note}", err=True)
-            for path, flag in ((trajectory, "--trajectory"), (atif, "--atif")):
-                if path is not None:
-                    check_output_path(path, flag)
-            code = asyncio.run(
-                _headless(
-                    settings,
-                    cwd,
-                    home,
-                    store,
-                    resumed,
-                    prompt,
-                    output_format,
-                    trajectory,
-                    atif,
-                    rewind,
-                )
+            code = _run_prompt(
+                settings, cwd, home, store, resumed, prompt, output_format, trajectory, atif, rewind
             )
             sys.exit(code)
         code = _tui(settings, cwd, home, store, resumed)
         sys.exit(code)
     except IflowError as exc:
         raise click.ClickException(str(exc)) from exc
+
+
+def _headless_prompt(prompt: str | None) -> str | None:
+    """The task of a headless run: -p's, with what is piped on stdin joined to it, or what
+    is piped on stdin; None opens the TUI, which needs a terminal (without one, exit 2)."""
+    if prompt is None and not sys.stdin.isatty():
+        prompt = sys.stdin.read().strip() or None
+    elif prompt is not None and not sys.stdin.isatty():
+        piped = _piped_input()  # `cat log | iflow -p "summarize"`: the log joins the prompt
+        if piped:
+            prompt = f"{prompt}\n\n{piped}"
+    if prompt is None and not (sys.stdin.isatty() and sys.stdout.isatty()):
+        click.echo(
+            "iflow: the TUI needs a terminal, and this one has none; run headless with "
+            '-p "PROMPT" (or pipe the prompt on stdin), with --resume to go on with a session.',
+            err=True,
+        )
+        sys.exit(2)
+    return prompt
+
+
+def _run_prompt(
+    settings: Settings,
+    cwd: Path,
+    home: Path,
+    store: SessionStore,
+    resumed: SessionData | None,
+    prompt: str,
+    fmt: str,
+    trajectory: Path | None,
+    atif: Path | None,
+    rewind: int | None,
+) -> int:
+    """One headless run of ``prompt``, a custom /command and @mentions expanded first."""
+    prompt = expand_line(prompt, cwd, home) or prompt  # a custom /command's prompt
+    prompt, notes = expand_mentions(prompt, cwd)  # @app.py, @src/
+    for note in notes:
+        click.echo(f"iflow: {note}", err=True)
+    for path, flag in ((trajectory, "--trajectory"), (atif, "--atif")):
+        if path is not None:
+            check_output_path(path, flag)
+    return asyncio.run(
+        _headless(settings, cwd, home, store, resumed, prompt, fmt, trajectory, atif, rewind)
+    )
 
 
 PIPED_MAX_CHARS = 200_000

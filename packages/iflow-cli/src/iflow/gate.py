@@ -16,7 +16,7 @@ from ale.trajectory import ToolCall, ToolResult
 from iflow.approval import ApprovalPolicy, ApprovalRequest, Approver, denial_message
 from iflow.events import EventSink, Notice, ToolFinished, ToolStarted
 from iflow.hooks import HookEvent, HookRunner, HookVerdict, tool_input, tool_response
-from iflow.tools import ToolContext, ToolRegistry
+from iflow.tools import Tool, ToolContext, ToolRegistry
 
 
 class ToolGate:
@@ -48,71 +48,83 @@ class ToolGate:
         agent has (a known tool outside the mode is refused with the mode named)."""
         checked = offered.validate(call)
         if isinstance(checked, ToolResult):
-            if call.name in every and call.name not in offered:  # refused by the mode: a denial
-                checked = ToolResult(
+            result = self._refused(call, checked, offered, every)
+        else:
+            tool, _ = checked
+            self.emit(
+                ToolStarted(
                     call_id=call.id,
-                    is_error=True,
-                    content=f"{call.name} is not available in {self.policy.mode} mode; "
-                    "only read-only tools can be used now.",
-                    metadata={"denied": True, "mode": self.policy.mode},
+                    name=call.name,
+                    arguments=call.arguments,
+                    title=tool.describe(call.arguments),
                 )
-            else:  # an unknown tool, arguments that are not JSON or not the tool's
-                meta = {**checked.metadata, "rejected": True}
-                checked = checked.model_copy(update={"metadata": meta})
-            self._finished(call, checked)
-            return checked
-        tool, _ = checked
-        self.emit(
-            ToolStarted(
-                call_id=call.id,
-                name=call.name,
-                arguments=call.arguments,
-                title=tool.describe(call.arguments),
             )
-        )
-        verdict = await self._hooks("PreToolUse", call, {})
-        if verdict is not None and (verdict.decision == "deny" or verdict.stop is not None):
-            reason = verdict.reason or verdict.stop or "no reason given"
-            blocked = ToolResult(
+            verdict = await self._hooks("PreToolUse", call, {})
+            stopped = _blocked(call, verdict)
+            if stopped is None:
+                stopped = await self._denied(call, tool, verdict)
+            result = stopped if stopped is not None else await self._run(call, tool, offered, ctx)
+        self._finished(call, result)
+        return result
+
+    def _refused(
+        self, call: ToolCall, invalid: ToolResult, offered: ToolRegistry, every: ToolRegistry
+    ) -> ToolResult:
+        """The result of a call that did not validate: a denial when the current mode does not
+        offer the tool, else ``invalid`` marked as rejected."""
+        if call.name in every and call.name not in offered:  # refused by the mode: a denial
+            return ToolResult(
                 call_id=call.id,
                 is_error=True,
-                content=f"A hook blocked this {call.name} call: {reason}",
-                metadata={"denied": True, "hook": True},
+                content=f"{call.name} is not available in {self.policy.mode} mode; "
+                "only read-only tools can be used now.",
+                metadata={"denied": True, "mode": self.policy.mode},
             )
-            self._finished(call, blocked)
-            return blocked
+        # an unknown tool, arguments that are not JSON or not the tool's
+        meta = {**invalid.metadata, "rejected": True}
+        return invalid.model_copy(update={"metadata": meta})
+
+    async def _denied(
+        self, call: ToolCall, tool: Tool, verdict: HookVerdict | None
+    ) -> ToolResult | None:
+        """Ask for approval where the policy or a PreToolUse hook wants it: the denial, or None
+        when the call may run (remembered when approved for good)."""
         decided = verdict.decision if verdict is not None else None
         asks = decided == "ask" or (
             decided != "allow"
             and not tool.trusted
             and self.policy.needs_approval(tool.kind, call.arguments, tool.name)
         )
-        if asks:
-            request = ApprovalRequest(
-                tool=tool.name,
-                kind=tool.kind,
-                title=tool.describe(call.arguments),
-                arguments=call.arguments,
+        if not asks:
+            return None
+        request = ApprovalRequest(
+            tool=tool.name,
+            kind=tool.kind,
+            title=tool.describe(call.arguments),
+            arguments=call.arguments,
+        )
+        decision = "deny" if self.headless else await self.approver(request)
+        if decision == "deny":
+            return ToolResult(
+                call_id=call.id,
+                is_error=True,
+                content=denial_message(
+                    request,
+                    headless=self.headless,
+                    mode=self.policy.mode,
+                    hook_reason=(verdict.reason or "") if decided == "ask" and verdict else None,
+                ),
+                metadata={"denied": True, **({"hook": True} if decided == "ask" else {})},
             )
-            decision = "deny" if self.headless else await self.approver(request)
-            if decision == "deny":
-                denied = ToolResult(
-                    call_id=call.id,
-                    is_error=True,
-                    content=denial_message(
-                        request,
-                        headless=self.headless,
-                        mode=self.policy.mode,
-                        hook_reason=(verdict.reason or "")
-                        if decided == "ask" and verdict
-                        else None,
-                    ),
-                    metadata={"denied": True, **({"hook": True} if decided == "ask" else {})},
-                )
-                self._finished(call, denied)
-                return denied
-            if decision == "allow_always":
-                self.policy.remember(tool.kind, call.arguments, tool.name)
+        if decision == "allow_always":
+            self.policy.remember(tool.kind, call.arguments, tool.name)
+        return None
+
+    async def _run(
+        self, call: ToolCall, tool: Tool, offered: ToolRegistry, ctx: ToolContext
+    ) -> ToolResult:
+        """Run an approved call (checkpointing first when it may change files); a
+        PostToolUse hook that blocks adds its reason to the result."""
         changes = tool.kind in ("edit", "execute", "mcp") or tool.name == "task"  # a sub-agent
         if self.before_change is not None and changes:
             await self.before_change()
@@ -124,7 +136,6 @@ class ToolGate:
             result = result.model_copy(
                 update={"content": f"{result.content}\n\nA hook says: {after.reason}"}
             )
-        self._finished(call, result)
         return result
 
     async def _hooks(
@@ -150,3 +161,16 @@ class ToolGate:
                 metadata=result.metadata,
             )
         )
+
+
+def _blocked(call: ToolCall, verdict: HookVerdict | None) -> ToolResult | None:
+    """The result of a call a PreToolUse hook denies or stops, else None."""
+    if verdict is None or (verdict.decision != "deny" and verdict.stop is None):
+        return None
+    reason = verdict.reason or verdict.stop or "no reason given"
+    return ToolResult(
+        call_id=call.id,
+        is_error=True,
+        content=f"A hook blocked this {call.name} call: {reason}",
+        metadata={"denied": True, "hook": True},
+    )

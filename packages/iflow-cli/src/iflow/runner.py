@@ -120,7 +120,24 @@ class SessionRecorder:
             first = next((s.content for s in steps if s.role is Role.USER), "")
             session["title"] = clip_title(first)
         grown = len(history) - self._saved_history
-        appendable = (
+        appendable = self._appendable(history, steps, grown)
+        for name, value in session.items():
+            setattr(self.data, name, value)
+        self.data.history = history
+        self.data.trajectory = agent.trajectory
+        if appendable:
+            new = steps[len(steps) - grown :] if grown else []
+            self.store.append(self.data.id, _journal_records(agent, session, new))
+        else:
+            self.store.save(self.data)
+        self._history, self._head = history, (history[0] if history else None)
+        self._saved_history, self._saved_steps = len(history), len(steps)
+        self.saves += 1
+
+    def _appendable(self, history: list[Step], steps: list[Step], grown: int) -> bool:
+        """Whether the last save's history only grew since, by the same steps as the
+        trajectory: then the journal takes the new steps, else a whole snapshot is saved."""
+        return (
             self.saves > 0
             and history is self._history
             and bool(history)
@@ -133,39 +150,35 @@ class SessionRecorder:
                 )
             )
         )
-        for name, value in session.items():
-            setattr(self.data, name, value)
-        self.data.history = history
-        self.data.trajectory = agent.trajectory
-        if appendable:
-            new = steps[len(steps) - grown :] if grown else []
-            records: list[dict[str, Any]] = []
-            if new:
-                records.append(
-                    {
-                        "kind": "steps",
-                        "steps": [s.model_dump(mode="json", exclude_none=True) for s in new],
-                    }
-                )
-            t = agent.trajectory
-            records.append(
-                {
-                    "kind": "state",
-                    "session": {**session, "updated_at": datetime.now(UTC).isoformat()},
-                    "trajectory": {
-                        "failure_mode": t.failure_mode.value if t.failure_mode else None,
-                        "usage": t.usage.model_dump(mode="json") if t.usage else None,
-                        "timings": t.timings.model_dump(mode="json") if t.timings else None,
-                        "extra": t.extra,
-                    },
-                }
-            )
-            self.store.append(self.data.id, records)
-        else:
-            self.store.save(self.data)
-        self._history, self._head = history, (history[0] if history else None)
-        self._saved_history, self._saved_steps = len(history), len(steps)
-        self.saves += 1
+
+
+def _journal_records(
+    agent: Agent, session: dict[str, Any], new: list[Step]
+) -> list[dict[str, Any]]:
+    """What a save appends to the session's journal: the new steps (when any), then the
+    session's and the trajectory's changed state."""
+    records: list[dict[str, Any]] = []
+    if new:
+        records.append(
+            {
+                "kind": "steps",
+                "steps": [s.model_dump(mode="json", exclude_none=True) for s in new],
+            }
+        )
+    t = agent.trajectory
+    records.append(
+        {
+            "kind": "state",
+            "session": {**session, "updated_at": datetime.now(UTC).isoformat()},
+            "trajectory": {
+                "failure_mode": t.failure_mode.value if t.failure_mode else None,
+                "usage": t.usage.model_dump(mode="json") if t.usage else None,
+                "timings": t.timings.model_dump(mode="json") if t.timings else None,
+                "extra": t.extra,
+            },
+        }
+    )
+    return records
 
 
 def build_agent(
@@ -202,36 +215,50 @@ def build_agent(
     )
     recorder: SessionRecorder | None = None
     if store is not None:
-        if resume is not None:
-            agent.restore(
-                history=resume.history,
-                trajectory=resume.trajectory,
-                todos=resume.todos,
-                turns=resume.turns,
-                tokens_used=resume.tokens_used,
-                extra=resume.extra,
-            )
-            data = resume
-        else:
-            data = SessionData(
-                id=store.new_id(),
-                cwd=str(cwd),
-                model=agent.model.name,
-                provider=settings.provider,
-                approval_mode=settings.approval_mode,
-            )
-        recorder = SessionRecorder(store, data)
-        agent.after_turn = recorder
-        agent.checkpoints = Checkpoints(workspace, store.root / f"{data.id}.checkpoints")
-        if agent.hooks is not None:
-            agent.hooks.session_id = data.id
-            agent.hooks.transcript_dir = store.root / "transcripts"
+        recorder = _record_session(agent, settings, workspace, cwd, store, resume)
     if agent.hooks is not None:  # (hooks read the conversation as a transcript file)
         agent.hooks.transcript = lambda: agent.history
         agent.hooks.transcript_dir = agent.hooks.transcript_dir or (
             sessions_root(settings, home) / "transcripts"
         )
     return agent, recorder
+
+
+def _record_session(
+    agent: Agent,
+    settings: Settings,
+    workspace: Workspace,
+    cwd: Path,
+    store: SessionStore,
+    resume: SessionData | None,
+) -> SessionRecorder:
+    """Give ``agent`` a saved session (``resume``, restored into it, or a new one): a
+    recorder saving it after every turn, file checkpoints, and the session's id for hooks."""
+    if resume is not None:
+        agent.restore(
+            history=resume.history,
+            trajectory=resume.trajectory,
+            todos=resume.todos,
+            turns=resume.turns,
+            tokens_used=resume.tokens_used,
+            extra=resume.extra,
+        )
+        data = resume
+    else:
+        data = SessionData(
+            id=store.new_id(),
+            cwd=str(cwd),
+            model=agent.model.name,
+            provider=settings.provider,
+            approval_mode=settings.approval_mode,
+        )
+    recorder = SessionRecorder(store, data)
+    agent.after_turn = recorder
+    agent.checkpoints = Checkpoints(workspace, store.root / f"{data.id}.checkpoints")
+    if agent.hooks is not None:
+        agent.hooks.session_id = data.id
+        agent.hooks.transcript_dir = store.root / "transcripts"
+    return recorder
 
 
 async def build_agent_owning(

@@ -23,10 +23,7 @@ makes a task twice. Sandboxes and agents come in as arguments (:class:`Agents`, 
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
-import math
-import random
 import time
 import traceback
 from collections import Counter
@@ -38,17 +35,17 @@ import yaml
 
 from ale.agents import BenchAgent
 from ale.episode import EpisodeResult, EpisodeRunner
-from ale.jsonl import read_jsonl, write_jsonl
 from ale.synth.config import SynthConfig
 from ale.synth.dataset import write_dataset
 from ale.synth.dedup import deduplicate
-from ale.synth.expert import ExpertRun
-from ale.synth.family import draft_for, get_family
+from ale.synth.episodes import Agents, EpisodeStages, saved_trajectory
+from ale.synth.family import draft_for
 from ale.synth.filters import Contamination, held_out_instructions, heuristic_reason
-from ale.synth.mix import mix, quotas
+from ale.synth.journal import Journal
+from ale.synth.mix import mix
+from ale.synth.plan import Candidate, plan
 from ale.synth.render import render_task
 from ale.task import Task, load_task
-from ale.trajectory import StepMark, Trajectory
 
 STAGES = (
     "generate",
@@ -61,20 +58,6 @@ STAGES = (
     "mix",
     "write",
 )
-
-
-class Agents(Protocol):
-    """The agents the stages need, made by the layer that wires the pipeline."""
-
-    def oracle(self, task: Task) -> Any: ...
-
-    def nop(self) -> Any: ...
-
-    def expert(self, task: Task, run: ExpertRun) -> Any: ...
-
-    def replay(self, trajectory: Trajectory) -> Any: ...
-
-    def teacher(self) -> Any | None: ...
 
 
 class Progress(Protocol):
@@ -99,92 +82,6 @@ class _Quiet:
 
 class WorkDirError(ValueError):
     """The work directory belongs to another run."""
-
-
-class Journal:
-    """Append-only record of every stage decision, one JSON object a line."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.records: dict[tuple[str, str], dict[str, Any]] = {}
-        if path.exists():
-            for line in path.read_text(encoding="utf-8").splitlines():
-                try:
-                    rec = json.loads(line)
-                except json.JSONDecodeError:
-                    continue  # a line cut short by a kill
-                self.records[(rec["stage"], rec["id"])] = rec
-        self._fh = path.open("a", encoding="utf-8")
-
-    def get(self, stage: str, item: str) -> dict[str, Any] | None:
-        rec = self.records.get((stage, item))
-        return None if rec is None or rec.get("retry") else rec
-
-    def put(self, stage: str, item: str, ok: bool, reason: str | None = None, **data: Any) -> None:
-        rec = {"stage": stage, "id": item, "ok": ok, "reason": reason, **data}
-        self.records[(stage, item)] = rec
-        self._fh.write(json.dumps(rec, sort_keys=True) + "\n")
-        self._fh.flush()
-
-    def close(self) -> None:
-        self._fh.close()
-
-
-class Candidate:
-    """One planned task: family, difficulty and seed fix everything else."""
-
-    def __init__(self, family: str, category: str, difficulty: str, seed: int, multi: bool):
-        self.family, self.category, self.difficulty, self.seed = family, category, difficulty, seed
-        self.multi_turn = multi
-        self.id = f"{family}-{seed:08x}"
-
-    def attrs(self) -> dict[str, str]:
-        return {"family": self.family, "category": self.category, "difficulty": self.difficulty}
-
-
-def family_shares(config: SynthConfig) -> dict[str, float]:
-    """Each family's share of the dataset: declared, else its category's share split
-    evenly among the config's families of that category, else even."""
-    names = list(config.families)
-    if config.mix.family:
-        return {n: config.mix.family.get(n, 0.0) for n in names}
-    if config.mix.category:
-        by_cat: dict[str, list[str]] = {}
-        for n in names:
-            by_cat.setdefault(get_family(n).category, []).append(n)
-        return {
-            n: config.mix.category.get(cat, 0.0) / len(members)
-            for cat, members in by_cat.items()
-            for n in members
-        }
-    return {n: 1 / len(names) for n in names}
-
-
-def plan(config: SynthConfig) -> list[Candidate]:
-    """The candidates a config generates, in a fixed order (a function of the config)."""
-    out: list[Candidate] = []
-    seen: set[int] = set()
-    for name, share in family_shares(config).items():
-        family = get_family(name)
-        count = math.ceil(config.target * share * config.oversample) if share > 0 else 0
-        spread = (
-            config.families[name].difficulty
-            or config.mix.difficulty
-            or {d: 1 / len(family.difficulties) for d in family.difficulties}
-        )
-        spread = {d: p for d, p in spread.items() if d in family.difficulties} or {
-            d: 1 / len(family.difficulties) for d in family.difficulties
-        }
-        levels = [d for d, k in quotas(spread, count).items() for _ in range(k)]
-        random.Random(f"{config.seed}|{name}|difficulty").shuffle(levels)
-        for i, level in enumerate(levels):
-            digest = hashlib.sha256(f"{config.seed}|{name}|{i}".encode()).hexdigest()
-            seed = int(digest[:8], 16)
-            while seed in seen:
-                seed = (seed + 1) & 0xFFFFFFFF
-            seen.add(seed)
-            out.append(Candidate(name, family.category, level, seed, family.multi_turn))
-    return out
 
 
 class Pipeline:
@@ -249,11 +146,12 @@ class Pipeline:
         alive = self._generate(j, candidates)
         alive = self._decontaminate(j, alive)
         alive = self._dedup(j, alive)
-        alive = await self._episodes(j, "verify", alive, self._verify_one)
-        alive = await self._episodes(j, "trajectory", alive, self._trajectory_one)
+        stages = EpisodeStages(self.config, self.agents, self._episode, self.work)
+        alive = await self._episodes(j, "verify", alive, stages.verify)
+        alive = await self._episodes(j, "trajectory", alive, stages.trajectory)
         alive = self._filter(j, alive)
         if self.config.filters.replay:
-            alive = await self._episodes(j, "replay", alive, self._replay_one)
+            alive = await self._episodes(j, "replay", alive, stages.replay)
         chosen, proportions = self._mix(j, alive)
         return self._write(j, candidates, chosen, proportions)
 
@@ -386,113 +284,12 @@ class Pipeline:
         self.episodes += 1
         return await self.runner.episode(task, agent)
 
-    async def _verify_one(self, j: Journal, c: Candidate, task: Task) -> None:
-        oracle = await self._episode(task, self.agents.oracle(task))
-        if oracle.error is not None:
-            j.put(
-                "verify",
-                c.id,
-                False,
-                f"oracle episode failed: {oracle.error}",
-                kind="verify_error",
-                retry=True,
-            )
-            return
-        if not oracle.passed:
-            j.put(
-                "verify",
-                c.id,
-                False,
-                f"the oracle solution fails its tests (reward {oracle.reward})",
-                kind="oracle_failed",
-            )
-            return
-        nop = await self._episode(task, self.agents.nop())
-        if nop.error is not None:
-            j.put(
-                "verify",
-                c.id,
-                False,
-                f"no-op episode failed: {nop.error}",
-                kind="verify_error",
-                retry=True,
-            )
-        elif nop.reward is not None and nop.reward > 0:
-            j.put(
-                "verify",
-                c.id,
-                False,
-                f"the tests pass with no work done (reward {nop.reward})",
-                kind="nop_passed",
-            )
-        else:
-            j.put("verify", c.id, True, oracle_sec=oracle.seconds, nop_sec=nop.seconds)
-
-    async def _trajectory_one(self, j: Journal, c: Candidate, task: Task) -> None:
-        rng = random.Random(f"{self.config.seed}|mistake|{c.id}")
-        mistake = rng.random() < self.config.mistake_rate
-        teacher = None
-        if self.config.teacher is not None and rng.random() < self.config.teacher.share:
-            teacher = self.agents.teacher()
-        source = "expert"
-        outcome: EpisodeResult | None = None
-        if teacher is not None:
-            outcome = await self._episode(task, teacher)
-            source = "teacher"
-            if not outcome.passed:
-                j.put("teacher", c.id, False, outcome.error or f"reward {outcome.reward}")
-                outcome = None
-        if outcome is None:
-            source = "expert"
-            draft = draft_for(c.family, c.seed, c.difficulty)
-            run = ExpertRun(
-                draft.expert(),
-                mistake=mistake,
-                mistake_after=rng.randrange(3),
-                mistakes=list(draft.mistakes),
-                rng=rng,
-            )
-            outcome = await self._episode(task, self.agents.expert(task, run))
-        if outcome.error is not None or outcome.trajectory is None:
-            j.put(
-                "trajectory",
-                c.id,
-                False,
-                f"the {source} episode failed: {outcome.error}",
-                kind="trajectory_error",
-                retry=True,
-            )
-            return
-        if not outcome.passed:
-            j.put(
-                "trajectory",
-                c.id,
-                False,
-                f"the {source} did not solve it (reward {outcome.reward})",
-                kind="expert_failed",
-            )
-            return
-        t = outcome.trajectory
-        t.task_id = c.id
-        t.extra["synth"] = {
-            **c.attrs(),
-            "seed": c.seed,
-            "source": source,
-            "multi_turn": c.multi_turn,
-            "mistakes": sum(s.mark is StepMark.MISTAKE for s in t.steps),
-        }
-        write_jsonl(self.work / "trajectories" / f"{c.id}.jsonl", [t])
-        j.put("trajectory", c.id, True, source=source)
-
-    def _trajectory(self, c: Candidate) -> Trajectory:
-        return next(iter(read_jsonl(self.work / "trajectories" / f"{c.id}.jsonl")))
-
     def _filter(self, j: Journal, alive: list[Candidate]) -> list[Candidate]:
         started = time.monotonic()
         self.progress.stage("filter", len(alive), 0)
         kept = []
         for c in alive:
-            reason = heuristic_reason(self._trajectory(c), self.config.filters)
+            reason = heuristic_reason(saved_trajectory(self.work, c), self.config.filters)
             if reason is None:
                 kept.append(c)
                 j.put("filter", c.id, True)
@@ -501,29 +298,6 @@ class Pipeline:
             self.progress.advance("filter", c.id, reason is None, reason or "")
         self._timed("filter", started, len(kept), len(alive) - len(kept))
         return kept
-
-    async def _replay_one(self, j: Journal, c: Candidate, task: Task) -> None:
-        recorded = self._trajectory(c)
-        outcome = await self._episode(task, self.agents.replay(recorded))
-        if outcome.error is not None:
-            j.put(
-                "replay",
-                c.id,
-                False,
-                f"the replay episode failed: {outcome.error}",
-                kind="replay_error",
-                retry=True,
-            )
-        elif outcome.reward != recorded.reward:
-            j.put(
-                "replay",
-                c.id,
-                False,
-                f"replayed, the calls reach reward {outcome.reward}, not {recorded.reward}",
-                kind="replay_mismatch",
-            )
-        else:
-            j.put("replay", c.id, True)
 
     def _mix(self, j: Journal, alive: list[Candidate]) -> tuple[list[Candidate], dict[str, Any]]:
         started = time.monotonic()
@@ -569,7 +343,7 @@ class Pipeline:
         tasks = [
             {**c.attrs(), "id": c.id, "seed": c.seed, "multi_turn": c.multi_turn} for c in chosen
         ]
-        trajectories = [self._trajectory(c) for c in chosen]
+        trajectories = [saved_trajectory(self.work, c) for c in chosen]
         for entry, t in zip(tasks, trajectories, strict=True):
             entry["mistakes"] = t.extra.get("synth", {}).get("mistakes", 0)
             entry["source"] = t.extra.get("synth", {}).get("source", "expert")

@@ -1,7 +1,7 @@
 """The agent, one room per concern: the loop and what it holds (:mod:`.loop`), what it does
-with one answer (:mod:`.answers`), its context window (:mod:`.context`), its session state
-and rewind (:mod:`.session`), the run's budget (:mod:`.budget`) and sub-agents
-(:mod:`.subagents`), put together here."""
+with one answer (:mod:`.answers`), its context window (:mod:`.context`), its records of
+history and trajectory (:mod:`.records`), its session state and rewind (:mod:`.session`),
+the run's budget (:mod:`.budget`) and sub-agents (:mod:`.subagents`), put together here."""
 
 from iflow.agent.budget import RunBudget
 from iflow.agent.loop import INTERRUPTED_ANSWER, AgentLoop, TurnHook

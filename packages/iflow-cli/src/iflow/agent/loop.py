@@ -6,7 +6,7 @@ answer) → ``_act`` (check the answer and run its calls through the tool gate o
 (:class:`iflow.errors.AgentEnd`) that :meth:`Agent.run` catches and returns, recording
 the failure mode in the trajectory. Every step is appended both to ``history`` (what
 the model sees, which compression rewrites) and to ``trajectory`` (the full record in
-the shared schema). The same loop drives the TUI, headless runs, rock bench,
+the shared schema), by :mod:`.records`. The same loop drives the TUI, headless runs, rock bench,
 synthesis and training rollouts.
 """
 
@@ -19,18 +19,14 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, cast
 
 from ale.trajectory import (
-    AgentInfo,
     Role,
     Step,
-    Timings,
-    ToolResult,
-    Trajectory,
     Usage,
 )
-from iflow import __version__
 from iflow.agent.answers import AnswerChecks
 from iflow.agent.budget import RunBudget
 from iflow.agent.context import ContextWindow
+from iflow.agent.records import Records
 from iflow.approval import ApprovalPolicy, Approver, Mode, allow_all, offered_kinds
 from iflow.checkpoints import Checkpoints
 from iflow.config import AgentConfig
@@ -54,7 +50,6 @@ from iflow.events import (
     Event,
     EventSink,
     Notice,
-    RunEnded,
     RunStarted,
     TurnStarted,
 )
@@ -81,7 +76,19 @@ INTERRUPTED_ANSWER = "(interrupted by the user before answering)"
 """The answer a turn the user cut off leaves in the history."""
 
 
-class AgentLoop(ContextWindow, AnswerChecks):
+def _chosen_tools(config: AgentConfig, tools: list[Tool] | None, mcp: McpHub | None) -> list[Tool]:
+    """The tools an agent has: ``tools``, else the default ones (those of the compact
+    profile only, under it), and the MCP servers' tools beside them."""
+    chosen = tools or default_tools(output_limit=config.tool_output_limit)
+    if config.prompt_profile == "compact" and tools is None:
+        by_name = {t.name: t for t in chosen}
+        chosen = [by_name[name] for name in COMPACT_TOOLS if name in by_name]
+    if mcp is not None:
+        chosen = [*chosen, *mcp.tools(taken={t.name for t in chosen})]
+    return chosen
+
+
+class AgentLoop(ContextWindow, AnswerChecks, Records):
     """The agent's loop and what it holds: a model, a workspace, tools, and the conversation
     so far (:class:`iflow.agent.Agent` adds its session and sub-agents)."""
 
@@ -112,24 +119,10 @@ class AgentLoop(ContextWindow, AnswerChecks):
         self.after_turn = after_turn
         self.memory = memory
         self.name = name
-        compact = self.config.prompt_profile == "compact"
-        chosen = tools or default_tools(output_limit=self.config.tool_output_limit)
-        if compact and tools is None:
-            by_name = {t.name: t for t in chosen}
-            chosen = [by_name[name] for name in COMPACT_TOOLS if name in by_name]
-        if mcp is not None:
-            chosen = [*chosen, *mcp.tools(taken={t.name for t in chosen})]
-        self.all_tools = ToolRegistry(chosen)
+        self.all_tools = ToolRegistry(_chosen_tools(self.config, tools, mcp))
         self.hooks = hooks
         """Commands run on the agent's events (:mod:`iflow.hooks`)."""
-        self.gate = ToolGate(
-            ApprovalPolicy(self.config.approval_mode),
-            approver or allow_all,
-            headless=self.config.headless,
-            emit=self.emit,
-            hooks=hooks,
-            before_change=self._before_change,
-        )
+        self.gate = self._new_gate(approver or allow_all, hooks)
         self.checkpoints: Checkpoints | None = None
         """The session's turns and file checkpoints (set by :func:`iflow.runner.build_agent`
         for a saved session): what :meth:`rewind` restores."""
@@ -140,15 +133,7 @@ class AgentLoop(ContextWindow, AnswerChecks):
         )
         self._custom_prompt = prompt
         self.history: list[Step] = [Step(role=Role.SYSTEM, content=self._system_prompt())]
-        self.trajectory = Trajectory(
-            agent=AgentInfo(
-                name=name,
-                version=__version__,
-                extra={"approval_mode": self.config.approval_mode, "workspace": workspace.kind},
-            ),
-            model=model.name,
-            steps=list(self.history),
-        )
+        self.trajectory = self._new_trajectory()
         self.loops = LoopDetector(self.config.loop_threshold, self.config.fail_threshold)
         self.turn = 0
         """Model calls made in this agent's life (across runs)."""
@@ -169,6 +154,18 @@ class AgentLoop(ContextWindow, AnswerChecks):
         """What the run under way has spent against its limits."""
 
     # -- set-up ----------------------------------------------------------------------------
+
+    def _new_gate(self, approver: Approver, hooks: HookRunner | None) -> ToolGate:
+        """The gate the agent's tool calls go through, under the config's approval mode (it
+        checkpoints the files before a call that may change them)."""
+        return ToolGate(
+            ApprovalPolicy(self.config.approval_mode),
+            approver,
+            headless=self.config.headless,
+            emit=self.emit,
+            hooks=hooks,
+            before_change=self._before_change,
+        )
 
     def _system_prompt(self) -> str:
         if self._custom_prompt is not None:
@@ -416,53 +413,11 @@ class AgentLoop(ContextWindow, AnswerChecks):
             self.cost_usd += usage.cost_usd
             self.budget.cost_usd += usage.cost_usd
 
-    # -- records ---------------------------------------------------------------------------
-
-    def _append(self, step: Step) -> None:
-        self.history.append(step)
-        self.trajectory.steps.append(step)
-
     async def _after_turn(self) -> None:
         if self.after_turn is not None:
             result = self.after_turn(cast("Agent", self))
             if result is not None:
                 await result
-
-    def _close_dangling_calls(self, why: str) -> None:
-        """Answer tool calls left without results, so the history stays well-formed."""
-        if not self.history or self.history[-1].role is not Role.ASSISTANT:
-            return
-        calls = self.history[-1].tool_calls
-        if calls:
-            self._append(
-                Step(
-                    role=Role.TOOL,
-                    tool_results=[
-                        ToolResult(call_id=c.id, content=f"Not run: {why}.", is_error=True)
-                        for c in calls
-                    ],
-                )
-            )
-
-    def _record_end(self, end: AgentEnd, started_at: datetime, seconds: float) -> None:
-        t = self.trajectory
-        t.failure_mode = end.failure_mode
-        t.usage = Usage(
-            prompt_tokens=self.prompt_tokens,
-            completion_tokens=self.completion_tokens,
-            cost_usd=self.cost_usd or None,
-        )
-        t.timings = Timings(started_at=started_at, finished_at=datetime.now(UTC), agent_sec=seconds)
-        t.extra.setdefault("iflow", {})["end"] = {"outcome": _outcome(end), "message": str(end)}
-        self.emit(
-            RunEnded(
-                outcome=_outcome(end),
-                message=str(end),
-                exit_code=end.exit_code,
-                turns=self.budget.turns,
-                result=self.final_answer,
-            )
-        )
 
     async def aclose(self) -> None:
         """Release the shell session's state and stop the MCP servers (the workspace belongs
@@ -470,23 +425,3 @@ class AgentLoop(ContextWindow, AnswerChecks):
         await self.shell.close()
         if self.mcp is not None:
             await self.mcp.aclose()
-
-    def continue_from(self, steps: list[Step]) -> None:
-        """Start the next run as if ``steps`` (assistant turns and their tool results) had
-        already followed its prompt: an expert's first turns, replayed in this workspace
-        (chunk-level initialised resampling). They are kept as they are, the same objects
-        in the history and the trajectory, and each assistant turn counts against
-        ``max_turns``."""
-        self._prefix = [s for s in steps if s.role in (Role.ASSISTANT, Role.TOOL)]
-
-    def _take_prefix(self) -> None:
-        prefix, self._prefix = self._prefix, []
-        for step in prefix:
-            self._append(step)
-            if step.role is Role.ASSISTANT:
-                self.turn += 1
-                self.budget.turns += 1
-
-
-def _outcome(end: AgentEnd) -> str:
-    return "finished" if end.failure_mode is None else end.failure_mode.value

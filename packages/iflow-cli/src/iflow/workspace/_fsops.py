@@ -384,20 +384,10 @@ def op_glob(args: dict) -> dict:
 
 def op_search(args: dict) -> dict:
     """Lines matching a Python regex in the files under a path (or in one file)."""
-    pattern = args.get("pattern")
-    if not isinstance(pattern, str) or not pattern:
-        return {"error": "The search pattern is empty; pass a regular expression."}
-    flags = 0 if args.get("case_sensitive", True) else re.IGNORECASE
-    try:
-        regex = re.compile(pattern, flags)
-    except re.error as exc:
-        return {
-            "error": f"The regex {pattern!r} is invalid ({exc}); fix it, escaping characters "
-            "such as ( [ . * + ? with a backslash to match them literally."
-        }
-    # A whole-file pre-check skips files without a match fast (\A and \Z differ there).
-    whole_file_differs = "\\A" in pattern or "\\Z" in pattern
-    prefilter = None if whole_file_differs else re.compile(pattern, flags | re.MULTILINE)
+    compiled = _search_regexes(args)
+    if isinstance(compiled, dict):
+        return compiled
+    regex, prefilter = compiled
     path = _need_path(args)
     if not os.path.exists(path):
         return _missing(path)
@@ -412,45 +402,77 @@ def op_search(args: dict) -> dict:
         base = os.path.dirname(path)
         files = iter([(path, os.path.basename(path))])
     matches: list[dict] = []
-    searched, binary, large, more = 0, 0, 0, False
+    counts = {"searched": 0, "binary": 0, "large": 0}
+    more = False
     for full, rel in files:
         if include_re and not include_re.match(
             rel if "/" in str(include) else rel.rsplit("/", 1)[-1]
         ):
             continue
-        try:
-            if os.path.getsize(full) > MAX_SEARCH_FILE:
-                large += 1
-                continue
-            with open(full, "rb") as fh:
-                data = fh.read()
-        except OSError:
+        text = _searchable_text(full, counts)
+        if text is None or (prefilter is not None and not prefilter.search(text)):
             continue
-        if b"\0" in data[:BINARY_PROBE]:
-            binary += 1
-            continue
-        searched += 1
-        text = data.decode("utf-8", "replace").replace("\r\n", "\n")
-        if prefilter is not None and not prefilter.search(text):
-            continue
-        for number, line in enumerate(text.split("\n"), 1):
-            if regex.search(line):
-                if len(matches) >= limit:
-                    more = True
-                    break
-                clipped = line if len(line) <= MAX_LINE else line[:MAX_LINE] + " [...]"
-                matches.append({"file": _clean(rel), "line": number, "text": clipped})
+        more = _add_matches(text, rel, regex, limit, matches)
         if more:
             break
     return {
         "base": _clean(base),
         "matches": matches,
         "truncated": more,
-        "files_searched": searched,
-        "skipped_binary": binary,
-        "skipped_large": large,
+        "files_searched": counts["searched"],
+        "skipped_binary": counts["binary"],
+        "skipped_large": counts["large"],
         "incomplete": bool(counter[1]),
     }
+
+
+def _search_regexes(args: dict) -> tuple[re.Pattern[str], re.Pattern[str] | None] | dict:
+    """The search's line regex and its whole-file pre-check (None where ``\\A`` or ``\\Z``
+    would match differently over a whole file), or the error of a bad pattern."""
+    pattern = args.get("pattern")
+    if not isinstance(pattern, str) or not pattern:
+        return {"error": "The search pattern is empty; pass a regular expression."}
+    flags = 0 if args.get("case_sensitive", True) else re.IGNORECASE
+    try:
+        regex = re.compile(pattern, flags)
+    except re.error as exc:
+        return {
+            "error": f"The regex {pattern!r} is invalid ({exc}); fix it, escaping characters "
+            "such as ( [ . * + ? with a backslash to match them literally."
+        }
+    # A whole-file pre-check skips files without a match fast (\A and \Z differ there).
+    whole_file_differs = "\\A" in pattern or "\\Z" in pattern
+    return regex, None if whole_file_differs else re.compile(pattern, flags | re.MULTILINE)
+
+
+def _searchable_text(full: str, counts: dict) -> str | None:
+    """The text of a file to search, or None for one skipped (too large, binary or
+    unreadable); ``counts`` counts the files searched and skipped."""
+    try:
+        if os.path.getsize(full) > MAX_SEARCH_FILE:
+            counts["large"] += 1
+            return None
+        with open(full, "rb") as fh:
+            data = fh.read()
+    except OSError:
+        return None
+    if b"\0" in data[:BINARY_PROBE]:
+        counts["binary"] += 1
+        return None
+    counts["searched"] += 1
+    return data.decode("utf-8", "replace").replace("\r\n", "\n")
+
+
+def _add_matches(text: str, rel: str, regex: re.Pattern[str], limit: int, matches: list) -> bool:
+    """Add the lines of ``text`` that match to ``matches``; True when a match is left out
+    because ``limit`` was reached."""
+    for number, line in enumerate(text.split("\n"), 1):
+        if regex.search(line):
+            if len(matches) >= limit:
+                return True
+            clipped = line if len(line) <= MAX_LINE else line[:MAX_LINE] + " [...]"
+            matches.append({"file": _clean(rel), "line": number, "text": clipped})
+    return False
 
 
 def op_stat(args: dict) -> dict:

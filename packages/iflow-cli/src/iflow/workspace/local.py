@@ -69,6 +69,18 @@ def _killpg(pid: int, sig: int) -> None:
         os.killpg(pid, sig)
 
 
+def _exit_code(code: int | None, timed_out: bool) -> int:
+    """The exit status to report: 124 for a timeout, 128 + N for a kill by signal N (as
+    shells report it), -1 when unknown."""
+    if timed_out:
+        return TIMEOUT_EXIT
+    if code is None:
+        return -1
+    if code < 0:
+        return 128 - code  # killed by a signal: report it as shells do
+    return code
+
+
 class LocalWorkspace(Workspace):
     """Commands and files on this machine, starting in ``root``."""
 
@@ -97,20 +109,44 @@ class LocalWorkspace(Workspace):
             raise WorkspaceError(
                 f"The directory {workdir} does not exist; create it or run the command elsewhere."
             )
-        loop = asyncio.get_running_loop()
         started = time.monotonic()
-        transport, proto = await loop.subprocess_exec(
+        transport, proto = await self._spawn(command, workdir, env, stdin is not None)
+        timed_out = await self._wait(transport, proto, stdin, timeout)
+        return ExecOutput(
+            exit_code=_exit_code(transport.get_returncode(), timed_out),
+            stdout=_text(proto.out),
+            stderr=_text(proto.err),
+            timed_out=timed_out,
+            duration_sec=time.monotonic() - started,
+        )
+
+    async def _spawn(
+        self, command: str, workdir: str, env: dict[str, str] | None, stdin: bool
+    ) -> tuple[asyncio.SubprocessTransport, _Collector]:
+        """Start ``bash -c command`` in a session of its own, its output collected."""
+        loop = asyncio.get_running_loop()
+        return await loop.subprocess_exec(
             lambda: _Collector(self.max_output_bytes),
             "bash",
             "-c",
             command,
             cwd=workdir,
             env={**os.environ, **env} if env else None,
-            stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
+            stdin=asyncio.subprocess.PIPE if stdin else asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
             start_new_session=True,
         )
+
+    async def _wait(
+        self,
+        transport: asyncio.SubprocessTransport,
+        proto: _Collector,
+        stdin: bytes | None,
+        timeout: float | None,
+    ) -> bool:
+        """Feed ``stdin``, wait for the exit (killing the process group at ``timeout``, or
+        when cancelled) and briefly for the pipes to close; whether it timed out."""
         pid = transport.get_pid()
         timed_out = False
         try:
@@ -131,20 +167,7 @@ class LocalWorkspace(Workspace):
             raise
         finally:
             transport.close()
-        code = transport.get_returncode()
-        if timed_out:
-            code = TIMEOUT_EXIT
-        elif code is None:
-            code = -1
-        elif code < 0:
-            code = 128 - code  # killed by a signal: report it as shells do
-        return ExecOutput(
-            exit_code=code,
-            stdout=_text(proto.out),
-            stderr=_text(proto.err),
-            timed_out=timed_out,
-            duration_sec=time.monotonic() - started,
-        )
+        return timed_out
 
     @staticmethod
     async def _kill(pid: int, proto: _Collector) -> None:
