@@ -12,8 +12,9 @@ import pytest
 import requests
 
 from rock.backends.docker import DockerBackend, DockerSandbox
-from rock.bench.harness import LABEL_RUN, LABEL_TRIAL, BenchOptions, Harness
+from rock.bench.harness import LABEL_RUN, LABEL_TRIAL, Harness
 from rock.bench.images import ImageBuilder, ImageMap
+from rock.bench.options import BenchOptions
 from rock.bench.results import TrialResults
 from rock.models import SandboxSpec
 

@@ -16,8 +16,9 @@ import docker
 import pytest
 
 from rock.backends.docker import DockerBackend, DockerSandbox
-from rock.bench.harness import BenchOptions, Harness
+from rock.bench.harness import Harness
 from rock.bench.images import ImageBuilder, ImageMap
+from rock.bench.options import BenchOptions
 from rock.models import SandboxSpec
 from rock.verifier import toolchain
 

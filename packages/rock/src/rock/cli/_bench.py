@@ -207,7 +207,7 @@ def bench_run(
 
     from ale.agents import AgentConfigError, AgentNotFound, parse_agent_kwargs
     from ale.plugins import PluginLoadError
-    from rock.bench.harness import BenchError, BenchOptions
+    from rock.bench.options import BenchError, BenchOptions
     from rock.interrupt import Interruptible
     from rock.models import SandboxSpec
 
@@ -371,7 +371,7 @@ def bench_check(
     an oracle failure with the tests that failed and the verifier's last error line; exit 0
     when there are none, 1 otherwise.
     """
-    from rock.bench.harness import BenchError, BenchOptions
+    from rock.bench.options import BenchError, BenchOptions
     from rock.bench.results import failure_reason
 
     base = output or Path(tempfile.mkdtemp(prefix="rock-bench-check-"))
@@ -446,8 +446,9 @@ def bench_build(
     map_image: tuple[str, ...],
 ) -> None:
     """Build (or find cached) the images of DATASET's tasks, and the verifier toolchain."""
-    from rock.bench.harness import BenchError, scan_dataset
+    from rock.bench.dataset import scan_dataset
     from rock.bench.images import ImageBuilder, ImageMap, TaskImageError
+    from rock.bench.options import BenchError
     from rock.engine import connect
     from rock.verifier import toolchain
 
