@@ -31,8 +31,10 @@ from _rockbench import machine
 
 from ale.task import Task
 from rock.backends.docker import DockerBackend
-from rock.bench.harness import BenchOptions, Harness, scan_dataset
+from rock.bench.dataset import scan_dataset
+from rock.bench.harness import Harness
 from rock.bench.images import ImageBuilder, ImageMap
+from rock.bench.options import BenchOptions
 from rock.bench.results import read_run
 from rock.engine import connect
 from rock.verifier import toolchain

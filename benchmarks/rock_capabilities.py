@@ -27,8 +27,9 @@ from _rockbench import machine
 from ale.synth.family import draft_for, families, get_family
 from ale.synth.render import render_task
 from rock.backends.docker import DockerBackend
-from rock.bench.harness import BenchOptions, Harness
+from rock.bench.harness import Harness
 from rock.bench.images import ImageBuilder, ImageMap
+from rock.bench.options import BenchOptions
 from rock.engine import connect
 from rock.models import DEFAULT_CAPABILITIES, DOCKER_CAPABILITIES, SandboxSpec
 

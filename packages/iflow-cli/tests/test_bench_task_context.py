@@ -136,8 +136,9 @@ def _script(path: Path) -> Path:
 @pytest.fixture(scope="module")
 def run(docker_client: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
     from rock.backends.docker import DockerBackend
-    from rock.bench.harness import BenchOptions, Harness
+    from rock.bench.harness import Harness
     from rock.bench.images import ImageBuilder, ImageMap
+    from rock.bench.options import BenchOptions
 
     root = tmp_path_factory.mktemp("context")
     tasks = root / "tasks"

@@ -15,8 +15,9 @@ import pytest
 from click.testing import CliRunner
 
 from rock.backends.docker import DockerBackend
-from rock.bench.harness import BenchOptions, Harness
+from rock.bench.harness import Harness
 from rock.bench.images import ImageBuilder, ImageMap
+from rock.bench.options import BenchOptions
 from rock.bench.results import read_run
 from rock.cli import main
 

@@ -19,12 +19,12 @@ from ale.task import load_task
 from ale.trajectory import FailureMode as TrajectoryFailure
 from ale.trajectory import Role
 from rock.bench.agents import NopAgent, OracleAgent, RecordingSandbox, agent_factory
+from rock.bench.dataset import scan_dataset
 from rock.bench.harness import (
-    BenchError,
     _open_run_dir,
-    scan_dataset,
     trial_name,
 )
+from rock.bench.options import BenchError
 from rock.bench.results import (
     RUN_FILE,
     RunConfig,

@@ -12,6 +12,7 @@ from bench_fakes import (
 )
 
 from ale.task import load_task
+from rock.bench.compose import ComposeError, read_compose
 from rock.bench.images import (
     BENCH_BASE,
     BuildPlan,
@@ -23,7 +24,6 @@ from rock.bench.images import (
     plan_build,
     rewrite_dockerfile,
 )
-from rock.bench.services import ComposeError, read_compose
 
 
 # -- images: the image map -------------------------------------------------------------------

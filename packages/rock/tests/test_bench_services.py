@@ -13,8 +13,9 @@ import requests
 
 from rock.backends.docker import DockerBackend
 from rock.backends.docker_sandbox import DockerSandbox
-from rock.bench.harness import LABEL_RUN, LABEL_TRIAL, BenchOptions, Harness
+from rock.bench.harness import LABEL_RUN, LABEL_TRIAL, Harness
 from rock.bench.images import ImageBuilder, ImageMap
+from rock.bench.options import BenchOptions
 from rock.bench.results import TrialResults
 from rock.models import SandboxSpec
 

@@ -16,8 +16,9 @@ from typing import Any
 import pytest
 
 from rock.backends.docker import DockerBackend
-from rock.bench.harness import BenchOptions, Harness
+from rock.bench.harness import Harness
 from rock.bench.images import ImageBuilder, ImageMap
+from rock.bench.options import BenchOptions
 
 # One worker runs the module: its oracle run (a bench run of several tasks, a minute) is a
 # module fixture, which every worker taking one of its tests would run again.

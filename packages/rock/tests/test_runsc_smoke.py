@@ -17,8 +17,9 @@ import pytest
 
 from rock.backends.docker import DockerBackend
 from rock.backends.docker_sandbox import DockerSandbox
-from rock.bench.harness import BenchOptions, Harness
+from rock.bench.harness import Harness
 from rock.bench.images import ImageBuilder, ImageMap
+from rock.bench.options import BenchOptions
 from rock.models import SandboxSpec
 from rock.verifier import toolchain
 

@@ -11,8 +11,9 @@ from typing import Any
 import docker
 
 from rock.backends.docker import DockerBackend
-from rock.bench.harness import BenchOptions, Harness
+from rock.bench.harness import Harness
 from rock.bench.images import ImageBuilder, ImageMap
+from rock.bench.options import BenchOptions
 from rock.bench.results import BenchmarkResults
 from roll import bench_agent
 

@@ -18,7 +18,6 @@ import contextlib
 import dataclasses
 import inspect
 import math
-import shlex
 import time
 import traceback
 from collections.abc import Awaitable, Callable
@@ -26,23 +25,18 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import Field
 
 from ale.agents import BenchAgent, TaskContext, accepts_context
 from ale.episode import EpisodeResult
-from ale.sandbox import SandboxVerbs
-from ale.task import (
-    Task,
-    TaskMcpServer,
-    TaskStep,
-    TaskVerifier,
-    agent_instruction,
-)
-from ale.trajectory import FailureMode, VerifierResult, VerifierTest
+from ale.task import Task, TaskMcpServer, TaskStep, agent_instruction
+from ale.trajectory import FailureMode
 from rock.backends.base import Sandbox, SandboxError, upload
+from rock.episode_verifier import verifier_result, verify
+from rock.task_env import TaskEnv
 from rock.task_phases import (
     COLLECT_LOG,
     AsUser,
@@ -52,13 +46,7 @@ from rock.task_phases import (
     run_hooks,
     wait_healthy,
 )
-from rock.verifier.run import (
-    TESTS_DIR,
-    VERIFIER_LOGS,
-    VerifierOutcome,
-    run_verifier,
-    verdict_of,
-)
+from rock.verifier.run import TESTS_DIR, VERIFIER_LOGS, VerifierOutcome, verdict_of
 
 AGENT_GRACE_SEC = 5.0
 """How long past its timeout an agent may take to return its trajectory before it is
@@ -151,45 +139,6 @@ def _reachable(server: TaskMcpServer, services: Services) -> TaskMcpServer:
     return server.model_copy(update={"url": urlunsplit(parts._replace(netloc=netloc))})
 
 
-class TaskEnv(Protocol):
-    """Where an episode's task lives: how its sandbox is had with the task in place, how the
-    tests go in after the agent, how the sandbox is given back, and which exceptions of
-    those steps are the infrastructure's (a failure of the episode, not of the caller)."""
-
-    async def open(self, task: Task) -> tuple[Sandbox, str]:
-        """A sandbox holding ``task``, and the directory the agent starts in."""
-        ...
-
-    async def stage_tests(self, task: Task, sandbox: Sandbox) -> None:
-        """Put the task's tests (and the verifier's tools) into ``sandbox``."""
-        ...
-
-    async def close(self, sandbox: Sandbox) -> None:
-        """Give ``sandbox`` back (delete it, return it to its pool, or keep it)."""
-        ...
-
-    async def open_verifier(
-        self, task: Task, verifier: TaskVerifier, network: bool | None = None
-    ) -> Sandbox:
-        """A fresh sandbox for a separate verifier (its image, limits and network, or
-        ``network`` when the verifier's phase sets it), given back with :meth:`close`."""
-        ...
-
-    async def network(self, task: Task, sandbox: Sandbox, on: bool | None) -> None:
-        """Give ``sandbox`` the network a phase of ``task`` asks for (its agent's, its
-        tests'): ``on``, or the environment's when None."""
-        ...
-
-    def services(self, sandbox: Sandbox) -> Services:
-        """The side services running beside ``sandbox`` (a compose task's), by name."""
-        ...
-
-    def failure_of(self, exc: Exception) -> FailureMode | None:
-        """The failure ``exc`` (raised while opening, staging or verifying) means; None for a
-        fault of the caller's own, which propagates."""
-        ...
-
-
 class Episode(EpisodeResult):
     """How one episode went — the agent's part, the verifier's, and the first failure — or
     one step of a multi-step task, as each of its :attr:`steps` is. It is the
@@ -278,29 +227,13 @@ async def run_episode(
         return episode
     episode.opened = True
     episode.setup_sec = round(time.monotonic() - started, 3)
-    options: dict[str, Any] = {}
-    if logs_dir is not None:
-        options["logs_dir"] = logs_dir
-    if workdir != "/app" and "root" in inspect.signature(agent.run).parameters:
-        options["root"] = workdir  # agents that can start elsewhere start in the task's WORKDIR
+    options = _agent_options(agent, workdir, logs_dir)
     lent = agent_sandbox(sandbox) if agent_sandbox is not None else sandbox
     run = _Run(task, agent, env, sandbox, lent, workdir, options, keep_artifacts, before_verifier)
     try:
-        sick = None
-        if task.environment.healthcheck is not None:
-            sick = await asyncio.to_thread(wait_healthy, sandbox, task.environment.healthcheck)
-        if sick is not None:
-            episode.failed(
-                FailureMode.SANDBOX_ERROR, f"the environment never became healthy: {sick}"
-            )
-        elif task.steps:
-            await _steps(run, episode, agent_timeout_sec, test_timeout_sec, verifier_dir,
-                         traceback_dir)  # fmt: skip
-        else:  # a task of one step: the task's own instruction, tests and phases
-            await _part(
-                run, None, episode, agent_timeout_sec, test_timeout_sec, verifier_dir,
-                verifier_dir.parent, traceback_dir,
-            )  # fmt: skip
+        await _run_task(
+            run, episode, agent_timeout_sec, test_timeout_sec, verifier_dir, traceback_dir
+        )
     except Exception as exc:
         episode.failure = _infrastructure(env, exc)
         episode.error = str(exc) if isinstance(exc, SandboxError) else (
@@ -311,6 +244,43 @@ async def run_episode(
             on_sandbox(sandbox)
         await asyncio.shield(env.close(sandbox))
     return episode
+
+
+def _agent_options(agent: BenchAgent, workdir: str, logs_dir: Path | None) -> dict[str, Any]:
+    """The options every part of the episode gives the agent: its logs directory, and the
+    task's WORKDIR to start in, for an agent that can start elsewhere than /app."""
+    options: dict[str, Any] = {}
+    if logs_dir is not None:
+        options["logs_dir"] = logs_dir
+    if workdir != "/app" and "root" in inspect.signature(agent.run).parameters:
+        options["root"] = workdir  # agents that can start elsewhere start in the task's WORKDIR
+    return options
+
+
+async def _run_task(
+    run: _Run,
+    episode: Episode,
+    agent_timeout_sec: float,
+    test_timeout_sec: float,
+    verifier_dir: Path,
+    traceback_dir: Path | None,
+) -> None:
+    """In the open sandbox, once the environment is healthy: the task's steps, or the task as
+    one part (its own instruction, tests and phases)."""
+    task, sandbox = run.task, run.sandbox
+    sick = None
+    if task.environment.healthcheck is not None:
+        sick = await asyncio.to_thread(wait_healthy, sandbox, task.environment.healthcheck)
+    if sick is not None:
+        episode.failed(FailureMode.SANDBOX_ERROR, f"the environment never became healthy: {sick}")
+    elif task.steps:
+        await _steps(run, episode, agent_timeout_sec, test_timeout_sec, verifier_dir,
+                     traceback_dir)  # fmt: skip
+    else:  # a task of one step: the task's own instruction, tests and phases
+        await _part(
+            run, None, episode, agent_timeout_sec, test_timeout_sec, verifier_dir,
+            verifier_dir.parent, traceback_dir,
+        )  # fmt: skip
 
 
 async def _part(
@@ -353,7 +323,7 @@ async def _part(
             collect_artifacts, sandbox, phases.artifacts, kept / "artifacts", services
         )
     part.test_started_at = datetime.now(UTC)
-    verdict = await _verify(run, step, test_timeout_sec, verifier_out, handed)
+    verdict = await verify(task, env, sandbox, step, test_timeout_sec, verifier_out, handed)
     part.verified(verdict)
     stdout = verifier_out / "stdout.txt"
     part.verifier_stdout = stdout.read_text(errors="replace") if stdout.is_file() else ""
@@ -490,103 +460,11 @@ def _sum_up(episode: Episode, task: Task) -> None:
     )
 
 
-async def _verify(
-    run: _Run,
-    step: TaskStep | None,
-    timeout_sec: float,
-    out_dir: Path,
-    handed: list[tuple[str, Path]],
-) -> VerifierOutcome:
-    """Run the tests (the task's, a step's over them) in the agent's sandbox, or in a
-    separate verifier's sandbox that gets only the artifacts copied out of the agent's
-    (``handed``: each one's path in the container and its copy here), with the network the
-    verifier's phase asks for (None: the environment's)."""
-    task, env, sandbox = run.task, run.env, run.sandbox
-    phases: Task | TaskStep = step if step is not None else task
-    verifier, user, variables = phases.verifier, phases.verifier_user, phases.verifier_env
-    if verifier is None:
-        await env.network(task, sandbox, phases.verifier_network)
-        await env.stage_tests(task, sandbox)
-        if step is not None and step.tests_dir is not None:
-            await asyncio.to_thread(upload, sandbox, step.tests_dir, TESTS_DIR)
-        return await asyncio.to_thread(
-            _run_tests, task, sandbox, user, out_dir, timeout_sec, variables
-        )
-    checker = await env.open_verifier(task, verifier, phases.verifier_network)
-    try:
-        check = verifier.environment.healthcheck if verifier.environment else None
-        sick = None if check is None else await asyncio.to_thread(wait_healthy, checker, check)
-        if sick is not None:
-            return VerifierOutcome(
-                failure_mode=FailureMode.VERIFIER_ERROR,
-                error=f"the verifier's container never became healthy: {sick}",
-            )
-        for source, copy in handed:
-            await asyncio.to_thread(upload, checker, copy, source)
-        if verifier.bundled:
-            await asyncio.to_thread(checker.exec, f"mkdir -p {VERIFIER_LOGS}", timeout=60)
-        else:
-            await env.stage_tests(task, checker)
-            if step is not None and step.tests_dir is not None:
-                await asyncio.to_thread(upload, checker, step.tests_dir, TESTS_DIR)
-        return await asyncio.to_thread(
-            _run_tests, task, checker, user, out_dir, timeout_sec, variables
-        )
-    finally:
-        await asyncio.shield(env.close(checker))
-
-
-def _run_tests(
-    task: Task,
-    sandbox: Sandbox,
-    user: str | None,
-    out_dir: Path,
-    timeout_sec: float,
-    variables: dict[str, str],
-) -> VerifierOutcome:
-    """The verifier, as the image's user or as ``user`` (who then owns the verifier's log
-    directory, to write the reward into)."""
-    tester: SandboxVerbs = sandbox
-    if user is not None:
-        sandbox.exec(f"mkdir -p {VERIFIER_LOGS} && chown -R {shlex.quote(user)} {VERIFIER_LOGS}")
-        tester = AsUser(sandbox, user)
-    return run_verifier(task, tester, out_dir, timeout_sec=timeout_sec, env=variables)
-
-
 def _infrastructure(env: TaskEnv, exc: Exception) -> FailureMode:
     failure = env.failure_of(exc)
     if failure is None:
         raise exc
     return failure
-
-
-def verifier_result(
-    verdict: VerifierOutcome, *, stdout: str | None = None, failure: FailureMode | None = None
-) -> VerifierResult:
-    """The verifier's verdict as a trajectory records it (``failure``: how the episode
-    failed, when it did)."""
-    return VerifierResult(
-        reward=verdict.reward,
-        passed=verdict.is_resolved,
-        exit_code=verdict.exit_code,
-        tests=[
-            VerifierTest(name=name, status=_status(status))
-            for name, status in (verdict.parser_results or {}).items()
-        ],
-        stdout=stdout[-4000:] if stdout else None,
-        detail={
-            **({"failure_mode": failure.value} if failure is not None else {}),
-            **({"rewards": verdict.rewards} if set(verdict.rewards or {}) - {"reward"} else {}),
-        },
-    )
-
-
-TestStatus = Literal["passed", "failed", "error", "skipped"]
-_STATUSES: dict[str, TestStatus] = {s: s for s in ("passed", "failed", "error", "skipped")}
-
-
-def _status(value: str) -> TestStatus:
-    return _STATUSES.get(value.lower(), "error")
 
 
 __all__ = [

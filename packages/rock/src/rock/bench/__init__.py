@@ -2,6 +2,7 @@
 
 :mod:`~rock.bench.images` builds task images (base-image map, digest cache),
 :mod:`~rock.bench.agents` holds ``oracle``, ``nop`` and the command recorder,
-:mod:`~rock.bench.harness` runs trials (each an episode of :mod:`rock.episode`, its tests
-run by :mod:`rock.verifier`), and :mod:`~rock.bench.results` records them.
+:mod:`~rock.bench.harness` runs trials (each an episode of :mod:`rock.episode` in the
+sandbox :mod:`~rock.bench.trial_env` gives it, its tests run by :mod:`rock.verifier`), and
+:mod:`~rock.bench.results` records them.
 """

@@ -20,7 +20,6 @@ each trial. ``resume`` skips trials whose results.json exists and redoes the oth
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import os
 import shutil
@@ -32,148 +31,38 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, Field
-
 from ale.agents import BenchAgent
 from ale.atif import write_atif
 from ale.jsonl import write_jsonl
-from ale.task import (
-    Task,
-    TaskEnvironment,
-    TaskFormatError,
-    TaskVerifier,
-    detect_format,
-    load_task,
-)
+from ale.task import Task
 from ale.trajectory import Trajectory, Usage
 from rock import __version__
-from rock.backends.base import Backend, Sandbox, SandboxError
+from rock.backends.base import Backend
 from rock.bench import harbor
 from rock.bench.agents import RecordingSandbox, agent_factory
+from rock.bench.dataset import scan_dataset
 from rock.bench.images import ImageBuilder, TaskImageError
+from rock.bench.options import BenchError, BenchOptions
 from rock.bench.results import (
     RESULTS_FILE,
     RUN_FILE,
     BenchmarkResults,
     FailureMode,
-    InvalidTask,
     RunConfig,
     StepResults,
     TrialResults,
     collect_trials,
     trial_path,
 )
-from rock.bench.services import (
-    Compose,
-    ComposeError,
-    ServiceGroup,
-    read_compose,
-    remove_labelled,
-)
+from rock.bench.services import remove_labelled
+from rock.bench.trial_env import TrialEnv
 from rock.episode import Episode, episode_threads, run_episode, verifier_result
-from rock.models import SandboxSpec
-from rock.task_phases import Services
 from rock.verifier import toolchain
-from rock.verifier.run import VerifierOutcome, stage
+from rock.verifier.run import VerifierOutcome
 
-DEFAULT_MEMORY_MB = 2048
 LABEL_RUN = "dev.ale.rock.bench.run"
 LABEL_TRIAL = "dev.ale.rock.bench.trial"
 """Every container, network and volume of one trial carries its id under this label."""
-
-
-class BenchError(ValueError):
-    """The run cannot start as asked (bad dataset, unknown task, resume mismatch)."""
-
-
-class BenchOptions(BaseModel):
-    n_concurrent: int = Field(default=1, ge=1)
-    n_attempts: int = Field(default=1, ge=1)
-    timeout_multiplier: float = Field(default=1.0, gt=0)
-    allow_internet: bool | None = None
-    """None follows each task's allow_internet; False closes the network for all, True opens
-    it for all."""
-    strict: bool = False
-    """Run the verifier as the task ships it, without rock's verifier toolchain (its pytest
-    and installer stand-ins): what Harbor does."""
-    keep_sandboxes: bool = False
-    """Leave each trial's sandbox running (for inspection); they are deleted otherwise."""
-    max_retries: int = Field(default=0, ge=0)
-    """Run a trial again, up to this many times, when the harness failed it (the sandbox
-    failed or went away, the harness raised): never for the agent's own failures."""
-    capabilities: list[str] | None = None
-    """The capabilities every trial's root keeps; None: rock's default set."""
-
-
-class DatasetScan(BaseModel):
-    tasks: list[Task]
-    invalid: list[InvalidTask]
-
-
-def unrunnable(task: Task) -> str | None:
-    """Why rock's sandboxes cannot run ``task`` (a Windows container, GPUs, a TPU), or None."""
-    env = task.environment
-    if env.os != "linux":
-        return (
-            f'it is a {env.os.title()} task ([environment] os = "{env.os}"), and rock runs '
-            "Linux containers only"
-        )
-    if env.gpus:
-        return f"it asks for {env.gpus} GPU(s) ([environment] gpus), and rock's sandboxes have none"
-    if env.tpu:
-        return "it asks for a TPU ([environment] tpu), and rock's sandboxes have none"
-    return None
-
-
-def scan_dataset(path: Path, task_ids: Sequence[str] = ()) -> DatasetScan:
-    """The valid tasks of dataset ``path`` (or the single task it is) and the invalid ones
-    with their reasons; ``task_ids`` selects tasks and must all exist."""
-    root = Path(path).resolve()
-    if not root.is_dir():
-        raise BenchError(f"dataset {root} is not a directory; pass a directory of tasks.")
-    candidates = (
-        [root]
-        if detect_format(root)
-        else [
-            c
-            for c in sorted(root.iterdir(), key=lambda p: p.name)
-            if c.is_dir() and not c.name.startswith(".") and not c.name.startswith("_")
-        ]
-    )
-    tasks: list[Task] = []
-    invalid: list[InvalidTask] = []
-    for child in candidates:
-        if detect_format(child) is None:
-            if any(child.iterdir()) and (child / "instruction.md").exists():
-                invalid.append(
-                    InvalidTask(path=str(child), reason="it has neither task.toml nor task.yaml")
-                )
-            continue
-        try:
-            task = load_task(child)
-        except TaskFormatError as exc:
-            invalid.append(InvalidTask(path=str(child), reason=str(exc)))
-            continue
-        reason = unrunnable(task)
-        if reason is not None:
-            invalid.append(InvalidTask(path=str(child), reason=reason))
-        else:
-            tasks.append(task)
-    if task_ids:
-        known = {t.id: t for t in tasks}
-        bad_ids = {Path(i.path).name for i in invalid}
-        missing = [i for i in task_ids if i not in known and i not in bad_ids]
-        if missing:
-            raise BenchError(
-                f"no task named {', '.join(missing)} in {root} (it has "
-                f"{', '.join(sorted(known)) or 'no valid tasks'}); check --task."
-            )
-        tasks = [known[i] for i in task_ids if i in known]
-        invalid = [i for i in invalid if Path(i.path).name in set(task_ids)]
-    if not tasks and not invalid:
-        raise BenchError(f"{root} holds no tasks (no subdirectory with task.toml or task.yaml).")
-    return DatasetScan(tasks=tasks, invalid=invalid)
-
 
 ProgressFn = Callable[[str, dict[str, Any]], None]
 
@@ -213,22 +102,10 @@ class Harness:
         scan = scan_dataset(dataset, task_ids)
         make_agent = agent_factory(agent, model, agent_kwargs)
         output = Path(output).resolve()
-        config = RunConfig(
-            id=output.name,
-            dataset=str(Path(dataset).resolve()),
-            task_ids=[t.id for t in scan.tasks],
-            agent=agent,
-            model=model,
-            agent_kwargs=agent_kwargs or {},
-            n_attempts=self.options.n_attempts,
-            n_concurrent=self.options.n_concurrent,
-            started_at=datetime.now(UTC),
-            rock_version=__version__,
-        )
-        config = _open_run_dir(output, config, resume)
+        asked = self._run_config(output, dataset, scan.tasks, agent, model, agent_kwargs)
+        config = _open_run_dir(output, asked, resume)
         await asyncio.to_thread(toolchain.archive)  # fail before any trial if it cannot build
         finished = {r.trial_name: r for r in collect_trials(output)}
-        written = _Written(finished)
         self._checksums = {}
         results = BenchmarkResults(
             id=config.id,
@@ -249,6 +126,45 @@ class Harness:
         ]
         total = len(scan.tasks) * self.options.n_attempts
         self.progress("start", {"total": total, "skipped": total - len(todo), "run_dir": output})
+        await self._run_trials(todo, make_agent, model, output, config, results, finished)
+        return results
+
+    def _run_config(
+        self,
+        output: Path,
+        dataset: Path,
+        tasks: list[Task],
+        agent: str,
+        model: str | None,
+        agent_kwargs: dict[str, Any] | None,
+    ) -> RunConfig:
+        """The run as asked, before its directory says whether it continues an older one."""
+        return RunConfig(
+            id=output.name,
+            dataset=str(Path(dataset).resolve()),
+            task_ids=[t.id for t in tasks],
+            agent=agent,
+            model=model,
+            agent_kwargs=agent_kwargs or {},
+            n_attempts=self.options.n_attempts,
+            n_concurrent=self.options.n_concurrent,
+            started_at=datetime.now(UTC),
+            rock_version=__version__,
+        )
+
+    async def _run_trials(
+        self,
+        todo: list[tuple[Task, int]],
+        make_agent: Callable[[Task], BenchAgent],
+        model: str | None,
+        output: Path,
+        config: RunConfig,
+        results: BenchmarkResults,
+        finished: dict[str, TrialResults],
+    ) -> None:
+        """The trials of ``todo``, ``n_concurrent`` at a time, the run's summaries rewritten
+        after each one and once more when they are over (or cut short)."""
+        written = _Written(finished)
         gate = asyncio.Semaphore(self.options.n_concurrent)
         asyncio.get_running_loop().set_default_executor(episode_threads(self.options.n_concurrent))
         lock = asyncio.Lock()
@@ -272,7 +188,6 @@ class Harness:
             await asyncio.shield(self._sweep_again())
             results.ended_at = datetime.now(UTC)
             written.save(output, results, config)
-        return results
 
     async def _sweep_again(self) -> None:
         """The trials whose sweep left something (an engine too busy to answer for a minute,
@@ -304,42 +219,12 @@ class Harness:
         if trial_dir.exists():
             shutil.rmtree(trial_dir)  # a trial cut short: start it again from nothing
         trial_dir.mkdir(parents=True)
-        result = TrialResults(
-            id=uuid.uuid4().hex,
-            trial_name=name,
-            task_id=task.id,
-            attempt=attempt,
-            instruction=task.instruction,
-            category=task.metadata.category,
-            difficulty=task.metadata.difficulty,
-            source_format=task.source_format,
-            agent="",
-            model=model,
-            trial_started_at=datetime.now(UTC),
-        )
+        result = _new_result(task, attempt, name, model)
         clock = asyncio.get_running_loop().time
         t0 = clock()
         self.progress("trial_start", {"trial": name})
         try:
-            for retry in range(self.options.max_retries + 1):
-                if retry:  # a harness fault: the trial again, from nothing it found
-                    failures = [*result.retried_failures, result.failure_mode]
-                    kept = {name: getattr(result, name) for name in _KEPT_ON_RETRY}
-                    result = TrialResults(**kept, retries=retry, retried_failures=failures)
-                    shutil.rmtree(trial_dir, ignore_errors=True)
-                    trial_dir.mkdir(parents=True)
-                    self.progress("trial_retry", {"trial": name, "retry": retry})
-                try:
-                    mendable = await self._trial(task, make_agent, trial_dir, result, run_id, clock)
-                except asyncio.CancelledError:
-                    raise
-                except Exception as exc:  # a harness fault fails this trial, never the run
-                    result.failure_mode = FailureMode.UNKNOWN
-                    result.error = f"the harness failed: {type(exc).__name__}: {exc}"
-                    (trial_dir / "error.txt").write_text(traceback.format_exc())
-                    mendable = True
-                if not mendable:
-                    break
+            result = await self._attempts(task, make_agent, trial_dir, result, run_id, clock)
         except asyncio.CancelledError:
             shutil.rmtree(trial_dir, ignore_errors=True)
             raise
@@ -354,6 +239,38 @@ class Harness:
             if checksum is None:
                 checksum = self._checksums[task.path] = harbor.task_checksum(task.path)
             harbor.write_trial(result, task, run, trial_dir, _atomic_write, checksum)
+        return result
+
+    async def _attempts(
+        self,
+        task: Task,
+        make_agent: Callable[[Task], BenchAgent],
+        trial_dir: Path,
+        result: TrialResults,
+        run_id: str,
+        clock: Callable[[], float],
+    ) -> TrialResults:
+        """The trial, and again (up to ``max_retries`` times, from an empty ``trial_dir``)
+        while the harness is what failed it; the last attempt's results."""
+        for retry in range(self.options.max_retries + 1):
+            if retry:  # a harness fault: the trial again, from nothing it found
+                failures = [*result.retried_failures, result.failure_mode]
+                kept = {name: getattr(result, name) for name in _KEPT_ON_RETRY}
+                result = TrialResults(**kept, retries=retry, retried_failures=failures)
+                shutil.rmtree(trial_dir, ignore_errors=True)
+                trial_dir.mkdir(parents=True)
+                self.progress("trial_retry", {"trial": result.trial_name, "retry": retry})
+            try:
+                mendable = await self._trial(task, make_agent, trial_dir, result, run_id, clock)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # a harness fault fails this trial, never the run
+                result.failure_mode = FailureMode.UNKNOWN
+                result.error = f"the harness failed: {type(exc).__name__}: {exc}"
+                (trial_dir / "error.txt").write_text(traceback.format_exc())
+                mendable = True
+            if not mendable:
+                break
         return result
 
     async def _trial(
@@ -389,7 +306,7 @@ class Harness:
             episode = await run_episode(
                 task,
                 agent,
-                _TrialEnv(self, build.tag, labels),
+                TrialEnv(self.backend, self.builder, self.options, build.tag, labels),
                 agent_timeout_sec=task.agent_timeout_sec * self.options.timeout_multiplier,
                 test_timeout_sec=task.test_timeout_sec * self.options.timeout_multiplier,
                 verifier_dir=trial_dir / "verifier",
@@ -411,166 +328,6 @@ class Harness:
         if left:
             self._unswept.add(result.id)
             self.progress("left_behind", {"trial": result.trial_name, "left": left})
-
-    def _spec(
-        self,
-        task: Task,
-        image: str,
-        labels: dict[str, str],
-        phases: tuple[bool | None, ...] = (),
-    ) -> SandboxSpec:
-        """The sandbox of ``task``: with a network when the environment or one of
-        ``phases`` (the agent's, the tests') asks for it; --internet/--no-internet rule."""
-        env = task.environment
-        wanted = self.options.allow_internet
-        internet = env.allow_internet or any(phases) if wanted is None else wanted
-        return SandboxSpec(
-            image=image,
-            cpus=min(env.cpus or 1.0, float(os.cpu_count() or 1)),
-            memory_mb=env.memory_mb or DEFAULT_MEMORY_MB,
-            pids_limit=2048,
-            network="bridge" if internet else "none",
-            capabilities=self.options.capabilities,
-            workdir=env.workdir,
-            env=dict(env.env),
-            labels=dict(labels),
-        )
-
-
-class _TrialEnv:
-    """A trial's :class:`rock.episode.TaskEnv`: a fresh sandbox of the task's built image
-    (its cpus, memory and network policy), deleted after the trial unless asked to keep it."""
-
-    def __init__(self, harness: Harness, image: str, labels: dict[str, str]) -> None:
-        """``labels``: what each of the trial's containers, networks and volumes carries."""
-        self.harness, self.image, self.labels = harness, image, labels
-        self.services_of: dict[str, ServiceGroup] = {}
-        """The side services of each open sandbox (compose tasks), by sandbox id."""
-
-    async def open(self, task: Task) -> tuple[Sandbox, str]:
-        phases = (
-            task.agent_network,
-            task.verifier_network if task.verifier is None else None,
-            *(s.agent_network for s in task.steps),
-            *(s.verifier_network for s in task.steps if s.verifier is None),
-        )
-        compose = await asyncio.to_thread(read_compose, task)
-        group = await self._side_services(task, compose) if compose else None
-        try:
-            sandbox = await self._create(
-                task, self.image, "/logs/agent /logs/verifier", phases, compose, group
-            )
-        except BaseException:
-            if group is not None:
-                await asyncio.shield(asyncio.to_thread(group.stop))
-            raise
-        if group is not None:
-            self.services_of[sandbox.id] = group
-        return sandbox, task.environment.workdir or "/app"
-
-    async def _side_services(self, task: Task, compose: Compose) -> ServiceGroup | None:
-        """The compose file's other services, up and on a network of the trial's own."""
-        if not compose.side:
-            return None
-        builder = self.harness.builder
-        images = {
-            s.name: await asyncio.to_thread(builder.service_image, task, s) for s in compose.side
-        }
-        wanted = self.harness.options.allow_internet
-        group = ServiceGroup(
-            builder.client,
-            compose,
-            images,
-            internet=task.environment.allow_internet if wanted is None else wanted,
-            labels=dict(self.labels),
-        )
-        await asyncio.to_thread(group.start)
-        return group
-
-    async def _create(
-        self,
-        task: Task,
-        image: str,
-        dirs: str,
-        phases: tuple[bool | None, ...] = (),
-        compose: Compose | None = None,
-        services: ServiceGroup | None = None,
-    ) -> Sandbox:
-        """A sandbox of ``image`` under ``task``'s limits (the compose main service's
-        environment under the task's), with ``dirs`` made in it; made with a network for a
-        later phase or for ``services`` (joined, answering to its service name), it starts
-        with the environment's (closed)."""
-        spec = self.harness._spec(task, image, self.labels, phases)
-        if compose is not None:
-            spec.env = {**compose.main.environment, **spec.env}
-        if services is not None:
-            spec.network = "bridge"  # joined to the services' network below, bridge cut after
-        sandbox = await asyncio.to_thread(self.harness.backend.create, spec)
-        try:
-            if services is not None:
-                container = getattr(sandbox, "container", None)
-                if container is None:
-                    raise ComposeError("a task with side services needs a Docker sandbox.")
-                await asyncio.to_thread(services.attach, container.id)
-                await asyncio.to_thread(services.ready_for_main)
-            await self.network(task, sandbox, None)
-            await asyncio.to_thread(sandbox.exec, f"mkdir -p {dirs}", timeout=30)
-        except BaseException:
-            await asyncio.shield(self.close(sandbox))
-            raise
-        return sandbox
-
-    async def network(self, task: Task, sandbox: Sandbox, on: bool | None) -> None:
-        wanted = self.harness.options.allow_internet  # --internet / --no-internet: every phase
-        if wanted is None:
-            wanted = task.environment.allow_internet if on is None else on
-        if sandbox.spec.network == "none" and not wanted:
-            return  # made closed, and staying so
-        await asyncio.to_thread(sandbox.set_network, wanted)
-
-    def services(self, sandbox: Sandbox) -> Services:
-        group = self.services_of.get(sandbox.id)
-        return group.ports() if group is not None else {}
-
-    async def stage_tests(self, task: Task, sandbox: Sandbox) -> None:
-        await asyncio.to_thread(stage, task, sandbox, stand_ins=not self.harness.options.strict)
-
-    async def close(self, sandbox: Sandbox) -> None:
-        if self.harness.options.keep_sandboxes:
-            return
-        try:
-            await asyncio.to_thread(_delete, sandbox)
-        finally:
-            group = self.services_of.pop(sandbox.id, None)
-            if group is not None:
-                await asyncio.to_thread(group.stop)
-
-    async def open_verifier(
-        self, task: Task, verifier: TaskVerifier, network: bool | None = None
-    ) -> Sandbox:
-        """The separate verifier's sandbox: its own image (a prebuilt one, or built from the
-        tests' Dockerfile) or the agent's, under its own limits and network, or the task's
-        (``network``, the verifier phase's, over either)."""
-        image = self.image
-        if verifier.bundled:
-            own = TaskEnvironment(
-                image=verifier.image,
-                dockerfile=verifier.dockerfile,
-                build_context=verifier.dockerfile.parent if verifier.dockerfile else None,
-                build_timeout_sec=task.environment.build_timeout_sec,
-            )
-            checking = task.model_copy(update={"id": f"{task.id}-verifier", "environment": own})
-            image = (await asyncio.to_thread(self.harness.builder.build, checking)).tag
-        own = verifier.environment or task.environment
-        if network is not None:
-            own = own.model_copy(update={"allow_internet": network})
-        limits = task.model_copy(update={"environment": own})
-        return await self._create(limits, image, "/logs/verifier")
-
-    def failure_of(self, exc: Exception) -> FailureMode | None:
-        if isinstance(exc, TaskImageError):  # a side service's image
-            return FailureMode.BUILD_FAILED
-        return FailureMode.SANDBOX_ERROR if isinstance(exc, SandboxError) else None
 
 
 def _record(episode: Episode, task: Task, result: TrialResults, logs: Path) -> None:
@@ -625,6 +382,23 @@ def _record(episode: Episode, task: Task, result: TrialResults, logs: Path) -> N
         _save_trajectory(trajectory, task, verdict, logs, result)
 
 
+def _new_result(task: Task, attempt: int, name: str, model: str | None) -> TrialResults:
+    """The results of a trial about to start: what it is, nothing it found yet."""
+    return TrialResults(
+        id=uuid.uuid4().hex,
+        trial_name=name,
+        task_id=task.id,
+        attempt=attempt,
+        instruction=task.instruction,
+        category=task.metadata.category,
+        difficulty=task.metadata.difficulty,
+        source_format=task.source_format,
+        agent="",
+        model=model,
+        trial_started_at=datetime.now(UTC),
+    )
+
+
 def trial_name(task_id: str, attempt: int, n_attempts: int) -> str:
     return f"{task_id}.{attempt}-of-{n_attempts}"
 
@@ -634,11 +408,6 @@ _KEPT_ON_RETRY = (
     "source_format", "agent", "model", "trial_started_at",
 )  # fmt: skip
 """What a retried trial keeps: its identity, nothing it found."""
-
-
-def _delete(sandbox: Sandbox) -> None:
-    with contextlib.suppress(Exception):  # already gone: the engine's clean-up covers it
-        sandbox.delete()
 
 
 def _sum_usage(trajectory: Trajectory) -> Usage:

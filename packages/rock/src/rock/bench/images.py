@@ -35,7 +35,7 @@ from docker.errors import APIError, DockerException, ImageNotFound
 from pydantic import BaseModel, Field
 
 from ale.task import Task, TaskEnvironment
-from rock.bench.services import ComposeError, Service, read_compose
+from rock.bench.compose import ComposeError, Service, read_compose
 from rock.errors import RockError
 from rock.images.base import BASE_IMAGE
 

@@ -6,14 +6,19 @@ import asyncio
 import json
 import sys
 import tempfile
-import time
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
+from rock.cli._bench_output import Live, print_summary
 from rock.cli._common import BadInput, echo_table, main
+
+if TYPE_CHECKING:
+    from rock.bench.harness import Harness
+    from rock.bench.options import BenchOptions
+    from rock.bench.results import BenchmarkResults
 
 
 @main.group()
@@ -53,68 +58,6 @@ def _harness(
         raise BadInput(str(exc)) from None
     client = connect()
     return Harness(DockerBackend(client), ImageBuilder(client, table), opts, progress=progress)
-
-
-class _Live:
-    """Progress of a run on stderr: a line per finished trial, and a bar on a terminal."""
-
-    def __init__(self, label: str, quiet: bool = False) -> None:
-        self.label = label
-        self.quiet = quiet
-        self.total = 0
-        self.done = 0
-        self.resolved = 0
-        self.running = 0
-        self.started = time.monotonic()
-        self.tty = sys.stderr.isatty()
-
-    def __call__(self, kind: str, data: dict[str, Any]) -> None:
-        if self.quiet:
-            return
-        if kind == "start":
-            self.total = data["total"]
-            self.done = data["skipped"]
-            note = f" ({data['skipped']} already done)" if data["skipped"] else ""
-            self._line(f"{self.label}: {self.total} trials{note} -> {data['run_dir']}")
-        elif kind == "invalid":
-            self._line(f"invalid task {data['path']}: {data['reason']}")
-        elif kind == "built":
-            self._line(f"built {data['tag']} in {data['sec']:.1f}s")
-        elif kind == "left_behind":
-            left = ", ".join(data["left"])
-            self._line(f"{data['trial']}: the engine kept {left}; remove it by hand")
-        elif kind == "trial_start":
-            self.running += 1
-            self._bar()
-        elif kind == "trial":
-            r = data["result"]
-            self.running -= 1
-            self.done += 1
-            self.resolved += int(bool(r.is_resolved))
-            mark = "PASS" if r.is_resolved else "FAIL"
-            why = "" if r.failure_mode.value == "none" else f" [{r.failure_mode.value}]"
-            self._line(
-                f"[{self.done}/{self.total}] {mark} {r.trial_name} ({r.total_sec or 0:.1f}s){why}"
-            )
-
-    def _line(self, text: str) -> None:
-        if self.tty:
-            click.echo("\r\033[K", nl=False, err=True)
-        click.echo(text, err=True)
-        self._bar()
-
-    def _bar(self) -> None:
-        if not self.tty or not self.total:
-            return
-        width = 30
-        filled = int(width * self.done / self.total)
-        elapsed = time.monotonic() - self.started
-        click.echo(
-            f"\r\033[K[{'#' * filled}{'.' * (width - filled)}] {self.done}/{self.total} "
-            f"resolved {self.resolved}  running {self.running}  {elapsed:.0f}s",
-            nl=False,
-            err=True,
-        )
 
 
 def _default_output() -> Path:
@@ -203,13 +146,7 @@ def bench_run(
 
     Exit status 0 when the run completed (whatever the agent scored), 1 on an error.
     """
-    from pydantic import ValidationError
-
-    from ale.agents import AgentConfigError, AgentNotFound, parse_agent_kwargs
-    from ale.plugins import PluginLoadError
-    from rock.bench.harness import BenchError, BenchOptions
-    from rock.interrupt import Interruptible
-    from rock.models import SandboxSpec
+    from ale.agents import parse_agent_kwargs
 
     if resume and output is None:
         raise BadInput("--resume needs --output naming the run to continue.")
@@ -217,8 +154,46 @@ def bench_run(
         kwargs = parse_agent_kwargs(list(agent_kwargs))
     except ValueError as exc:
         raise BadInput(str(exc)) from None
+    opts = _run_options(
+        n_concurrent=n_concurrent,
+        n_attempts=n_attempts,
+        timeout_multiplier=timeout_multiplier,
+        no_internet=no_internet,
+        keep_sandboxes=keep_sandboxes,
+        max_retries=max_retries,
+        capabilities=capabilities,
+    )
+    harness = _harness(opts, image_map, map_image, Live(f"rock bench: {agent}"))
+    out = output or _default_output()
+    results = _run_interruptible(
+        harness, dataset, out, agent=agent, model=model, kwargs=kwargs, tasks=tasks, resume=resume
+    )
+    if as_json:
+        click.echo(results.model_dump_json(indent=2))
+        return
+    click.echo("", err=True)
+    print_summary(results)
+
+
+def _run_options(
+    *,
+    n_concurrent: int,
+    n_attempts: int,
+    timeout_multiplier: float,
+    no_internet: bool,
+    keep_sandboxes: bool,
+    max_retries: int,
+    capabilities: tuple[str, ...],
+) -> BenchOptions:
+    """The harness's options from ``rock bench run``'s; a --cap the sandboxes cannot take is
+    bad input."""
+    from pydantic import ValidationError
+
+    from rock.bench.options import BenchOptions
+    from rock.models import SandboxSpec
+
     try:
-        opts = BenchOptions(
+        return BenchOptions(
             n_concurrent=n_concurrent,
             n_attempts=n_attempts,
             timeout_multiplier=timeout_multiplier,
@@ -231,12 +206,30 @@ def bench_run(
         )
     except ValidationError as exc:
         raise BadInput(f"--cap: {exc.errors()[0]['msg'].removeprefix('Value error, ')}.") from None
-    harness = _harness(opts, image_map, map_image, _Live(f"rock bench: {agent}"))
-    out = output or _default_output()
+
+
+def _run_interruptible(
+    harness: Harness,
+    dataset: Path,
+    out: Path,
+    *,
+    agent: str,
+    model: str | None,
+    kwargs: dict[str, Any],
+    tasks: tuple[str, ...],
+    resume: bool,
+) -> BenchmarkResults:
+    """The run's results; a run that cannot start is bad input, and one interrupted (Ctrl+C,
+    SIGTERM, SIGHUP) says how to continue it and exits with the signal's status."""
+    from ale.agents import AgentConfigError, AgentNotFound
+    from ale.plugins import PluginLoadError
+    from rock.bench.options import BenchError
+    from rock.interrupt import Interruptible
+
     interrupts = Interruptible()  # SIGTERM and SIGHUP clean up as Ctrl+C does
     try:
         with interrupts:
-            results = asyncio.run(
+            return asyncio.run(
                 harness.run(
                     dataset,
                     out,
@@ -256,11 +249,6 @@ def bench_run(
             err=True,
         )
         sys.exit(interrupts.exit_status)
-    if as_json:
-        click.echo(results.model_dump_json(indent=2))
-        return
-    click.echo("", err=True)
-    _print_summary(results)
 
 
 @bench.command("show")
@@ -277,57 +265,7 @@ def bench_show(run_dir: Path, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(summary(results), indent=2, default=str))
         return
-    _print_summary(results)
-
-
-def _pct(value: float | None) -> str:
-    return "-" if value is None else f"{100 * value:.1f}%"
-
-
-def _sec(value: float | None) -> str:
-    return "-" if value is None else f"{value:.2f}s"
-
-
-def _print_summary(results: Any) -> None:
-    from rock.bench.results import summary
-
-    s = summary(results)
-    click.echo(
-        f"run {s['id']}: agent {s['agent']}" + (f", model {s['model']}" if s["model"] else "")
-    )
-    click.echo(
-        f"tasks {s['tasks']}, trials {s['trials']}, resolved {results.n_resolved}, "
-        f"unresolved {results.n_unresolved}, invalid tasks {s['invalid_tasks']}"
-    )
-    low, high = s["accuracy_95"]
-    click.echo(
-        f"accuracy {_pct(s['accuracy'])} (95% interval over tasks {_pct(low)} to {_pct(high)})"
-    )
-    if results.n_retries:
-        click.echo(f"trials run again after a harness fault: {results.n_retries}")
-    click.echo("  ".join(f"pass@{k} {_pct(v)}" for k, v in s["pass_at_k"].items()))
-    click.echo("")
-    rows = [("category", k, v) for k, v in s["by_category"].items()] + [
-        ("difficulty", k, v) for k, v in s["by_difficulty"].items()
-    ]
-    echo_table(
-        ["by", "value", "trials", "resolved", "rate"],
-        [(by, k, v["trials"], v["resolved"], _pct(v["rate"])) for by, k, v in rows],
-    )
-    click.echo("")
-    echo_table(["failure mode", "trials"], list(s["failure_modes"].items()))
-    click.echo("")
-    m = s["mean_sec"]
-    click.echo(
-        "mean durations: "
-        + ", ".join(
-            f"{k} {_sec(m[k])}" for k in ("build", "setup", "agent", "test", "overhead", "total")
-        )
-    )
-    if s["tokens"]["input"] or s["tokens"]["output"]:
-        click.echo(f"tokens: input {s['tokens']['input']}, output {s['tokens']['output']}")
-    for bad in results.invalid_tasks:
-        click.echo(f"invalid task {bad.path}: {bad.reason}")
+    print_summary(results)
 
 
 @bench.command("check")
@@ -371,12 +309,40 @@ def bench_check(
     an oracle failure with the tests that failed and the verifier's last error line; exit 0
     when there are none, 1 otherwise.
     """
-    from rock.bench.harness import BenchError, BenchOptions
-    from rock.bench.results import failure_reason
-
     base = output or Path(tempfile.mkdtemp(prefix="rock-bench-check-"))
-    offenders: list[dict[str, str]] = []
-    runs: dict[str, Any] = {}
+    runs = _check_runs(
+        dataset, tasks, base, n_concurrent, no_internet, strict, image_map, map_image, as_json
+    )
+    offenders = _offenders(runs, base, strict)
+    n_tasks = len({r.task_id for r in runs["oracle"].results}) + len(runs["oracle"].invalid_tasks)
+    if as_json:
+        click.echo(
+            json.dumps({"tasks": n_tasks, "offenders": offenders, "runs": str(base)}, indent=2)
+        )
+    else:
+        click.echo("", err=True)
+        if offenders:
+            echo_table(["task", "problem"], [(o["task"], o["problem"]) for o in offenders])
+        click.echo(f"{n_tasks} tasks checked, {len(offenders)} offender(s); runs in {base}")
+    sys.exit(1 if offenders else 0)
+
+
+def _check_runs(
+    dataset: Path,
+    tasks: tuple[str, ...],
+    base: Path,
+    n_concurrent: int,
+    no_internet: bool,
+    strict: bool,
+    image_map: tuple[Path, ...],
+    map_image: tuple[str, ...],
+    quiet: bool,
+) -> dict[str, BenchmarkResults]:
+    """The check's runs under ``base``, by name: the oracle, nop, and with ``strict`` the
+    oracle again without rock's stand-ins."""
+    from rock.bench.options import BenchError, BenchOptions
+
+    runs: dict[str, BenchmarkResults] = {}
     passes: dict[str, tuple[str, BenchOptions]] = {
         "oracle": ("oracle", BenchOptions(allow_internet=False if no_internet else None)),
         "nop": ("nop", BenchOptions(allow_internet=False)),
@@ -385,13 +351,22 @@ def bench_check(
         passes["strict"] = ("oracle", BenchOptions(strict=True, allow_internet=not no_internet))
     for name, (agent, opts) in passes.items():
         opts.n_concurrent = n_concurrent
-        harness = _harness(opts, image_map, map_image, _Live(f"check: {name}", quiet=as_json))
+        harness = _harness(opts, image_map, map_image, Live(f"check: {name}", quiet=quiet))
         try:
             runs[name] = asyncio.run(
                 harness.run(dataset, base / name, agent=agent, task_ids=tasks, resume=True)
             )
         except BenchError as exc:
             raise BadInput(str(exc)) from None
+    return runs
+
+
+def _offenders(runs: dict[str, BenchmarkResults], base: Path, strict: bool) -> list[dict[str, str]]:
+    """The tasks that fail the gate, each with its problem: invalid, failing with the oracle,
+    passing only with the stand-ins, or passing with nop."""
+    from rock.bench.results import failure_reason
+
+    offenders: list[dict[str, str]] = []
     for bad in runs["oracle"].invalid_tasks:
         offenders.append({"task": Path(bad.path).name, "problem": f"invalid: {bad.reason}"})
     for r in runs["oracle"].results:
@@ -420,17 +395,7 @@ def bench_check(
                     f"{r.reward}); the tests do not check the agent's work",
                 }
             )
-    n_tasks = len({r.task_id for r in runs["oracle"].results}) + len(runs["oracle"].invalid_tasks)
-    if as_json:
-        click.echo(
-            json.dumps({"tasks": n_tasks, "offenders": offenders, "runs": str(base)}, indent=2)
-        )
-    else:
-        click.echo("", err=True)
-        if offenders:
-            echo_table(["task", "problem"], [(o["task"], o["problem"]) for o in offenders])
-        click.echo(f"{n_tasks} tasks checked, {len(offenders)} offender(s); runs in {base}")
-    sys.exit(1 if offenders else 0)
+    return offenders
 
 
 @bench.command("build")
@@ -446,8 +411,9 @@ def bench_build(
     map_image: tuple[str, ...],
 ) -> None:
     """Build (or find cached) the images of DATASET's tasks, and the verifier toolchain."""
-    from rock.bench.harness import BenchError, scan_dataset
+    from rock.bench.dataset import scan_dataset
     from rock.bench.images import ImageBuilder, ImageMap, TaskImageError
+    from rock.bench.options import BenchError
     from rock.engine import connect
     from rock.verifier import toolchain
 

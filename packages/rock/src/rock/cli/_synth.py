@@ -10,12 +10,16 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from ale.synth.pipeline import STAGES as STAGE_ORDER
 from rock.cli._common import BadInput, echo_table, main
+
+if TYPE_CHECKING:
+    from ale.synth.config import SynthConfig
+    from rock.synth.wiring import SynthAgents
 
 
 @main.group()
@@ -177,25 +181,9 @@ def synth_run(
 
     import docker
 
-    from ale.agents import AgentNotFound
-    from ale.plugins import PluginLoadError
-    from ale.synth.config import SynthConfigError, load_config
-    from ale.synth.pipeline import Pipeline, WorkDirError
-    from rock.interrupt import Interruptible
     from rock.synth.image import ensure_pool_image
-    from rock.synth.runner import PoolRunner
-    from rock.synth.wiring import SynthAgents
 
-    try:
-        config = load_config(config_path)
-        if concurrency is not None:
-            config = config.model_copy(update={"concurrency": concurrency})
-        agents = SynthAgents(config)
-        for path in held_out:
-            if not path.is_dir():
-                raise SynthConfigError(f"--held-out {path} is not a directory; pass a task set.")
-    except (SynthConfigError, AgentNotFound, PluginLoadError) as exc:
-        raise BadInput(str(exc)) from None
+    config, agents = _load_config(config_path, concurrency, held_out)
     out = output or config.output_dir()
     work = (
         work_dir or Path.home() / ".cache" / "rock" / "synth" / f"{config.name}-{config.digest()}"
@@ -208,6 +196,56 @@ def synth_run(
     )
     ensure_pool_image(docker.from_env())
     started = time.monotonic()
+    manifest = _run_pipeline(config, agents, config_path, sandboxes, url, home, work, out, held_out)
+    manifest["run"]["total_seconds"] = round(time.monotonic() - started, 1)
+    if not keep_work:
+        shutil.rmtree(work, ignore_errors=True)
+    if as_json:
+        click.echo(json.dumps(manifest, indent=2))
+        return
+    _report(manifest, out)
+
+
+def _load_config(
+    config_path: Path, concurrency: int | None, held_out: tuple[Path, ...]
+) -> tuple[SynthConfig, SynthAgents]:
+    """The run's config (``--concurrency`` over the file's) and its agents; a config, an
+    agent or a held-out set that cannot be had is bad input."""
+    from ale.agents import AgentNotFound
+    from ale.plugins import PluginLoadError
+    from ale.synth.config import SynthConfigError, load_config
+    from rock.synth.wiring import SynthAgents
+
+    try:
+        config = load_config(config_path)
+        if concurrency is not None:
+            config = config.model_copy(update={"concurrency": concurrency})
+        agents = SynthAgents(config)
+        for path in held_out:
+            if not path.is_dir():
+                raise SynthConfigError(f"--held-out {path} is not a directory; pass a task set.")
+    except (SynthConfigError, AgentNotFound, PluginLoadError) as exc:
+        raise BadInput(str(exc)) from None
+    return config, agents
+
+
+def _run_pipeline(
+    config: SynthConfig,
+    agents: SynthAgents,
+    config_path: Path,
+    sandboxes: str,
+    url: str | None,
+    home: Path | None,
+    work: Path,
+    out: Path,
+    held_out: tuple[Path, ...],
+) -> dict[str, Any]:
+    """The pipeline run on its sandboxes, its manifest; one interrupted (Ctrl+C, SIGTERM,
+    SIGHUP) says how to resume and exits with the signal's status."""
+    from ale.synth.pipeline import Pipeline, WorkDirError
+    from rock.interrupt import Interruptible
+    from rock.synth.runner import PoolRunner
+
     interrupts = Interruptible()  # SIGTERM and SIGHUP clean up as Ctrl+C does
     try:
         with (
@@ -226,7 +264,7 @@ def synth_run(
                 progress=_StageProgress(),
                 config_text=config_path.read_text(),
             )
-            manifest = asyncio.run(pipeline.run())
+            return asyncio.run(pipeline.run())
     except (WorkDirError, FileNotFoundError) as exc:
         raise BadInput(str(exc)) from None
     except KeyboardInterrupt:
@@ -236,13 +274,6 @@ def synth_run(
             err=True,
         )
         sys.exit(interrupts.exit_status)
-    manifest["run"]["total_seconds"] = round(time.monotonic() - started, 1)
-    if not keep_work:
-        shutil.rmtree(work, ignore_errors=True)
-    if as_json:
-        click.echo(json.dumps(manifest, indent=2))
-        return
-    _report(manifest, out)
 
 
 def _report(manifest: dict[str, Any], out: Path) -> None:

@@ -173,17 +173,33 @@ def run_verifier(
         outcome.error = "the tests were killed by the sandbox's memory limit"
         return outcome
     if task.source_format == "tb1":
-        if not parsed:
-            outcome.failure_mode = FailureMode.PARSE_ERROR
-            outcome.error = (
-                f"run-tests.sh (exit {result.exit_code}) printed no pytest summary; "
-                "run pytest with -rA so each test's outcome is printed"
-            )
-            return outcome
-        outcome.is_resolved = all(s in ("passed", "skipped") for s in parsed.values())
-        outcome.reward = 1.0 if outcome.is_resolved else 0.0
-        return outcome
+        return _tb1_verdict(outcome, parsed, result.exit_code)
     _fetch_logs(sandbox, out_dir)
+    return _reward_verdict(outcome, sandbox, result.exit_code)
+
+
+def _tb1_verdict(
+    outcome: VerifierOutcome, parsed: dict[str, str], exit_code: int
+) -> VerifierOutcome:
+    """A Terminal-Bench 1.0 task's verdict, from its tests' pytest summary: resolved when
+    every test passed or was skipped."""
+    if not parsed:
+        outcome.failure_mode = FailureMode.PARSE_ERROR
+        outcome.error = (
+            f"run-tests.sh (exit {exit_code}) printed no pytest summary; "
+            "run pytest with -rA so each test's outcome is printed"
+        )
+        return outcome
+    outcome.is_resolved = all(s in ("passed", "skipped") for s in parsed.values())
+    outcome.reward = 1.0 if outcome.is_resolved else 0.0
+    return outcome
+
+
+def _reward_verdict(
+    outcome: VerifierOutcome, sandbox: SandboxVerbs, exit_code: int
+) -> VerifierOutcome:
+    """A Harbor task's verdict, from the reward its test script wrote (reward.json first,
+    then reward.txt)."""
     for path, json_form in ((REWARD_JSON, True), (REWARD_TXT, False)):  # Harbor's order
         try:
             text = sandbox.read_file(path).decode("utf-8", "replace")
@@ -199,7 +215,7 @@ def run_verifier(
         return outcome
     outcome.failure_mode = FailureMode.VERIFIER_ERROR
     outcome.error = (
-        f"test.sh (exit {result.exit_code}) wrote neither {REWARD_TXT} nor {REWARD_JSON}; "
+        f"test.sh (exit {exit_code}) wrote neither {REWARD_TXT} nor {REWARD_JSON}; "
         "the test script must write the reward"
     )
     return outcome

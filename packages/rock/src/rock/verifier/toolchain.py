@@ -109,49 +109,11 @@ def build(*, wheels: Path | None = None, force: bool = False) -> Path:
     scratch = Path(tempfile.mkdtemp(prefix="build-", dir=cache_root()))
     try:
         site = scratch / "site"
-        cmd = [
-            sys.executable,
-            "-m",
-            "pip",
-            "install",
-            "--quiet",
-            "--disable-pip-version-check",
-            "--no-compile",
-            "--target",
-            str(site),
-            "--only-binary=:all:",
-            "--platform",
-            "any",
-            "--implementation",
-            "py",
-            "--python-version",
-            "3.10",
-            "--no-deps",
-            *REQUIREMENTS,
-        ]
-        if wheels is not None:
-            cmd[4:4] = ["--no-index", "--find-links", str(wheels)]
-        done = subprocess.run(cmd, capture_output=True, text=True)
-        if done.returncode != 0:
-            tail = (done.stderr or done.stdout).strip().splitlines()[-1][-300:]
-            raise ToolchainError(
-                f"pip could not fetch the verifier toolchain ({tail}); run this where PyPI "
-                "is reachable, or pass --wheels DIR with the wheels of "
-                "rock.verifier.toolchain.REQUIREMENTS."
-            )
+        _pip_install(site, wheels)
         shutil.rmtree(site / "bin", ignore_errors=True)  # console scripts with host shebangs
         _zip_tree(site, scratch / "site.zip")
         shutil.rmtree(site)
-        (scratch / "lib").mkdir()
-        shutil.copyfile(SHIM_SOURCE, scratch / "lib" / "shim.py")
-        (scratch / "bin").mkdir()
-        for tool in SHIM_TOOLS:
-            script = scratch / "bin" / tool
-            script.write_text(_wrapper(tool))
-            script.chmod(0o755)
-        provided = sorted({_norm(r.split("==")[0]) for r in REQUIREMENTS} | {"uv", "pytest"})
-        (scratch / "provided.json").write_text(json.dumps(provided))
-        (scratch / "env").write_text(f'export PATH="{TOOLCHAIN_DIR}/bin:$PATH"\n')
+        _add_stand_ins(scratch)
         if target.exists():
             shutil.rmtree(target)
         scratch.rename(target)
@@ -159,6 +121,55 @@ def build(*, wheels: Path | None = None, force: bool = False) -> Path:
         if scratch.exists():
             shutil.rmtree(scratch, ignore_errors=True)
     return target
+
+
+def _pip_install(site: Path, wheels: Path | None) -> None:
+    """The pinned :data:`REQUIREMENTS` into ``site`` as pure-Python wheels any python3 takes
+    (from ``wheels``, a folder of them, when given; else from PyPI)."""
+    cmd = [
+        sys.executable,
+        "-m",
+        "pip",
+        "install",
+        "--quiet",
+        "--disable-pip-version-check",
+        "--no-compile",
+        "--target",
+        str(site),
+        "--only-binary=:all:",
+        "--platform",
+        "any",
+        "--implementation",
+        "py",
+        "--python-version",
+        "3.10",
+        "--no-deps",
+        *REQUIREMENTS,
+    ]
+    if wheels is not None:
+        cmd[4:4] = ["--no-index", "--find-links", str(wheels)]
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    if done.returncode != 0:
+        tail = (done.stderr or done.stdout).strip().splitlines()[-1][-300:]
+        raise ToolchainError(
+            f"pip could not fetch the verifier toolchain ({tail}); run this where PyPI "
+            "is reachable, or pass --wheels DIR with the wheels of "
+            "rock.verifier.toolchain.REQUIREMENTS."
+        )
+
+
+def _add_stand_ins(tree: Path) -> None:
+    """The shim and its bin/ wrappers into ``tree``, with what it provides and the PATH line."""
+    (tree / "lib").mkdir()
+    shutil.copyfile(SHIM_SOURCE, tree / "lib" / "shim.py")
+    (tree / "bin").mkdir()
+    for tool in SHIM_TOOLS:
+        script = tree / "bin" / tool
+        script.write_text(_wrapper(tool))
+        script.chmod(0o755)
+    provided = sorted({_norm(r.split("==")[0]) for r in REQUIREMENTS} | {"uv", "pytest"})
+    (tree / "provided.json").write_text(json.dumps(provided))
+    (tree / "env").write_text(f'export PATH="{TOOLCHAIN_DIR}/bin:$PATH"\n')
 
 
 def _zip_tree(tree: Path, target: Path) -> None:
