@@ -30,7 +30,7 @@ from e2b.exceptions import (
 )
 from rock_daemons import Running, start_daemon, stop_daemon
 
-from rock.daemon.e2b_envd import _PTY_HOLDER, _STDIN_HOLDER
+from rock.daemon.e2b_processes import _PTY_HOLDER, _STDIN_HOLDER
 
 pytestmark = pytest.mark.docker
 

@@ -125,7 +125,7 @@ def _command_timeout(timeout: float | None) -> httpx.Timeout:
 @dataclass(frozen=True)
 class Route:
     """One endpoint: its method and path template. The client's calls (:class:`Api`) and
-    the daemon's routes (:mod:`rock.daemon.app`) both take it from :class:`Routes`."""
+    the daemon's routes (:mod:`rock.daemon.routes`) both take it from :class:`Routes`."""
 
     method: str
     path: str

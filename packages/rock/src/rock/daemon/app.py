@@ -1,7 +1,7 @@
 """The daemon's HTTP API: FastAPI over a `SandboxManager`, bearer token on every route but /health.
 
-Route functions are plain ``def``: FastAPI runs them in worker threads, where the
-manager's blocking calls (docker, the database) belong. Errors leave as
+Here the app is put together: the token check, the server's life, the daemon's health and
+metrics, its own routes (:mod:`rock.daemon.routes`) and E2B's. Errors leave as
 ``{"error": {"type", "message", "fields"}}`` with a status chosen by their type, so
 `rock.Client` can raise the same exception class the manager raised.
 """
@@ -11,11 +11,11 @@ from __future__ import annotations
 import hmac
 import logging
 from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
-from typing import Annotated, Any, get_args
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from typing import Annotated, Any
 
 import anyio.to_thread
-from fastapi import APIRouter, Depends, FastAPI, Path, Query, Request, Response
+from fastapi import APIRouter, Depends, FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
@@ -24,7 +24,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 
 from rock import __version__
-from rock.api import Route, Routes
+from rock.api import Routes
 from rock.backends._shell import SessionError
 from rock.backends.base import (
     PathEscape,
@@ -38,7 +38,8 @@ from rock.daemon.e2b_envd import envd_routes
 from rock.daemon.e2b_templates import template_routes
 from rock.daemon.manager import SandboxManager
 from rock.daemon.metrics import Metrics
-from rock.daemon.ports import NothingListens, forward
+from rock.daemon.ports import NothingListens
+from rock.daemon.routes import on, own_routes
 from rock.errors import (
     DaemonError,
     EngineUnavailable,
@@ -49,31 +50,7 @@ from rock.errors import (
     ShuttingDown,
     Unauthorized,
 )
-from rock.models import (
-    POOL_NAME,
-    CreateSandboxRequest,
-    ErrorDetail,
-    ErrorResponse,
-    ExecLog,
-    ExecRequest,
-    ExecResult,
-    ForkRequest,
-    Health,
-    ImageBuild,
-    ImageInfo,
-    Interrupted,
-    InterruptRequest,
-    NetworkRequest,
-    PoolInfo,
-    PoolSettings,
-    SandboxInfo,
-    SandboxStateName,
-    SessionInfo,
-    SessionResult,
-    SessionRunRequest,
-    SnapshotInfo,
-    SnapshotRequest,
-)
+from rock.models import ErrorDetail, ErrorResponse, Health
 from rock.store import IllegalTransition, StoreError, StoreUnavailable, UnknownSandbox
 
 log = logging.getLogger("rock.daemon")
@@ -114,19 +91,10 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
     ]
 }
 
-_OCTETS = {
-    "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}
-}
-_TAR = {"content": {"application/x-tar": {"schema": {"type": "string", "format": "binary"}}}}
-
 
 # Module level: with postponed annotations FastAPI resolves them from the module.
 _bearer = HTTPBearer(auto_error=False, description="The token in <rock home>/token.")
 Bearer = Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
-SandboxId = Annotated[str, Path(min_length=1, max_length=64)]
-SessionId = Annotated[str, Path(min_length=1, max_length=64)]
-PoolName = Annotated[str, Path(pattern=POOL_NAME)]
-FilePath = Annotated[str, Query(min_length=1, max_length=4096, description="Path in the sandbox")]
 
 
 def _error(status: int, kind: str, message: str, fields: list[str] | None = None) -> JSONResponse:
@@ -156,6 +124,25 @@ def create_app(
 ) -> FastAPI:
     """The API for ``manager``. ``start``/``stop`` run at the server's start and end."""
     metrics = metrics or manager.metrics or Metrics()
+    app = FastAPI(
+        title="rock daemon",
+        version=__version__,
+        description="Sandboxes, warm pools and sessions of one rock daemon.",
+        lifespan=_lifespan(start, stop),
+    )
+    _answer_errors(app, metrics)
+    api = APIRouter(dependencies=[Depends(_token_check(token))], responses=_ERRORS)
+    _daemon_routes(app, api, manager, metrics)
+    own_routes(api, manager)
+    app.include_router(api)
+    gate = e2b_routes(app, manager, token, stand_ins=e2b_stand_ins, domain=e2b_domain)
+    envd_routes(app, gate)
+    template_routes(app, gate)
+    return app
+
+
+def _token_check(token: str) -> Callable[[HTTPAuthorizationCredentials | None], None]:
+    """The dependency every route but /health takes: the bearer token must be ``token``."""
     expected = token.encode()
 
     def require_token(
@@ -171,6 +158,15 @@ def create_app(
                 "the bearer token is wrong; use the one in the daemon's <rock home>/token."
             )
 
+    return require_token
+
+
+def _lifespan(
+    start: Callable[[], None] | None, stop: Callable[[], None] | None
+) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
+    """The server's life: worker threads sized, ``start`` run before the first request and
+    ``stop`` after the last."""
+
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         anyio.to_thread.current_default_thread_limiter().total_tokens = THREADS
@@ -182,14 +178,12 @@ def create_app(
             if stop is not None:
                 await run_in_threadpool(stop)
 
-    app = FastAPI(
-        title="rock daemon",
-        version=__version__,
-        description="Sandboxes, warm pools and sessions of one rock daemon.",
-        lifespan=lifespan,
-    )
+    return lifespan
 
-    _answer_errors(app, metrics)
+
+def _daemon_routes(app: FastAPI, api: APIRouter, manager: SandboxManager, metrics: Metrics) -> None:
+    """The daemon itself: requests counted, its health (on ``app``, without a token) and its
+    metrics (on ``api``)."""
 
     @app.middleware("http")
     async def count(request: Request, call_next: Callable[[Request], Any]) -> Response:
@@ -197,7 +191,7 @@ def create_app(
         metrics.requests.labels(status=f"{response.status_code // 100}xx").inc()
         return response
 
-    @_on(app, Routes.health, response_model=Health, tags=["daemon"])
+    @on(app, Routes.health, response_model=Health, tags=["daemon"])
     def health() -> Health:
         """Liveness; the only route without a token."""
         return Health(
@@ -207,24 +201,10 @@ def create_app(
             backend=manager.backend.name,
         )
 
-    api = APIRouter(dependencies=[Depends(require_token)], responses=_ERRORS)
-
-    @_on(api, Routes.metrics, tags=["daemon"], response_class=Response)
+    @on(api, Routes.metrics, tags=["daemon"], response_class=Response)
     def prometheus() -> Response:
         """Prometheus text format: sandboxes by state, pools, acquire and exec latency, errors."""
         return Response(metrics.render(), media_type="text/plain; version=0.0.4")
-
-    _sandbox_routes(api, manager)
-    _state_routes(api, manager)
-    _port_routes(api, manager)
-    _command_routes(api, manager)
-    _file_routes(api, manager)
-    _pool_routes(api, manager)
-    app.include_router(api)
-    gate = e2b_routes(app, manager, token, stand_ins=e2b_stand_ins, domain=e2b_domain)
-    envd_routes(app, gate)
-    template_routes(app, gate)
-    return app
 
 
 def _answer_errors(app: FastAPI, metrics: Metrics) -> None:
@@ -263,281 +243,3 @@ def _answer_errors(app: FastAPI, metrics: Metrics) -> None:
     # else reaches Starlette's outer error middleware, which answers and logs it.
     for kind in (RockError, SessionError, Exception):
         app.add_exception_handler(kind, failed)
-
-
-def _on(
-    router: APIRouter | FastAPI, route: Route, **options: Any
-) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Serve ``route`` (its method and path as :class:`rock.api.Routes` describes them, which
-    the client's calls take too) with the function decorated."""
-    return router.api_route(route.path, methods=[route.method], **options)
-
-
-def _sandbox_routes(api: APIRouter, manager: SandboxManager) -> None:
-    """Sandboxes: create, list, inspect, stop, snapshot, delete."""
-
-    @_on(api, Routes.create, response_model=SandboxInfo, status_code=201, tags=["sandboxes"])
-    def create(request: CreateSandboxRequest) -> Response:
-        """Start a sandbox or take one from a warm pool."""
-        info = manager.create(request)
-        return Response(info.model_dump_json(), status_code=201, media_type="application/json")
-
-    @_on(api, Routes.list, response_model=list[SandboxInfo], tags=["sandboxes"])
-    def list_sandboxes(
-        state: Annotated[list[str] | None, Query(description="Keep these states")] = None,
-        label: Annotated[list[str] | None, Query(description="key=value, all must match")] = None,
-        pool: Annotated[str | None, Query(max_length=64)] = None,
-        all: Annotated[bool, Query(description="Include deleted sandboxes")] = False,
-    ) -> list[SandboxInfo]:
-        """Sandboxes of this daemon, oldest first."""
-        labels: dict[str, str] = {}
-        for item in label or []:
-            key, sep, value = item.partition("=")
-            if not sep or not key:
-                raise InvalidRequest(
-                    f"label filter {item!r} is not key=value; write it as key=value.",
-                    fields=["query.label"],
-                )
-            labels[key] = value
-        known = set(get_args(SandboxStateName))
-        for name in state or []:
-            if name not in known:
-                raise InvalidRequest(
-                    f"state {name!r} is not a sandbox state; use one of {', '.join(sorted(known))}.",
-                    fields=["query.state"],
-                )
-        return manager.list(states=state, labels=labels, pool=pool, include_deleted=all)
-
-    @_on(api, Routes.info, response_model=SandboxInfo, tags=["sandboxes"])
-    def get(sandbox_id: SandboxId) -> SandboxInfo:
-        """One sandbox with its state history."""
-        return manager.get(sandbox_id)
-
-    @_on(api, Routes.delete, response_model=SandboxInfo, tags=["sandboxes"])
-    def delete(sandbox_id: SandboxId) -> SandboxInfo:
-        """Release a sandbox: it is deleted (a pool replaces it with a fresh one)."""
-        return manager.delete(sandbox_id)
-
-    @_on(api, Routes.stop, response_model=SandboxInfo, tags=["sandboxes"])
-    def stop_sandbox(sandbox_id: SandboxId) -> SandboxInfo:
-        return manager.stop(sandbox_id)
-
-    @_on(api, Routes.snapshot, response_model=SnapshotInfo, tags=["sandboxes"])
-    def snapshot(sandbox_id: SandboxId, request: SnapshotRequest) -> SnapshotInfo:
-        """Save the sandbox's filesystem as a new image."""
-        return manager.snapshot(sandbox_id, request.tag)
-
-    @_on(api, Routes.fork, response_model=list[SandboxInfo], tags=["sandboxes"])
-    def fork(sandbox_id: SandboxId, request: ForkRequest) -> list[SandboxInfo]:
-        """``count`` new sandboxes, leased to the caller, that start from this one's files as
-        they are now (one snapshot; the same spec; running processes are not carried)."""
-        return manager.fork(sandbox_id, request.count)
-
-    @_on(api, Routes.logs, response_model=list[ExecLog], tags=["sandboxes"])
-    def logs(
-        sandbox_id: SandboxId, limit: Annotated[int, Query(ge=1, le=10000)] = 100
-    ) -> list[ExecLog]:
-        """The sandbox's recorded commands, newest first."""
-        return manager.logs(sandbox_id, limit)
-
-
-def _port_routes(api: APIRouter, manager: SandboxManager) -> None:
-    """A sandbox's ports, relayed through the daemon (:mod:`rock.daemon.ports`)."""
-
-    async def port(sandbox_id: SandboxId, port: int, path: str, request: Request) -> Response:
-        """An HTTP request to ``port`` inside the sandbox (its network may be closed): the
-        server's answer as it gave it; 502 when nothing listens there."""
-        return await forward(manager, sandbox_id, port, path, request)
-
-    async def port_root(sandbox_id: SandboxId, port: int, request: Request) -> Response:
-        """:func:`port` at the path ``/``."""
-        return await forward(manager, sandbox_id, port, "", request)
-
-    base = Routes.info.path + "/ports/{port}"
-    for method in ("GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"):
-        name = method.lower()
-        api.add_api_route(
-            base + "/{path:path}", port, methods=[method], tags=["ports"],
-            operation_id=f"port_{name}",
-        )  # fmt: skip
-        api.add_api_route(
-            base, port_root, methods=[method], tags=["ports"], operation_id=f"port_root_{name}"
-        )
-
-
-def _state_routes(api: APIRouter, manager: SandboxManager) -> None:
-    """A running sandbox's state: its network, paused or not."""
-
-    @_on(api, Routes.set_network, status_code=204, tags=["sandboxes"])
-    def set_network(sandbox_id: SandboxId, request: NetworkRequest) -> Response:
-        """Open or close a running sandbox's network (one made with a network only)."""
-        manager.set_network(sandbox_id, request.on)
-        return Response(status_code=204)
-
-    @_on(api, Routes.pause, response_model=SandboxInfo, tags=["sandboxes"])
-    def pause(sandbox_id: SandboxId) -> SandboxInfo:
-        """Freeze a sandbox in use, its processes and memory kept; it does not expire while
-        paused, and every call but resume and delete is refused (409)."""
-        return manager.pause(sandbox_id)
-
-    @_on(api, Routes.resume, response_model=SandboxInfo, tags=["sandboxes"])
-    def resume(sandbox_id: SandboxId) -> SandboxInfo:
-        """Let a paused sandbox go on; its timeout starts again."""
-        return manager.resume(sandbox_id)
-
-
-def _command_routes(api: APIRouter, manager: SandboxManager) -> None:
-    """Commands: one-off exec and persistent sessions."""
-
-    @_on(api, Routes.run, response_model=ExecResult, tags=["commands"])
-    def exec_(sandbox_id: SandboxId, request: ExecRequest) -> Response:
-        """Run one command; bytes travel as base64."""
-        result = manager.exec(sandbox_id, request)
-        return Response(result.model_dump_json(), media_type="application/json")
-
-    @_on(
-        api,
-        Routes.open_session,
-        response_model=SessionInfo,
-        status_code=201,
-        tags=["commands"],
-    )
-    def open_session(sandbox_id: SandboxId) -> SessionInfo:
-        """Open a persistent bash session."""
-        return manager.open_session(sandbox_id)
-
-    @_on(
-        api,
-        Routes.session_run,
-        response_model=SessionResult,
-        tags=["commands"],
-    )
-    def run_in_session(
-        sandbox_id: SandboxId,
-        session_id: SessionId,
-        request: SessionRunRequest,
-    ) -> Response:
-        result = manager.run_in_session(sandbox_id, session_id, request)
-        return Response(result.model_dump_json(), media_type="application/json")
-
-    @_on(api, Routes.interrupt, response_model=Interrupted, tags=["commands"])
-    def interrupt(sandbox_id: SandboxId, request: InterruptRequest) -> Interrupted:
-        """Stop the commands running now (or the one run with ``tag``), as Ctrl-C would."""
-        return Interrupted(interrupted=manager.interrupt(sandbox_id, request.tag))
-
-    @_on(
-        api,
-        Routes.session_interrupt,
-        status_code=204,
-        tags=["commands"],
-    )
-    def interrupt_session(sandbox_id: SandboxId, session_id: SessionId) -> Response:
-        """Stop the command running in the session; the session stays."""
-        manager.interrupt_session(sandbox_id, session_id)
-        return Response(status_code=204)
-
-    @_on(api, Routes.session_close, status_code=204, tags=["commands"])
-    def close_session(sandbox_id: SandboxId, session_id: SessionId) -> Response:
-        manager.close_session(sandbox_id, session_id)
-        return Response(status_code=204)
-
-
-def _file_routes(api: APIRouter, manager: SandboxManager) -> None:
-    """Files and trees in and out of a sandbox."""
-
-    @_on(
-        api,
-        Routes.read_file,
-        response_class=Response,
-        responses={200: _OCTETS},
-        tags=["files"],
-    )
-    def read_file(sandbox_id: SandboxId, path: FilePath) -> Response:
-        return Response(manager.read_file(sandbox_id, path), media_type="application/octet-stream")
-
-    @_on(
-        api,
-        Routes.write_file,
-        status_code=204,
-        openapi_extra={"requestBody": {"required": True, **_OCTETS}},
-        tags=["files"],
-    )
-    async def write_file(
-        sandbox_id: SandboxId,
-        path: FilePath,
-        request: Request,
-        mode: Annotated[int, Query(ge=0, le=0o7777)] = 0o644,
-    ) -> Response:
-        data = await request.body()
-        await run_in_threadpool(manager.write_file, sandbox_id, path, data, mode)
-        return Response(status_code=204)
-
-    @_on(
-        api,
-        Routes.get_archive,
-        response_class=Response,
-        responses={200: _TAR},
-        tags=["files"],
-    )
-    def get_archive(sandbox_id: SandboxId, path: FilePath) -> Response:
-        """A tar of a file or tree whose top member is the path's base name."""
-        return Response(manager.get_archive(sandbox_id, path), media_type="application/x-tar")
-
-    @_on(
-        api,
-        Routes.put_archive,
-        status_code=204,
-        openapi_extra={"requestBody": {"required": True, **_TAR}},
-        tags=["files"],
-    )
-    async def put_archive(sandbox_id: SandboxId, path: FilePath, request: Request) -> Response:
-        """Unpack a tar into the directory ``path``, keeping modes."""
-        data = await request.body()
-        await run_in_threadpool(manager.put_archive, sandbox_id, path, data)
-        return Response(status_code=204)
-
-
-def _pool_routes(api: APIRouter, manager: SandboxManager) -> None:
-    """Warm pools and the images the daemon knows."""
-
-    @_on(api, Routes.pools, response_model=list[PoolInfo], tags=["pools"])
-    def pools() -> list[PoolInfo]:
-        return manager.pools()
-
-    @_on(api, Routes.pool, response_model=PoolInfo, tags=["pools"])
-    def pool(name: PoolName) -> PoolInfo:
-        return manager.pool(name)
-
-    @_on(api, Routes.set_pool, response_model=PoolInfo, tags=["pools"])
-    def set_pool(name: PoolName, settings: PoolSettings) -> PoolInfo:
-        """Create a pool or change its spec and sizes; it fills in the background."""
-        if settings.min_idle > settings.max_total:
-            raise InvalidRequest(
-                f"body.min_idle ({settings.min_idle}) cannot exceed max_total ({settings.max_total}); "
-                "lower min_idle or raise max_total.",
-                fields=["body.min_idle"],
-            )
-        return manager.set_pool(name, settings)
-
-    @_on(api, Routes.delete_pool, status_code=204, tags=["pools"])
-    def delete_pool(name: PoolName) -> Response:
-        """Forget a pool; its idle sandboxes are deleted, handed-out ones stay."""
-        manager.delete_pool(name)
-        return Response(status_code=204)
-
-    @_on(api, Routes.images, response_model=list[ImageInfo], tags=["images"])
-    def images() -> list[ImageInfo]:
-        return manager.images()
-
-    @_on(api, Routes.build_image, response_model=ImageBuild, tags=["images"])
-    async def build_image(
-        request: Request,
-        name: Annotated[str, Query(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")] = "image",
-        dockerfile: str = "Dockerfile",
-    ) -> ImageBuild:
-        """Build an image from a build context sent as a tar (gzipped or not) with its
-        Dockerfile at ``dockerfile``: base images mapped to local ones as for a task, no
-        pulls unless the engine can reach a registry; cached by digest. The image is named
-        ``rock-bench/<name>:<digest>``; a build that fails is a 422 with its last lines."""
-        data = await request.body()
-        return await run_in_threadpool(manager.build_image, data, dockerfile, name)

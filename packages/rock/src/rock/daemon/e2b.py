@@ -10,10 +10,12 @@ for that sandbox (``X-Access-Token``, derived from the daemon's token). Errors t
 shapes: ``{"code": 404, "message": ...}`` for the REST API, Connect's
 ``{"code": "not_found", "message": ...}`` for envd.
 
-Served besides: pause and resume, snapshots, metrics, network updates, a sandbox's ports
-(host names ``{port}-{id}.{domain}``, :mod:`rock.daemon.ports`), processes with stdin and
-pty (a FIFO in the sandbox, ``script``'s terminal), listing and reconnecting to processes,
-directory watches (by polling), and templates (:mod:`rock.daemon.e2b_templates`).
+Served besides: pause and resume, snapshots (:mod:`rock.daemon.e2b_snapshots`), metrics and
+network updates (:mod:`rock.daemon.e2b_usage`), a sandbox's ports (host names
+``{port}-{id}.{domain}``, :mod:`rock.daemon.ports`), processes with stdin and pty (a FIFO in
+the sandbox, ``script``'s terminal), listing and reconnecting to processes
+(:mod:`rock.daemon.e2b_processes`), directory watches (by polling), and templates
+(:mod:`rock.daemon.e2b_templates`).
 
 What rock does differently: a sandbox's network is closed unless the create request sets
 ``allow_internet_access`` (E2B opens it by default), and its ports need the traffic token
@@ -28,9 +30,7 @@ from __future__ import annotations
 
 import hmac
 import re
-import secrets
 from collections.abc import Callable
-from datetime import UTC, datetime
 from typing import Any
 
 from fastapi import FastAPI, Request, Response
@@ -38,11 +38,10 @@ from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
 
-from rock.backends.base import SandboxConflict, SandboxError
+from rock.backends.base import SandboxError
 from rock.daemon.e2b_gate import (
     LABEL,
     META,
-    MISSING,
     Failed,
     Gate,
     TemplateImage,
@@ -50,19 +49,19 @@ from rock.daemon.e2b_gate import (
     connect_error,
     read_json,
     rest,
+    running,
     traffic_token,
 )
+from rock.daemon.e2b_snapshots import snapshot_routes
+from rock.daemon.e2b_usage import usage_routes
 from rock.daemon.manager import SandboxManager
 from rock.daemon.ports import NothingListens, forward
 from rock.images.base import BASE_IMAGE
-from rock.models import CreateSandboxRequest, ExecRequest, SandboxInfo, SandboxSpec
+from rock.models import CreateSandboxRequest, ExecRequest, SandboxSpec
 from rock.verifier import toolchain
 
 DEFAULT_TIMEOUT_SEC = 300
 """E2B's sandbox timeout when a create request gives none."""
-SNAPSHOTS = "rock-e2b-snapshot"
-"""The repository of E2B snapshots: ``rock-e2b-snapshot:<sandbox id>-<name>``."""
-_SNAPSHOT_NAME = re.compile(r"[A-Za-z0-9_.-]{1,60}")
 _PORT_HOST = re.compile(r"^(\d{1,5})-(sb-[0-9a-f]{6,32})\.")
 """E2B's host name of a sandbox's port: ``{port}-{sandbox id}.{domain}``."""
 
@@ -79,6 +78,19 @@ def e2b_routes(
     (the daemon's own ``/health`` answers the calls that name no sandbox)."""
     gate = Gate(manager, token)
     gate.stand_ins, gate.domain = stand_ins, domain
+    _port_middleware(app, gate)
+    _envd_health_middleware(app, gate)
+    _rest_routes(app, gate)
+    _lifetime_routes(app, gate)
+    _fork_route(app, gate)
+    usage_routes(app, gate)
+    _pause_routes(app, gate)
+    snapshot_routes(app, gate)
+    return gate
+
+
+def _port_middleware(app: FastAPI, gate: Gate) -> None:
+    """A sandbox's ports by E2B's host names."""
 
     @app.middleware("http")
     async def ports(request: Request, call_next: Callable[[Request], Any]) -> Response:
@@ -91,7 +103,7 @@ def e2b_routes(
         port, sandbox_id = int(found[1]), found[2]
 
         async def answer() -> Response:
-            info = await run_in_threadpool(_running, gate.manager, sandbox_id)
+            info = await run_in_threadpool(running, gate.manager, sandbox_id)
             given = request.headers.get("e2b-traffic-access-token", "")
             wanted = traffic_token(gate.token, sandbox_id)
             public = info.labels.get(f"{LABEL}.public") == "1"
@@ -108,6 +120,10 @@ def e2b_routes(
 
         return await rest(answer)
 
+
+def _envd_health_middleware(app: FastAPI, gate: Gate) -> None:
+    """envd's health check of one sandbox."""
+
     @app.middleware("http")
     async def envd_health(request: Request, call_next: Callable[[Request], Any]) -> Response:
         """``Sandbox.is_running``: envd's ``GET /health`` of the sandbox the call names,
@@ -122,13 +138,6 @@ def e2b_routes(
                 {"code": failed.status, "message": failed.message}, status_code=failed.status
             )
         return Response(status_code=204)
-
-    _rest_routes(app, gate)
-    _lifetime_routes(app, gate)
-    _usage_routes(app, gate)
-    _pause_routes(app, gate)
-    _snapshot_routes(app, gate)
-    return gate
 
 
 def from_e2b(request: Request) -> bool:
@@ -176,7 +185,7 @@ def _rest_routes(app: FastAPI, gate: Gate) -> None:
         async def answer() -> Response:
             gate.api_key(request)
             body = await read_json(request)
-            info = await run_in_threadpool(_running, gate.manager, sandbox_id, True)
+            info = await run_in_threadpool(running, gate.manager, sandbox_id, True)
             if info.state == "paused":  # connecting resumes it, as E2B's connect does
                 seconds = body.get("timeout")
                 ttl = float(seconds) if seconds is not None else DEFAULT_TIMEOUT_SEC
@@ -201,13 +210,13 @@ def _rest_routes(app: FastAPI, gate: Gate) -> None:
 
 
 def _lifetime_routes(app: FastAPI, gate: Gate) -> None:
-    """Inspect, kill and time out one sandbox."""
+    """Inspect, kill and time out one sandbox (forks: :func:`_fork_route`)."""
 
     @app.get("/sandboxes/{sandbox_id}", include_in_schema=False)
     async def info(sandbox_id: str, request: Request) -> Response:
         async def answer() -> Response:
             gate.api_key(request)
-            found = await run_in_threadpool(_running, gate.manager, sandbox_id, True)
+            found = await run_in_threadpool(running, gate.manager, sandbox_id, True)
             return JSONResponse(
                 {**gate.listed(found), "envdAccessToken": access_token(gate.token, found.id)}
             )
@@ -218,11 +227,30 @@ def _lifetime_routes(app: FastAPI, gate: Gate) -> None:
     async def kill(sandbox_id: str, request: Request) -> Response:
         async def answer() -> Response:
             gate.api_key(request)
-            await run_in_threadpool(_running, gate.manager, sandbox_id, True)
+            await run_in_threadpool(running, gate.manager, sandbox_id, True)
             await run_in_threadpool(gate.manager.delete, sandbox_id, "killed through the E2B API")
             return Response(status_code=204)
 
         return await rest(answer)
+
+    @app.post("/sandboxes/{sandbox_id}/timeout", include_in_schema=False)
+    async def set_timeout(sandbox_id: str, request: Request) -> Response:
+        async def answer() -> Response:
+            gate.api_key(request)
+            body = await read_json(request)
+            try:
+                seconds = float(body["timeout"])
+            except (KeyError, TypeError, ValueError):
+                raise Failed(400, 'give the timeout in seconds: {"timeout": 60}.') from None
+            await run_in_threadpool(running, gate.manager, sandbox_id)
+            await run_in_threadpool(gate.manager.set_timeout, sandbox_id, seconds)
+            return Response(status_code=204)
+
+        return await rest(answer)
+
+
+def _fork_route(app: FastAPI, gate: Gate) -> None:
+    """Fork one sandbox into several."""
 
     @app.post("/sandboxes/{sandbox_id}/fork", include_in_schema=False)
     async def fork(sandbox_id: str, request: Request) -> Response:
@@ -242,7 +270,7 @@ def _lifetime_routes(app: FastAPI, gate: Gate) -> None:
                 ) from None
             if not 1 <= count <= 20:
                 raise Failed(400, f"count must be between 1 and 20, not {count}.")
-            await run_in_threadpool(_running, gate.manager, sandbox_id)
+            await run_in_threadpool(running, gate.manager, sandbox_id)
             try:
                 made = await run_in_threadpool(gate.manager.fork, sandbox_id, count)
             except SandboxError as exc:
@@ -256,67 +284,6 @@ def _lifetime_routes(app: FastAPI, gate: Gate) -> None:
 
         return await rest(answer)
 
-    @app.post("/sandboxes/{sandbox_id}/timeout", include_in_schema=False)
-    async def set_timeout(sandbox_id: str, request: Request) -> Response:
-        async def answer() -> Response:
-            gate.api_key(request)
-            body = await read_json(request)
-            try:
-                seconds = float(body["timeout"])
-            except (KeyError, TypeError, ValueError):
-                raise Failed(400, 'give the timeout in seconds: {"timeout": 60}.') from None
-            await run_in_threadpool(_running, gate.manager, sandbox_id)
-            await run_in_threadpool(gate.manager.set_timeout, sandbox_id, seconds)
-            return Response(status_code=204)
-
-        return await rest(answer)
-
-
-def _usage_routes(app: FastAPI, gate: Gate) -> None:
-    """What a running sandbox uses, and its network."""
-
-    @app.get("/sandboxes/{sandbox_id}/metrics", include_in_schema=False)
-    async def metrics(sandbox_id: str, request: Request) -> Response:
-        """``get_metrics``: one sample taken now (rock keeps no history of them), whatever
-        ``start`` and ``end`` ask: CPU over half a second and memory from the sandbox's
-        cgroup, disk from its root file system."""
-
-        async def answer() -> Response:
-            gate.api_key(request)
-            info = await run_in_threadpool(_running, gate.manager, sandbox_id)
-            probe = ExecRequest(command=["sh", "-c", _SAMPLE], timeout=30)
-            done = await run_in_threadpool(gate.manager.exec, sandbox_id, probe)
-            return JSONResponse([_metric(info, done.stdout_text)])
-
-        return await rest(answer)
-
-    @app.put("/sandboxes/{sandbox_id}/network", include_in_schema=False)
-    async def network(sandbox_id: str, request: Request) -> Response:
-        """``update_network``: ``allow_internet_access`` opens or closes the sandbox's
-        network as a whole (rock filters no egress: allow/deny lists and rules are refused
-        in one sentence); a sandbox made closed has no network to open."""
-
-        async def answer() -> Response:
-            gate.api_key(request)
-            body = await read_json(request)
-            filters = [k for k in _EGRESS if body.get(k)]
-            if filters:
-                raise Failed(
-                    400,
-                    f"rock opens or closes a sandbox's network as a whole and filters no egress "
-                    f"({', '.join(filters)}); give allow_internet_access only.",
-                )
-            await run_in_threadpool(_running, gate.manager, sandbox_id)
-            if "allow_internet_access" in body:
-                on = bool(body["allow_internet_access"])
-                try:
-                    await run_in_threadpool(gate.manager.set_network, sandbox_id, on)
-                except SandboxError as exc:
-                    raise Failed(400, str(exc)) from None
-            return Response(status_code=204)
-
-        return await rest(answer)
-
 
 def _pause_routes(app: FastAPI, gate: Gate) -> None:
     """Pause and resume: Docker's pause freezes the processes where they are, memory kept
@@ -326,7 +293,7 @@ def _pause_routes(app: FastAPI, gate: Gate) -> None:
     async def pause(sandbox_id: str, request: Request) -> Response:
         async def answer() -> Response:
             gate.api_key(request)
-            info = await run_in_threadpool(_running, gate.manager, sandbox_id, True)
+            info = await run_in_threadpool(running, gate.manager, sandbox_id, True)
             if info.state == "paused":
                 raise Failed(409, f"sandbox {sandbox_id} is already paused")
             await run_in_threadpool(gate.manager.pause, sandbox_id)
@@ -341,7 +308,7 @@ def _pause_routes(app: FastAPI, gate: Gate) -> None:
         async def answer() -> Response:
             gate.api_key(request)
             body = await read_json(request)
-            info = await run_in_threadpool(_running, gate.manager, sandbox_id, True)
+            info = await run_in_threadpool(running, gate.manager, sandbox_id, True)
             if info.state != "paused":
                 raise Failed(409, f"sandbox {sandbox_id} is not paused")
             seconds = body.get("timeout")
@@ -350,70 +317,6 @@ def _pause_routes(app: FastAPI, gate: Gate) -> None:
             return JSONResponse(gate.described(info), status_code=201)
 
         return await rest(answer)
-
-
-def _snapshot_routes(app: FastAPI, gate: Gate) -> None:
-    """Snapshots: a commit of the sandbox's file system as a local image, which
-    ``Sandbox.create(template=snapshot_id)`` starts from (memory and processes are not kept:
-    E2B's memory snapshots are not served)."""
-
-    @app.post("/sandboxes/{sandbox_id}/snapshots", include_in_schema=False)
-    async def snapshot(sandbox_id: str, request: Request) -> Response:
-        async def answer() -> Response:
-            gate.api_key(request)
-            name = str((await read_json(request)).get("name") or "")
-            if name and not _SNAPSHOT_NAME.fullmatch(name):
-                raise Failed(
-                    400,
-                    f"snapshot name {name!r} is not allowed; use up to 60 letters, digits, "
-                    "'.', '_' or '-'.",
-                )
-            await run_in_threadpool(_running, gate.manager, sandbox_id, True)
-            tag = f"{SNAPSHOTS}:{sandbox_id}-{name or secrets.token_hex(6)}"
-            await run_in_threadpool(gate.manager.snapshot, sandbox_id, tag)
-            return JSONResponse({"snapshotID": tag, "names": [tag]}, status_code=201)
-
-        return await rest(answer)
-
-    @app.get("/snapshots", include_in_schema=False)
-    async def snapshots(request: Request) -> Response:
-        async def answer() -> Response:
-            gate.api_key(request)
-            query = request.query_params
-            of = query.get("sandboxID") or ""
-            name = query.get("name") or ""
-            tags = sorted(await run_in_threadpool(_snapshot_tags, gate.manager))
-            tags = [
-                t
-                for t in tags
-                if t.split(":", 1)[1].startswith(f"{of}-" if of else "")
-                and (not name or t.endswith(f"-{name}"))
-            ]
-            start = int(query.get("nextToken") or 0)
-            limit = int(query.get("limit") or 0) or len(tags) or 1
-            more = start + limit < len(tags)
-            rows = [{"snapshotID": t, "names": [t]} for t in tags[start : start + limit]]
-            return JSONResponse(rows, headers={"x-next-token": str(start + limit)} if more else {})
-
-        return await rest(answer)
-
-    @app.delete("/templates/{template_id}", include_in_schema=False)
-    async def delete_snapshot(template_id: str, request: Request) -> Response:
-        async def answer() -> Response:
-            gate.api_key(request)
-            if template_id not in await run_in_threadpool(_snapshot_tags, gate.manager):
-                raise Failed(404, f"snapshot {template_id!r} does not exist")
-            try:
-                await run_in_threadpool(gate.manager.remove_image, template_id)
-            except SandboxConflict as exc:
-                raise Failed(409, str(exc)) from None
-            return Response(status_code=204)
-
-        return await rest(answer)
-
-
-def _snapshot_tags(manager: SandboxManager) -> set[str]:
-    return {t for image in manager.images() for t in image.tags if t.startswith(f"{SNAPSHOTS}:")}
 
 
 def _spec_of(body: dict[str, Any], built: TemplateImage | None = None) -> SandboxSpec:
@@ -450,58 +353,3 @@ def _give_stand_ins(manager: SandboxManager, sandbox_id: str) -> None:
     profile = f'export PATH="{toolchain.TOOLCHAIN_DIR}/bin:$PATH"\n'.encode()
     manager.write_file(sandbox_id, "/etc/profile.d/rock-stand-ins.sh", profile, 0o644)
     manager.exec(sandbox_id, ExecRequest(command=toolchain.PTH_SETUP, timeout=60))
-
-
-def _running(manager: SandboxManager, sandbox_id: str, paused_too: bool = False) -> SandboxInfo:
-    """The sandbox, in use (or paused, with ``paused_too``); E2B's 404 otherwise."""
-    try:
-        info = manager.get(sandbox_id)
-    except MISSING:
-        raise Failed(
-            404, f"sandbox \"{sandbox_id}\" doesn't exist or you don't have access to it"
-        ) from None
-    if info.state != "busy" and not (paused_too and info.state == "paused"):
-        raise Failed(404, f'sandbox "{sandbox_id}" is not running ({info.state})')
-    return info
-
-
-_SAMPLE = (
-    "c=/sys/fs/cgroup; cpu() { if [ -r $c/cpu.stat ]; then "
-    "echo $(( $(sed -n 's/^usage_usec //p' $c/cpu.stat) * 1000 )); "
-    "else cat $c/cpuacct/cpuacct.usage; fi 2>/dev/null; }; "
-    "u1=$(cpu); t1=$(date +%s%N); sleep 0.5; u2=$(cpu); t2=$(date +%s%N); "
-    "m=$(cat $c/memory.current || cat $c/memory/memory.usage_in_bytes) 2>/dev/null; "
-    "f=$(sed -n 's/^file //p' $c/memory.stat || sed -n 's/^cache //p' $c/memory/memory.stat) "
-    "2>/dev/null; "
-    'echo "${u1:-0} $t1 ${u2:-0} $t2 ${m:-0} ${f:-0} $(df -B1 --output=used,size / | tail -1)"'
-)
-"""A sandbox's usage, read inside it from its cgroup (v2, or v1's cpuacct and memory): CPU
-nanoseconds and the clock twice half a second apart, memory in use and of it the page
-cache, then the root file system's used and size."""
-
-
-def _metric(info: SandboxInfo, sample: str) -> dict[str, Any]:
-    """E2B's SandboxMetric from one :data:`_SAMPLE` (zeros where the sandbox has no
-    cgroup files to read)."""
-    try:
-        u1, t1, u2, t2, mem, cache, used, size = (int(x) for x in sample.split()[:8])
-    except ValueError:
-        u1 = t1 = u2 = t2 = mem = cache = used = size = 0
-    cpus = max(1, round(info.spec.cpus))
-    busy = (u2 - u1) / max(t2 - t1, 1) / cpus * 100
-    now = datetime.now(UTC)
-    return {
-        "timestamp": now.isoformat(),
-        "timestampUnix": int(now.timestamp()),
-        "cpuCount": cpus,
-        "cpuUsedPct": round(min(max(busy, 0.0), 100.0), 2),
-        "memUsed": mem,
-        "memTotal": info.spec.memory_mb * 1024 * 1024,
-        "memCache": cache,
-        "diskUsed": used,
-        "diskTotal": size,
-    }
-
-
-_EGRESS = ("allowOut", "denyOut", "rules", "egressProxy", "dnsServers")
-"""The egress filters of E2B's network update, which rock does not serve."""

@@ -2,8 +2,10 @@
 traffic tokens), the state it reaches (the manager, the processes started through envd), and
 the shapes of answers (E2B's REST errors; Connect's envelopes and errors).
 
-:mod:`rock.daemon.e2b` (the REST API), :mod:`rock.daemon.e2b_envd` (the in-sandbox API) and
-:mod:`rock.daemon.e2b_templates` (template builds) each import what they need from here.
+:mod:`rock.daemon.e2b` (the REST API, with :mod:`~rock.daemon.e2b_usage` and
+:mod:`~rock.daemon.e2b_snapshots`), :mod:`rock.daemon.e2b_envd` and
+:mod:`rock.daemon.e2b_processes` (the in-sandbox API) and :mod:`rock.daemon.e2b_templates`
+(template builds) each import what they need from here, :func:`running` among it.
 """
 
 from __future__ import annotations
@@ -262,3 +264,16 @@ def connect_error(failed: Failed) -> Response:
     return JSONResponse(
         {"code": code, "message": failed.message}, status_code=_CONNECT_STATUS.get(code, 500)
     )
+
+
+def running(manager: SandboxManager, sandbox_id: str, paused_too: bool = False) -> SandboxInfo:
+    """The sandbox, in use (or paused, with ``paused_too``); E2B's 404 otherwise."""
+    try:
+        info = manager.get(sandbox_id)
+    except MISSING:
+        raise Failed(
+            404, f"sandbox \"{sandbox_id}\" doesn't exist or you don't have access to it"
+        ) from None
+    if info.state != "busy" and not (paused_too and info.state == "paused"):
+        raise Failed(404, f'sandbox "{sandbox_id}" is not running ({info.state})')
+    return info

@@ -291,13 +291,14 @@ def template_routes(app: FastAPI, gate: Gate) -> Templates:
     templates = Templates(gate)
     gate.template_image = templates.image
     _build_routes(app, gate, templates)
+    _build_status_routes(app, gate, templates)
     _upload_route(app, templates)
     _name_routes(app, gate, templates)
     return templates
 
 
 def _build_routes(app: FastAPI, gate: Gate, templates: Templates) -> None:
-    """A build: requested, its files asked for, started, and watched."""
+    """A build: requested, and its files asked for."""
 
     @app.post("/v3/templates", include_in_schema=False)
     @app.post("/v2/templates", include_in_schema=False)
@@ -336,6 +337,10 @@ def _build_routes(app: FastAPI, gate: Gate, templates: Templates) -> None:
             return JSONResponse({"present": False, "url": url}, status_code=201)
 
         return await rest(answer)
+
+
+def _build_status_routes(app: FastAPI, gate: Gate, templates: Templates) -> None:
+    """A build: started, and watched."""
 
     @app.post("/v2/templates/{template_id}/builds/{build_id}", include_in_schema=False)
     async def start_build(template_id: str, build_id: str, request: Request) -> Response:

@@ -18,7 +18,6 @@ It owns one backend and one state store and keeps them in agreement:
 
 from __future__ import annotations
 
-import builtins
 import contextlib
 import logging
 import secrets
@@ -27,13 +26,9 @@ import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from rock.backends._shell import SessionError
 from rock.backends.base import (
-    FORK_REPOSITORY,
-    LABEL_FORKED_FROM,
     Backend,
     PoolNotFound,
     Sandbox,
@@ -41,23 +36,16 @@ from rock.backends.base import (
     SandboxNotFound,
     Session,
 )
+from rock.daemon.images import ImagesMixin
 from rock.daemon.pools import PoolsMixin, _Pool
 from rock.daemon.upkeep import UpkeepMixin
-from rock.errors import ImageBuildError, InvalidRequest, ShuttingDown
+from rock.daemon.verbs import VerbsMixin
+from rock.errors import ShuttingDown
 from rock.models import (
     CreateSandboxRequest,
-    ExecLog,
-    ExecRequest,
-    ExecResult,
-    ImageBuild,
-    ImageInfo,
     PoolSettings,
     SandboxInfo,
     SandboxSpec,
-    SessionInfo,
-    SessionResult,
-    SessionRunRequest,
-    SnapshotInfo,
     TransitionInfo,
 )
 from rock.store import (
@@ -70,7 +58,6 @@ from rock.store import (
 )
 
 if TYPE_CHECKING:
-    from rock.backends.docker import DockerBackend
     from rock.bench.images import ImageBuilder
 
 log = logging.getLogger("rock.daemon")
@@ -78,10 +65,8 @@ log = logging.getLogger("rock.daemon")
 S = SandboxState
 T = TypeVar("T")
 
-_RUNNING = frozenset({S.READY, S.BUSY})
 
-
-class SandboxManager(PoolsMixin, UpkeepMixin):
+class SandboxManager(PoolsMixin, UpkeepMixin, ImagesMixin, VerbsMixin):
     """Sandboxes, pools and sessions of one daemon; thread-safe."""
 
     def __init__(
@@ -357,232 +342,6 @@ class SandboxManager(PoolsMixin, UpkeepMixin):
             raise
         return self._info(self.store.transition(sandbox_id, S.STOPPED, "stopped by its client"))
 
-    def snapshot(self, sandbox_id: str, tag: str) -> SnapshotInfo:
-        box = self._box(sandbox_id, allow_stopped=True)
-        image = self._use(sandbox_id, lambda: box.snapshot(tag))
-        return SnapshotInfo(image=image, tag=tag)
-
-    def build_image(self, context: bytes, dockerfile: str, name: str) -> ImageBuild:
-        """Build an image from a build context (a tar, gzipped or not, with the Dockerfile at
-        ``dockerfile``), base images mapped to local ones as for a task (offline), cached by
-        digest: on the daemon's engine, or on the node of a Ray cluster with the most room
-        (its sandboxes are placed where their image is)."""
-        from rock.backends.docker import DockerBackend
-        from rock.bench.images import ImageBuilder, TaskImageError, build_context_tar
-
-        if not isinstance(self.backend, DockerBackend):  # (a cluster's node builds it)
-            built = self.backend.build_image(context, dockerfile, name)
-            return ImageBuild.model_validate({k: built[k] for k in ImageBuild.model_fields})
-        with self._lock:
-            builder = self._builder = self._builder or ImageBuilder(self._docker().client)
-        try:
-            done = build_context_tar(builder, context, dockerfile, name)
-        except ValueError as exc:
-            raise InvalidRequest(str(exc)) from None
-        except TaskImageError as exc:
-            raise ImageBuildError(_build_failure(exc)) from None
-        return ImageBuild.model_validate(done.model_dump(include=set(ImageBuild.model_fields)))
-
-    def build_folder(self, context: Path, dockerfile: Path, name: str) -> ImageBuild:
-        """:meth:`build_image` of a folder on this machine."""
-        from rock.bench.images import ImageBuilder, TaskImageError
-
-        with self._lock:
-            builder = self._builder = self._builder or ImageBuilder(self._docker().client)
-        try:
-            done = builder.build_dockerfile(context, dockerfile, name)
-        except TaskImageError as exc:
-            raise ImageBuildError(_build_failure(exc)) from None
-        return ImageBuild.model_validate(done.model_dump(include=set(ImageBuild.model_fields)))
-
-    def has_image(self, ref: str) -> bool:
-        """Whether the daemon's engine holds the image ``ref`` (the Docker backend's; the
-        images the backend lists otherwise)."""
-        from rock.backends.docker import DockerBackend
-
-        if isinstance(self.backend, DockerBackend):
-            try:
-                self.backend.client.images.get(ref)
-            except Exception:  # (NotFound, or a name the engine refuses)
-                return False
-            return True
-        return any(ref in image.tags for image in self.images())
-
-    def tags_of(self, repository: str) -> dict[str, str]:
-        """``tag: image id`` of the images named ``repository:…`` on the daemon's engine."""
-        from rock.backends.docker import DockerBackend
-
-        prefix = f"{repository}:"
-        if isinstance(self.backend, DockerBackend):
-            found = self.backend.client.images.list(name=repository)
-            pairs = [(t, str(image.id)) for image in found for t in image.tags]
-        else:
-            pairs = [(t, image.id) for image in self.images() for t in image.tags]
-        return {t[len(prefix) :]: i for t, i in pairs if t.startswith(prefix)}
-
-    def tag_image(self, image: str, tag: str) -> None:
-        """Give ``image`` a second name, ``repository:tag`` (the Docker backend's engine)."""
-        repository, _, version = tag.rpartition(":")
-        self._docker().client.images.get(image).tag(repository, version)
-
-    def _docker(self) -> DockerBackend:
-        from rock.backends.docker import DockerBackend
-
-        if not isinstance(self.backend, DockerBackend):
-            raise SandboxConflict(
-                f"the {self.backend.name} backend does not build images; build the image on "
-                "its nodes' engines, or run the daemon with the docker backend."
-            )
-        return self.backend
-
-    def remove_image(self, tag: str) -> None:
-        """Remove an image (a snapshot) from the engine, or every node's engine."""
-        self.backend.remove_image(tag)
-
-    def fork(self, sandbox_id: str, count: int = 1) -> builtins.list[SandboxInfo]:
-        """``count`` new sandboxes that start from this one's files as they are now (one
-        snapshot for all of them, as E2B's fork): its file system saved as an image
-        (``rock-fork/<id>:<token>``), each started with the same spec (limits, runtime,
-        environment, working directory) and leased to the caller. Running processes, a
-        session's working directory and exported variables are not carried; the image goes
-        with the last of them. When one cannot start, those started are removed."""
-        self._check_open()
-        record = self._record(sandbox_id)
-        box = self._box(sandbox_id)
-        tag = f"{FORK_REPOSITORY}/{sandbox_id}:{secrets.token_hex(4)}"
-        self._use(sandbox_id, lambda: box.snapshot(tag))
-        spec = SandboxSpec.model_validate(record.spec_json)
-        labels = {**spec.labels, LABEL_FORKED_FROM: sandbox_id}
-        forked = spec.model_copy(update={"image": tag, "labels": labels})
-        made: builtins.list[SandboxInfo] = []
-        try:
-            for _ in range(count):
-                made.append(self.create(CreateSandboxRequest(spec=forked, use_pools=False)))
-        except BaseException:
-            for info in made:
-                with contextlib.suppress(Exception):
-                    self.delete(info.id, "its fork group could not all start")
-            if not made:  # no container took the snapshot, so no delete will remove it
-                with contextlib.suppress(Exception):
-                    self.backend.remove_image(tag)
-            raise
-        return made
-
-    def logs(self, sandbox_id: str, limit: int = 100) -> builtins.list[ExecLog]:
-        self._record(sandbox_id)
-        return [
-            ExecLog.model_validate(r.model_dump(exclude={"id", "sandbox_id"}))
-            for r in self.store.execs(sandbox_id, limit)
-        ]
-
-    # --- verbs --------------------------------------------------------------------
-
-    def exec(
-        self,
-        sandbox_id: str,
-        request: ExecRequest,
-        on_output: Callable[[int, bytes], None] | None = None,
-    ) -> ExecResult:
-        """Run one command; with ``on_output`` its output is also handed over as it comes
-        (``stream``: 1 stdout, 2 stderr)."""
-        box = self._box(sandbox_id)
-        started_at = datetime.now(UTC)
-        with self._tracked():
-            result = (
-                box.run(request) if on_output is None else box.run_streaming(request, on_output)
-            )
-        self.store.record_exec(
-            sandbox_id,
-            command=request.command
-            if isinstance(request.command, str)
-            else " ".join(request.command),
-            exit_code=result.exit_code,
-            timed_out=result.timed_out,
-            started_at=started_at,
-            duration_sec=result.duration_sec,
-            stdout=result.stdout,
-            stderr=result.stderr,
-        )
-        self._after_command(result.exit_code, result.timed_out)
-        if self.metrics is not None:
-            self.metrics.exec_seconds.labels(kind="exec").observe(result.duration_sec)
-        return result
-
-    def open_session(self, sandbox_id: str) -> SessionInfo:
-        box = self._box(sandbox_id)
-        session = box.session()
-        session_id = "ss-" + secrets.token_hex(6)
-        with self._lock:
-            self._sessions[session_id] = (sandbox_id, session)
-        self.store.touch(sandbox_id)
-        return SessionInfo(id=session_id, sandbox_id=sandbox_id)
-
-    def run_in_session(
-        self, sandbox_id: str, session_id: str, request: SessionRunRequest
-    ) -> SessionResult:
-        session = self._session(sandbox_id, session_id)
-        started_at = datetime.now(UTC)
-        try:
-            with self._tracked():
-                result = session.run(request.command, timeout=request.timeout)
-        except SessionError:
-            with self._lock:
-                self._sessions.pop(session_id, None)
-            raise
-        self.store.record_exec(
-            sandbox_id,
-            command=request.command,
-            exit_code=result.exit_code,
-            timed_out=result.timed_out,
-            started_at=started_at,
-            duration_sec=result.duration_sec,
-            stdout=result.output,
-            stderr=b"",
-            session_id=session_id,
-        )
-        self._after_command(result.exit_code, result.timed_out)
-        if self.metrics is not None:
-            self.metrics.exec_seconds.labels(kind="session").observe(result.duration_sec)
-        return result
-
-    def set_network(self, sandbox_id: str, on: bool) -> None:
-        """Open or close a running sandbox's network (one made with a network only)."""
-        box = self._box(sandbox_id)
-        self._use(sandbox_id, lambda: box.set_network(on))
-
-    def interrupt(self, sandbox_id: str, tag: str | None = None) -> int:
-        """Stop the commands running in the sandbox (the one run with ``tag``); how many."""
-        return self._box(sandbox_id).interrupt(tag)
-
-    def interrupt_session(self, sandbox_id: str, session_id: str) -> None:
-        """Stop the command running in the session; the session stays."""
-        self._session(sandbox_id, session_id).interrupt()
-
-    def close_session(self, sandbox_id: str, session_id: str) -> None:
-        session = self._session(sandbox_id, session_id)
-        with self._lock:
-            self._sessions.pop(session_id, None)
-        session.close()
-
-    def read_file(self, sandbox_id: str, path: str) -> bytes:
-        box = self._box(sandbox_id, allow_stopped=True)
-        return self._use(sandbox_id, lambda: box.read_file(path))
-
-    def write_file(self, sandbox_id: str, path: str, data: bytes, mode: int) -> None:
-        box = self._box(sandbox_id)
-        self._use(sandbox_id, lambda: box.write_file(path, data, mode))
-
-    def get_archive(self, sandbox_id: str, path: str) -> bytes:
-        box = self._box(sandbox_id, allow_stopped=True)
-        return self._use(sandbox_id, lambda: box.get_archive(path))
-
-    def put_archive(self, sandbox_id: str, directory: str, data: bytes) -> None:
-        box = self._box(sandbox_id)
-        self._use(sandbox_id, lambda: box.put_archive(directory, data))
-
-    def images(self) -> builtins.list[ImageInfo]:
-        return [ImageInfo.model_validate(item) for item in self.backend.images()]
-
     # --- helpers ------------------------------------------------------------------
 
     def _check_open(self) -> None:
@@ -651,17 +410,6 @@ class SandboxManager(PoolsMixin, UpkeepMixin):
         raise (SandboxNotFound if record.state == S.DELETED else SandboxConflict)(
             f"sandbox {sandbox_id} is {record.state}{reason}; create a new one."
         )
-
-    def _session(self, sandbox_id: str, session_id: str) -> Session:
-        with self._lock:
-            entry = self._sessions.get(session_id)
-        if entry is None or entry[0] != sandbox_id:
-            self._box(sandbox_id)
-            raise SandboxNotFound(
-                f"no session {session_id} in sandbox {sandbox_id}; open one with POST "
-                f"/v1/sandboxes/{sandbox_id}/sessions."
-            )
-        return entry[1]
 
     def _close_sessions(self, sandbox_id: str) -> None:
         with self._lock:
@@ -738,9 +486,3 @@ class SandboxManager(PoolsMixin, UpkeepMixin):
             expires_at=record.expires_at,
             labels=record.labels,
         )
-
-
-def _build_failure(exc: Exception) -> str:
-    """A failed build in one sentence, with the last lines it printed."""
-    tail = " | ".join(str(getattr(exc, "log", "")).strip().splitlines()[-3:])
-    return f"{exc}" + (f" (last lines: {tail})" if tail else "")

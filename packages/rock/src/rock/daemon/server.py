@@ -215,6 +215,34 @@ class _Server(uvicorn.Server):
         super().handle_exit(sig, frame)
 
 
+def _claim(config: ServeConfig, daemon_id: str) -> tuple[Backend, StateStore]:
+    """The daemon's backend and store, each holding ``daemon_id`` (one daemon per daemon id,
+    on the engine and on the database) before either is touched: reconciliation comes at
+    start-up. A failure releases what was taken."""
+    backend: Backend | None = None
+    store: StateStore | None = None
+    try:
+        backend = make_backend(
+            config.backend,
+            daemon_id,
+            config.home,
+            ray_address=config.ray_address,
+            origin=origin_of(config.home),
+        )
+        backend.claim()
+        store = StateStore(
+            config.database_url, home=config.home, max_output_chars=config.max_output_chars
+        )
+        store.claim(daemon_id)
+    except BaseException:
+        if backend is not None:
+            backend.release()
+        if store is not None:
+            store.close()
+        raise
+    return backend, store
+
+
 class Daemon:
     """One daemon: its store, backend, manager, app and server. ``run()`` blocks until
     SIGTERM/SIGINT (main thread) or `stop()` (any thread)."""
@@ -231,30 +259,12 @@ class Daemon:
         except BaseException:
             self._lock.close()
             raise
-        backend: Backend | None = None
-        store: StateStore | None = None
-        try:  # one daemon per daemon id, on the engine and on the database, before either
-            backend = make_backend(  # is touched: reconciliation comes at start-up
-                config.backend,
-                self.daemon_id,
-                self.home,
-                ray_address=config.ray_address,
-                origin=origin_of(self.home),
-            )
-            backend.claim()
-            store = StateStore(
-                config.database_url, home=self.home, max_output_chars=config.max_output_chars
-            )
-            store.claim(self.daemon_id)
+        try:
+            self.backend, self.store = _claim(config, self.daemon_id)
         except BaseException:
-            if backend is not None:
-                backend.release()
-            if store is not None:
-                store.close()
             self._socket.close()
             self._lock.close()
             raise
-        self.backend, self.store = backend, store
         self.metrics = Metrics()
         self.manager = SandboxManager(
             self.backend, self.store, daemon_id=self.daemon_id, metrics=self.metrics
@@ -271,6 +281,11 @@ class Daemon:
             e2b_stand_ins=config.e2b_stand_ins,
             e2b_domain=config.e2b_domain,
         )
+        self.server = self._uvicorn()
+
+    def _uvicorn(self) -> _Server:
+        """The uvicorn server of the app, which says where it listens once it does."""
+        config = self.config
         uv_config = uvicorn.Config(
             self.app,
             host=config.host,
@@ -279,17 +294,18 @@ class Daemon:
             timeout_graceful_shutdown=int(config.grace_sec) + 5,
             access_log=False,
         )
-        self.server = _Server(uv_config)
-        self.server.manager = self.manager
-        self.server.grace_sec = config.grace_sec
-        original_startup = self.server.startup
+        server = _Server(uv_config)
+        server.manager = self.manager
+        server.grace_sec = config.grace_sec
+        original_startup = server.startup
 
         async def startup(sockets: list[socket.socket] | None = None) -> None:
             await original_startup(sockets=sockets)
-            if self.server.started:
+            if server.started:
                 self._listening()
 
-        self.server.startup = startup  # type: ignore[method-assign]
+        server.startup = startup  # type: ignore[method-assign]
+        return server
 
     def _start(self) -> None:
         self.manager.start(self.config.pools)

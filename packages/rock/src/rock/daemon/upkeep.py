@@ -70,42 +70,7 @@ class UpkeepMixin:
                 self._quiet_delete(box)
                 counts["removed"] += 1
                 continue
-            if row.state not in (S.READY, S.BUSY, S.PAUSED, S.STOPPED):
-                self._quiet_delete(box)
-                self._move(row.id, S.DELETED, f"the daemon stopped while it was {row.state}")
-                counts["closed"] += 1
-                continue
-            status = box.status()
-            expected = "paused" if row.state == S.PAUSED else "running"
-            if row.state != S.STOPPED and status.get("state") != expected:
-                self._quiet_delete(box)
-                self._move(
-                    row.id,
-                    S.ERROR,
-                    f"its container was {status.get('state')} when the daemon restarted",
-                )
-                counts["failed"] += 1
-                continue
-            pool = self._pools.get(row.pool_key or "")
-            if row.state == S.READY and (
-                pool is None or _shape(pool.settings.spec) != _shape(box.spec)
-            ):
-                self._quiet_delete(box)
-                self._move(row.id, S.DELETED, "its pool no longer wants it")
-                counts["removed"] += 1
-                continue
-            box.spec = SandboxSpec.model_validate(row.spec_json)
-            with self._lock:
-                self._boxes[row.id] = box
-                if row.state == S.STOPPED:
-                    self._stopped.add(row.id)
-                if row.state == S.PAUSED:
-                    self._paused.add(row.id)
-                if pool is not None:
-                    pool.members.add(row.id)
-                    if row.state == S.READY:
-                        pool.idle.append(row.id)
-            counts["adopted"] += 1
+            counts[self._reconcile_one(box, row)] += 1
         for row in rows.values():
             if row.state == S.ERROR:
                 continue  # already closed with its reason
@@ -121,6 +86,43 @@ class UpkeepMixin:
             )
         log.info("reconciled: %s", counts)
         return counts
+
+    def _reconcile_one(self, box: Sandbox, row: SandboxRecord) -> str:
+        """Adopt a container its database records, or remove it and close its row; which of
+        ``adopted``, ``closed``, ``failed`` or ``removed`` happened."""
+        if row.state not in (S.READY, S.BUSY, S.PAUSED, S.STOPPED):
+            self._quiet_delete(box)
+            self._move(row.id, S.DELETED, f"the daemon stopped while it was {row.state}")
+            return "closed"
+        status = box.status()
+        expected = "paused" if row.state == S.PAUSED else "running"
+        if row.state != S.STOPPED and status.get("state") != expected:
+            self._quiet_delete(box)
+            self._move(
+                row.id,
+                S.ERROR,
+                f"its container was {status.get('state')} when the daemon restarted",
+            )
+            return "failed"
+        pool = self._pools.get(row.pool_key or "")
+        if row.state == S.READY and (
+            pool is None or _shape(pool.settings.spec) != _shape(box.spec)
+        ):
+            self._quiet_delete(box)
+            self._move(row.id, S.DELETED, "its pool no longer wants it")
+            return "removed"
+        box.spec = SandboxSpec.model_validate(row.spec_json)
+        with self._lock:
+            self._boxes[row.id] = box
+            if row.state == S.STOPPED:
+                self._stopped.add(row.id)
+            if row.state == S.PAUSED:
+                self._paused.add(row.id)
+            if pool is not None:
+                pool.members.add(row.id)
+                if row.state == S.READY:
+                    pool.idle.append(row.id)
+        return "adopted"
 
     def _made_elsewhere(self, box: Sandbox) -> bool:
         """True for a sandbox this daemon's database does not record under its id, made by a

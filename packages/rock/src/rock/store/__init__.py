@@ -1,5 +1,6 @@
 """The daemon's state store: sandboxes, their state history and exec records (SQLAlchemy 2)."""
 
+from rock.store.engine import default_home, normalise_url
 from rock.store.models import (
     ALLOWED_TRANSITIONS,
     LIVE_STATES,
@@ -15,7 +16,7 @@ from rock.store.models import (
     TransitionRecord,
     UnknownSandbox,
 )
-from rock.store.store import StateStore, default_home, normalise_url
+from rock.store.store import StateStore
 
 __all__ = [
     "ALLOWED_TRANSITIONS",
