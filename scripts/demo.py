@@ -72,6 +72,12 @@ SERVE_DTYPE = "bfloat16"
 """The evaluated real models are served in bf16: on this CPU (AVX512-BF16) it decodes about
 twice as fast as float32, and greedy held-out success came out the same (README); the tiny
 model stays in float32."""
+TIMEOUT_MULTIPLIER = 5.0
+"""The factor on the held-out tasks' time limits in evaluation (agent 120 s, verifier 60 s):
+the agent is bounded by its turns (3) and tokens (48 a turn), so the clock only ever cut
+short trials on a slow or busy machine (20 of 152 sampled trials of one run there ended as
+``agent_timeout``, the clock scored instead of the agent). At five times the limits a trial
+ends by its turns; the limit stays as a guard against a stuck one."""
 SAMPLED_ATTEMPTS = 4
 """Sampled evaluation: attempts per held-out task at temperature 1 (mean success reported)."""
 CONTEXT = 1024
@@ -296,6 +302,7 @@ def bench(
             "--dataset", OUT / "datasets" / "heldout" / "tasks",
             "--agent", "roll-policy", "--n-concurrent", str(BENCH_CONCURRENCY),
             "--n-attempts", str(attempts), "--output", out,
+            "--timeout-multiplier", str(TIMEOUT_MULTIPLIER),
             "--agent-kwarg", f"model_path={model}", "--agent-kwarg", "prompt_profile=compact",
             "--agent-kwarg", "tool_format=brief", "--agent-kwarg", f"temperature={temperature}",
             "--agent-kwarg", "max_turns=3", "--agent-kwarg", f"context_limit={CONTEXT}",

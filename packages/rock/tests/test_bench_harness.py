@@ -162,6 +162,17 @@ def test_open_run_dir_refuses_resume_with_other_attempts(tmp_path: Path) -> None
         _open_run_dir(out, _config(n_attempts=3), resume=True)
 
 
+def test_open_run_dir_refuses_resume_with_another_timeout_multiplier(tmp_path: Path) -> None:
+    """A run's time limits are part of what it measures: trials under other limits would mix
+    two runs' outcomes in one."""
+    out = tmp_path / "run"
+    _open_run_dir(out, _config(timeout_multiplier=4.0), resume=False)
+    saved = RunConfig.model_validate_json((out / RUN_FILE).read_text())
+    assert saved.timeout_multiplier == 4.0
+    with pytest.raises(BenchError, match=r"timeout_multiplier=4\.0, not 1\.0"):
+        _open_run_dir(out, _config(), resume=True)
+
+
 def test_open_run_dir_resume_merges_task_ids(tmp_path: Path) -> None:
     out = tmp_path / "run"
     first = _open_run_dir(out, _config(task_ids=["b", "a"]), resume=False)

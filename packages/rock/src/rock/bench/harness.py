@@ -148,6 +148,7 @@ class Harness:
             agent_kwargs=agent_kwargs or {},
             n_attempts=self.options.n_attempts,
             n_concurrent=self.options.n_concurrent,
+            timeout_multiplier=self.options.timeout_multiplier,
             started_at=datetime.now(UTC),
             rock_version=__version__,
         )
@@ -442,7 +443,7 @@ def _open_run_dir(output: Path, config: RunConfig, resume: bool) -> RunConfig:
                 "another --output."
             )
         old = RunConfig.model_validate_json(run_file.read_text())
-        for field in ("agent", "model", "n_attempts", "agent_kwargs"):
+        for field in ("agent", "model", "n_attempts", "agent_kwargs", "timeout_multiplier"):
             if getattr(old, field) != getattr(config, field):
                 raise BenchError(
                     f"{output} was run with {field}={getattr(old, field)!r}, not "

@@ -157,6 +157,8 @@ class RunConfig(_Model):
     agent_kwargs: dict[str, Any] = Field(default_factory=dict)
     n_attempts: int = 1
     n_concurrent: int = 1
+    timeout_multiplier: float = 1.0
+    """The factor on every task's agent and verifier time limits (``--timeout-multiplier``)."""
     started_at: datetime | None = None
     rock_version: str | None = None
 
