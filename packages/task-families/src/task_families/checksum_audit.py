@@ -15,113 +15,27 @@ import hashlib
 import json
 import random
 import re
-import textwrap
 from collections.abc import Callable
 
 from ale.synth.expert import Observation, shell, write
 from ale.synth.family import ExpertProgram, Family, TaskDraft, register
+from task_families._sources import fill, phrase_table, phrases
 
 _NAMES = ["skyforge", "tern", "pavlova", "quokka-cli", "mirth", "bramble", "zenith", "cask"]
 _NAMES += ["lattice", "pylon", "waxwing", "umbra"]
 _ROOTS = ["/app", "/srv/releases", "/opt/dist", "/var/tmp/incoming"]
 _ALGOS = {"md5": ("MD5", 32), "sha1": ("SHA1", 40), "sha256": ("SHA256", 64)}
 _GENERIC = ["CHECKSUMS", "manifest.txt", "checksums.txt", "DIGESTS"]
-_LAYOUT = [
-    "bin/{n}",
-    "bin/{n}-helper",
-    "lib/lib{n}.so.1",
-    "lib/lib{n}.a",
-    "include/{n}.h",
-    "include/{n}/config.h",
-    "share/doc/{n}/README",
-    "share/doc/{n}/NEWS",
-    "share/man/man1/{n}.1",
-    "share/{n}/schema.sql",
-    "etc/{n}.conf",
-    "etc/{n}/logging.ini",
-    "LICENSE",
-    "CHANGELOG.md",
-    "README.md",
-    "assets/logo.png",
-    "assets/icon-64.png",
-    "lib/python3/{n}/__init__.py",
-    "lib/python3/{n}/core.py",
-    "completions/{n}.bash",
-    "data/locale/de.mo",
-    "data/locale/fr.mo",
-    "docs/User Guide.pdf",
-    "docs/release notes.txt",
-]
-_EXTRAS = [
-    ".DS_Store",
-    "bin/{n}.orig",
-    "lib/libinject.so",
-    "share/doc/{n}/README~",
-    "tmp/build.log",
-    "docs/Copy of User Guide.pdf",
-    "etc/.{n}.conf.swp",
-    "bin/postinstall.sh",
-]
-_KEYS = {
-    "tampered": ["tampered", "modified", "corrupted", "mismatched"],
-    "missing": ["missing", "absent", "not_found"],
-    "extra": ["extra", "unlisted", "unexpected"],
-}
+_LAYOUT = phrases("checksum_audit", "layout")
+_EXTRAS = phrases("checksum_audit", "extras")
+_KEYS = phrase_table("checksum_audit", "keys")
 
-_OPENERS = [
-    "We downloaded the release `{rel}` and want to make sure it is intact.",
-    "Before deploying `{rel}`, verify it against its checksum manifest.",
-    "The release tree in `{rel}` comes with a manifest, `{manifest}`, of checksums.",
-    "Someone may have tampered with the unpacked release at `{rel}`.",
-    "Audit the integrity of the release directory `{rel}`.",
-]
-_MANIFEST = [
-    "Its manifest is `{manifest}` (paths in it are relative to the release directory).",
-    "The checksums are in `{manifest}`, inside that directory.",
-    "`{manifest}` lists every file of the release with its checksum.",
-    "Use the list of checksums in `{manifest}`, which sits at the top of the release.",
-]
-_DEFS = {
-    "tampered": [
-        "files whose current checksum differs from the manifest",
-        "listed files whose content no longer matches their checksum",
-        "files present but with a wrong checksum",
-    ],
-    "missing": [
-        "files the manifest lists that do not exist",
-        "listed files that are gone",
-        "entries of the manifest with no file on disk",
-    ],
-    "extra": [
-        "files in the release that the manifest does not list (the manifest itself excluded)",
-        "unlisted files found under the release directory, not counting the manifest",
-        "files on disk that are not in the manifest (ignore the manifest file itself)",
-    ],
-}
-_JSON_ASK = [
-    "Write `{out}` as a JSON object with the keys {keys}, each a list of paths relative to "
-    "the release directory.",
-    "Save the result to `{out}`: a JSON object mapping {keys} to lists of relative paths.",
-    "Report in `{out}`, a JSON object whose keys are {keys} and whose values are arrays of "
-    "paths (relative to the release root).",
-    "Produce `{out}` containing one JSON object with {keys}, each holding the matching "
-    "relative paths.",
-]
-_TEXT_ASK = [
-    "Write one file per category in `{out}/`: {files}, one relative path per line.",
-    "Create {files} in the directory `{out}/`, each listing paths relative to the release, "
-    "one per line.",
-    "Put the findings in `{out}/` as {files} (one path per line, relative to the release "
-    "directory).",
-    "Save plain-text lists {files} under `{out}/`; each line is one path relative to the "
-    "release root.",
-]
-_NOTES = [
-    "An empty category is an empty list. Order does not matter.",
-    "The order of the paths does not matter.",
-    "Any order is fine; do not repair or delete anything.",
-    "Don't change the release itself; only report.",
-]
+_OPENERS = phrases("checksum_audit", "openers")
+_MANIFEST = phrases("checksum_audit", "manifest")
+_DEFS = phrase_table("checksum_audit", "defs")
+_JSON_ASK = phrases("checksum_audit", "json_ask")
+_TEXT_ASK = phrases("checksum_audit", "text_ask")
+_NOTES = phrases("checksum_audit", "notes")
 
 
 def _digest(algo: str, data: bytes) -> str:
@@ -411,44 +325,11 @@ def _solution_tail(
 
 
 def _tests(rel: str, out: str, as_json: bool, expected: dict[str, list[str]]) -> str:
-    return textwrap.dedent(
-        f"""\
-        import json
-        from pathlib import Path
-
-        REL = {rel!r}
-        OUT = {out!r}
-        AS_JSON = {as_json!r}
-        EXPECTED = json.loads({json.dumps(expected)!r})
-
-
-        def _norm(path):
-            path = path.strip()
-            if path.startswith(REL + "/"):
-                path = path[len(REL) + 1 :]
-            while path.startswith("./"):
-                path = path[2:]
-            return path
-
-
-        def _report():
-            if AS_JSON:
-                data = json.loads(Path(OUT).read_text())
-                return {{k: data[k] for k in EXPECTED}}
-            got = {{}}
-            for key in EXPECTED:
-                lines = Path(OUT, key + ".txt").read_text().splitlines()
-                got[key] = [ln for ln in lines if ln.strip()]
-            return got
-
-
-        def test_report_exists():
-            assert Path(OUT).exists()
-
-
-        def test_categories():
-            got = _report()
-            for key, want in EXPECTED.items():
-                assert sorted({{_norm(p) for p in got[key]}}) == sorted(want), key
-        """
+    return fill(
+        "checksum_audit",
+        "test_outputs",
+        rel=rel,
+        out=out,
+        as_json=as_json,
+        expected=json.dumps(expected),
     )

@@ -13,40 +13,15 @@ import textwrap
 
 from ale.synth.expert import Observation, shell, write
 from ale.synth.family import ExpertProgram, Family, TaskDraft, register
+from task_families._sources import fill, phrase_table, phrases
 
-_GROUPS = {
-    "region": ["north", "south", "east", "west", "central"],
-    "store": ["downtown", "airport", "harbor", "mall", "station", "campus"],
-    "team": ["alpha", "bravo", "delta", "echo", "omega"],
-    "product": ["widget", "gadget", "gizmo", "doohickey", "sprocket"],
-}
+_GROUPS = phrase_table("csv_aggregate", "groups")
 _VALUES = {"amount": "amount", "revenue": "revenue", "units": "units", "cost": "cost"}
 _DELIMS = {",": "comma", ";": "semicolon", "\t": "tab", "|": "pipe"}
-_OPENERS = [
-    "The file `{src}` holds one record per line.",
-    "We exported some records to `{src}`.",
-    "There is a delimited text export at `{src}` in the working directory.",
-    "Our reporting job dropped `{src}` into /app.",
-    "Have a look at `{src}`: it is a table of records.",
-]
-_ASKS = [
-    "Sum the `{value}` column for each distinct `{group}` and write the totals to `{out}` "
-    "as a JSON object mapping each {group} to its total.",
-    "Compute, per `{group}`, the total of `{value}`. Save the result in `{out}`: a JSON "
-    "object whose keys are the {group} names and whose values are the sums.",
-    "I need the total `{value}` for every `{group}`. Put a JSON object {{{group}: total}} "
-    "in `{out}`.",
-    "Aggregate `{value}` by `{group}` (sum) and store the mapping as JSON in `{out}`.",
-]
-_NOTES = [
-    "Round each total to 2 decimal places.",
-    "Totals should be rounded to two decimals.",
-    "Use two-decimal rounding for the totals.",
-]
-_HARD = [
-    "Some fields are quoted and the file may contain blank lines; ignore the blank lines.",
-    "Watch out: blank lines appear in the data and some values are in double quotes.",
-]
+_OPENERS = phrases("csv_aggregate", "openers")
+_ASKS = phrases("csv_aggregate", "asks")
+_NOTES = phrases("csv_aggregate", "notes")
+_HARD = phrases("csv_aggregate", "hard")
 
 
 @register
@@ -102,25 +77,11 @@ class CsvAggregate(Family):
             parts.append(rng.choice(_HARD))
         instruction = " ".join(parts)
         script = _script(src, out, group, value)
-        tests = textwrap.dedent(
-            f"""\
-            import json
-            from pathlib import Path
-
-            EXPECTED = {json.dumps(totals, sort_keys=True)!r}
-
-
-            def test_output_exists():
-                assert Path({("/app/" + out)!r}).is_file()
-
-
-            def test_totals():
-                got = json.loads(Path({("/app/" + out)!r}).read_text())
-                want = json.loads(EXPECTED)
-                assert set(got) == set(want)
-                for key, total in want.items():
-                    assert abs(float(got[key]) - total) < 0.011, key
-            """
+        tests = fill(
+            "csv_aggregate",
+            "test_outputs",
+            expected=json.dumps(totals, sort_keys=True),
+            path="/app/" + out,
         )
 
         def expert() -> ExpertProgram:

@@ -19,7 +19,7 @@ from typing import Any
 
 from ale.synth.expert import shell, write
 from ale.synth.family import ExpertProgram, Family, TaskDraft, register
-from task_families._sources import source
+from task_families._sources import phrases, source
 
 
 def _source(name: str) -> str:
@@ -384,33 +384,10 @@ _RANGES = _Spec(
 
 _SPECS = (_ROMAN_TO, _ROMAN_FROM, _RLE, _CAESAR, _WRAP, _MERGE, _BRACKETS, _BASE, _CASE, _RANGES)
 
-_OPENERS = [
-    "There is a stub waiting to be written in /app.",
-    "We are missing a small utility in our codebase.",
-    "A helper module in /app only has a placeholder so far.",
-    "This is a small implementation job.",
-    "One function in /app still raises `NotImplementedError`.",
-    "Time to finish a half-written module.",
-]
-_EXAMPLE_LEADS = [
-    "For example:",
-    "Some examples:",
-    "Expected behaviour, for instance:",
-    "A few cases it must get right:",
-]
-_NOTES = [
-    "Use only the Python standard library and keep the function names and signatures as they are.",
-    "Keep the signatures unchanged; no third-party packages are available.",
-    "Don't rename anything: other code imports these names. Standard library only.",
-    "Plain Python 3 (stdlib) is enough; the existing names and parameters must stay.",
-    "The module will be imported by the test suite, so keep its public names and avoid side effects at import time.",
-]
-_EDGE_LEADS = [
-    "Edge cases that must be handled:",
-    "Also make sure that:",
-    "Be careful with these rules:",
-    "In addition:",
-]
+_OPENERS = phrases("implement_function", "openers")
+_EXAMPLE_LEADS = phrases("implement_function", "example_leads")
+_NOTES = phrases("implement_function", "notes")
+_EDGE_LEADS = phrases("implement_function", "edge_leads")
 
 
 def _evaluate(namespace: dict[str, Any], name: str, args: tuple[Any, ...]) -> Any:

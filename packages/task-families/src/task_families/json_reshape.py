@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import json
 import random
-import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from ale.synth.expert import shell, write
 from ale.synth.family import ExpertProgram, Family, TaskDraft, register
+from task_families._sources import fill, phrase_table, phrases
 
 Record = dict[str, Any]
 FieldPath = tuple[str, ...]
@@ -204,85 +204,18 @@ def _dotted(path: FieldPath) -> str:
     return ".".join(path)
 
 
-_OPENERS = [
-    "`{src}` holds {noun} records exported from our admin tool ({layout}).",
-    "We have a dump of {noun} in `{src}` ({layout}).",
-    "The file `{src}` contains {noun} as nested JSON ({layout}).",
-    "Please reshape the {noun} data in `{src}` ({layout}).",
-    "Downstream needs a flat extract of the {noun} in `{src}` ({layout}).",
-    "I exported some {noun} to `{src}` ({layout}) and need them in a different shape.",
-]
-_LAYOUTS = {
-    "array": ["one JSON array of objects", "a JSON array", "a top-level JSON list"],
-    "jsonl": ["one JSON object per line", "JSON lines", "newline-delimited JSON"],
-    "wrapped": [
-        "a JSON object whose `{key}` key holds the list",
-        "an object with the list under `{key}`",
-    ],
-}
-_NUM_OPS = {
-    ">=": ["is at least {v}", "is {v} or more", ">= {v}"],
-    ">": ["is greater than {v}", "exceeds {v}", "is above {v}"],
-    "<": ["is below {v}", "is less than {v}", "< {v}"],
-    "<=": ["is at most {v}", "does not exceed {v}", "is {v} or less"],
-}
-_KEEP_LEADS = [
-    "Keep only the records where {cond}.",
-    "Select the records for which {cond}; drop the rest.",
-    "Filter: {cond}.",
-    "Only records with {cond} should appear in the output.",
-]
-_FIELD_LEADS = [
-    "Each output row has these fields, in this order:",
-    "Output columns (source path -> output name):",
-    "Keep these fields and rename them as shown:",
-    "For every kept record, emit:",
-]
-_SORT_TEXT = {
-    "asc": [
-        "Sort by `{f}` ascending; break ties by `{id}` ascending.",
-        "Order the rows by `{f}` from low to high (ties: by `{id}`, ascending).",
-        "Rows go in increasing `{f}` order, equal values ordered by `{id}`.",
-    ],
-    "desc": [
-        "Sort by `{f}` descending; break ties by `{id}` ascending.",
-        "Order the rows by `{f}` from high to low (ties: by `{id}`, ascending).",
-        "Rows go in decreasing `{f}` order, equal values ordered by increasing `{id}`.",
-    ],
-}
-_OUT_TEXT = {
-    "json": [
-        "Write the result to `{out}` as a JSON array of objects.",
-        "Save it as `{out}`: one JSON array, one object per row.",
-        "The output file is `{out}`, a JSON list of objects.",
-    ],
-    "jsonl": [
-        "Write the result to `{out}` as JSON lines (one object per line).",
-        "Save it as `{out}` in JSONL format: one JSON object per line, no enclosing array.",
-        "The output file is `{out}`, newline-delimited JSON.",
-    ],
-    "csv": [
-        "Write the result to `{out}` as CSV with a header row of the output names.",
-        "Save it as `{out}`: comma-separated, header line first, columns in the order listed.",
-        "The output file is `{out}`, a CSV file whose first line names the columns.",
-    ],
-}
+_OPENERS = phrases("json_reshape", "openers")
+_LAYOUTS = phrase_table("json_reshape", "layouts")
+_NUM_OPS = phrase_table("json_reshape", "num_ops")
+_KEEP_LEADS = phrases("json_reshape", "keep_leads")
+_FIELD_LEADS = phrases("json_reshape", "field_leads")
+_SORT_TEXT = phrase_table("json_reshape", "sort_text")
+_OUT_TEXT = phrase_table("json_reshape", "out_text")
 
 
-_CAT_TEXT = [
-    "`{p}` is `{v}`",
-    '`{p}` equals "{v}"',
-    "the `{p}` field is `{v}`",
-]
-_CAT_NOT_TEXT = [
-    "`{p}` is not `{v}`",
-    '`{p}` is anything but "{v}"',
-]
-_FLAG_TEXT = [
-    "`{p}` is {j} (the {noun} is {word})",
-    "`{p}` is {j}",
-    "the record is {word} (`{p}`: {j})",
-]
+_CAT_TEXT = phrases("json_reshape", "cat_text")
+_CAT_NOT_TEXT = phrases("json_reshape", "cat_not_text")
+_FLAG_TEXT = phrases("json_reshape", "flag_text")
 
 
 def _condition(
@@ -570,51 +503,11 @@ def _expected(plan: _Plan, records: list[Record]) -> list[Record]:
 
 
 def _tests(out: str, fmt: str, names: list[str], rows: list[Record]) -> str:
-    return textwrap.dedent(
-        f"""\
-        import csv
-        import json
-        from pathlib import Path
-
-        OUT = Path({out!r})
-        FORMAT = {fmt!r}
-        NAMES = {json.dumps(names)!r}
-        EXPECTED = {json.dumps(rows)!r}
-
-
-        def same(got, want):
-            if isinstance(want, bool) or want is None:
-                return got == want
-            if isinstance(want, (int, float)):
-                try:
-                    return abs(float(got) - want) < 1e-6
-                except (TypeError, ValueError):
-                    return False
-            return str(got) == want
-
-
-        def load():
-            text = OUT.read_text()
-            if FORMAT == "json":
-                return json.loads(text)
-            if FORMAT == "jsonl":
-                return [json.loads(line) for line in text.splitlines() if line.strip()]
-            table = [row for row in csv.reader(text.splitlines()) if row]
-            assert table[0] == json.loads(NAMES), table[0]
-            return [dict(zip(table[0], row)) for row in table[1:]]
-
-
-        def test_output_exists():
-            assert OUT.is_file()
-
-
-        def test_rows():
-            got = load()
-            want = json.loads(EXPECTED)
-            assert len(got) == len(want)
-            for i, (g, w) in enumerate(zip(got, want)):
-                assert set(g) == set(w), (i, sorted(g))
-                for key, value in w.items():
-                    assert same(g[key], value), (i, key, g[key], value)
-        """
+    return fill(
+        "json_reshape",
+        "test_outputs",
+        out=out,
+        fmt=fmt,
+        names=json.dumps(names),
+        rows=json.dumps(rows),
     )

@@ -22,78 +22,17 @@ from collections import deque
 
 from ale.synth.expert import Observation, shell, write
 from ale.synth.family import ExpertProgram, Family, TaskDraft, register
+from task_families._sources import phrase_table, phrases
 
 _MOVES = {"U": (-1, 0), "D": (1, 0), "L": (0, -1), "R": (0, 1)}
 _KEY_LETTERS = "abcdef"  # not g or s: their upper cases are the goal and the start
 
-_OPENERS = [
-    "There is a maze in `{src}`.",
-    "`{src}` holds an ASCII-art maze.",
-    "Our puzzle generator left a maze at `{src}`.",
-    "I drew a labyrinth as text; it is saved as `{src}`.",
-    "Have a look at the maze stored in `{src}`.",
-]
-_LEGEND = [
-    "`#` cells are walls, `S` is where you start and `G` is the goal; every other cell is "
-    "open floor.",
-    "Walls are drawn with `#`. You begin on `S` and must reach `G`. Anything else is walkable.",
-    "In the file `#` means wall, `S` marks the start, `G` the goal, and all remaining "
-    "characters are floor you can walk on.",
-    "Legend: `#` wall, `S` start, `G` goal; any other symbol is free space.",
-]
-_STEP = [
-    "Each move goes one cell up, down, left or right (no diagonals).",
-    "You move one cell at a time in the four compass directions; diagonal moves are not allowed.",
-    "A step moves to an orthogonally adjacent cell.",
-    "Moves are single steps up/down/left/right.",
-]
-_MULTI = [
-    "There are several `G` cells; reaching any one of them finishes the maze, so aim for the "
-    "nearest.",
-    "More than one exit is marked `G`. The shortest route to whichever `G` is closest counts.",
-    "The maze has multiple goals (`G`); you only need to reach one of them, by the shortest "
-    "route overall.",
-    "Several cells are marked `G`; the answer is the shortest path to any of them.",
-]
-_KEYS = [
-    "Lowercase letters are keys and uppercase letters (other than S and G) are doors: a door "
-    "can only be entered once you have picked up the key with the same letter, which happens "
-    "when you step on the key's cell. Keys are never used up.",
-    "Some cells hold keys (lowercase letters) and some hold doors (the same letters in upper "
-    "case, excluding S and G). You cannot step onto a door until you have visited its key; "
-    "once collected, a key works for the rest of the walk.",
-    "Watch for doors: an uppercase letter other than S/G is a locked door, opened by the "
-    "lowercase key of the same letter, which you collect by walking over it. Keys stay with "
-    "you.",
-    "Doors (`A`, `B`, ...) block the way until you hold their key (`a`, `b`, ...). Walking "
-    "onto a key picks it up permanently.",
-]
-_ASK = {
-    "length": [
-        "Write the length of the shortest path (the number of moves) from S to G to `{out}`.",
-        "How many moves does the shortest route take? Put that number in `{out}`.",
-        "Find the minimum number of steps needed and save it to `{out}` as a plain integer.",
-        "Compute the shortest-path length in moves and write just that integer to `{out}`.",
-    ],
-    "moves": [
-        "Write a shortest sequence of moves to `{out}` as one line of the letters U, D, L "
-        "and R (up, down, left, right).",
-        "Save a shortest route to `{out}` as a string of moves: U=up, D=down, L=left, R=right.",
-        "Give me the moves of a shortest path as a single U/D/L/R string in `{out}`.",
-        "Find an optimal route and store it in `{out}` as letters U (up), D (down), L (left), "
-        "R (right), no separators.",
-    ],
-    "both": [
-        "Write a JSON object to `{out}` with `{lk}` (the number of moves of a shortest path) "
-        "and `{mk}` (one such path as a string of U/D/L/R letters).",
-        "Save `{out}` as JSON: key `{lk}` is the shortest path length in moves, key `{mk}` a "
-        "shortest move string made of U, D, L, R.",
-        "Produce `{out}`, a JSON object holding `{lk}`: the minimum number of moves, and "
-        "`{mk}`: an optimal route spelled with U/D/L/R (up/down/left/right).",
-        "I want the answer as JSON in `{out}`: `{lk}` = length of a shortest route, `{mk}` = "
-        "that route as U/D/L/R moves.",
-    ],
-}
+_OPENERS = phrases("maze_path", "openers")
+_LEGEND = phrases("maze_path", "legend")
+_STEP = phrases("maze_path", "step")
+_MULTI = phrases("maze_path", "multi")
+_KEYS = phrases("maze_path", "keys")
+_ASK = phrase_table("maze_path", "ask")
 _BOTH_KEYS = [("length", "moves"), ("steps", "path"), ("distance", "route"), ("n_moves", "moves")]
 
 

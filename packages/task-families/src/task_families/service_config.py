@@ -20,38 +20,13 @@ import textwrap
 
 from ale.synth.expert import Observation, shell
 from ale.synth.family import ExpertProgram, Family, TaskDraft, register
+from task_families._sources import fill, phrase_table, phrases
 
-_SERVICES = [
-    "ledgerd",
-    "pixelcache",
-    "quillsync",
-    "harborq",
-    "tallyd",
-    "beaconsrv",
-    "mosaicd",
-    "relayhub",
-    "inkwell",
-    "fernstore",
-    "orbitd",
-    "lanternapi",
-    "cobaltmq",
-    "driftlog",
-]
+_SERVICES = phrases("service_config", "services")
 _LAUNCHERS = ["bin/start.sh", "bin/{svc}ctl", "run.sh", "bin/launch", "scripts/start-{svc}.sh"]
 _CONF_VARS = ["CONFIG", "CONF_FILE", "CFG_PATH", "{SVC}_CONF", "SETTINGS_FILE"]
 _ENV_FILES = ["/etc/default/{svc}", "/etc/sysconfig/{svc}", "{root}/launcher.env"]
-_CANDIDATES = [
-    "/etc/{svc}/{svc}.conf",
-    "/etc/{svc}/{svc}.conf.bak",
-    "/etc/{svc}/{svc}.conf.example",
-    "/etc/{svc}/{svc}.conf.orig",
-    "/etc/{svc}/production.conf",
-    "/etc/{svc}/staging.conf",
-    "/etc/{svc}/conf.d/local.conf",
-    "{root}/etc/{svc}.conf",
-    "{root}/config/default.conf",
-    "{root}/config/{svc}.conf",
-]
+_CANDIDATES = phrases("service_config", "candidates")
 _HEADERS = {
     ".bak": "# backup copy taken before the last upgrade",
     ".example": "# example configuration: copy it and edit the copy",
@@ -59,15 +34,7 @@ _HEADERS = {
     "staging": "# staging settings",
     "production": "# production settings",
 }
-_SETTINGS: dict[str, list[str]] = {
-    "port": ["port", "listen_port", "http_port"],
-    "workers": ["workers", "worker_count", "num_workers"],
-    "log_level": ["log_level", "loglevel", "log_verbosity"],
-    "data_dir": ["data_dir", "storage_path", "state_dir"],
-    "max_connections": ["max_connections", "max_clients"],
-    "timeout": ["request_timeout", "timeout_seconds"],
-    "cache_mb": ["cache_size_mb", "cache_mb"],
-}
+_SETTINGS: dict[str, list[str]] = phrase_table("service_config", "settings")
 _MEANING = {
     "port": "the port it listens on",
     "workers": "the number of worker processes",
@@ -80,43 +47,11 @@ _MEANING = {
 _LEVELS = ["debug", "info", "warning", "error"]
 _FORMATS = {"ini": " = ", "env": "=", "colon": ": "}
 
-_OPENERS = [
-    "The `{svc}` service on this box is started by `{launcher}`.",
-    "We run a small daemon called `{svc}`; its launcher script is `{launcher}`.",
-    "`{launcher}` is the script that brings up our `{svc}` service.",
-    "Ops handed over the `{svc}` service. It gets launched via `{launcher}`.",
-    "On this machine `{svc}` is started with the bash launcher `{launcher}`.",
-]
-_CLUTTER = [
-    "Over time several copies of its configuration have piled up on disk.",
-    "Beware: there are a few look-alike config files for it (backups, examples, copies).",
-    "Several config files for it exist, but only one of them is actually used.",
-    "People have left old and example configs next to the real one.",
-    "",
-]
-_ASKS = [
-    "Change {changes} in the configuration file that the launcher actually reads.",
-    "Please set {changes}, editing only the config file the service really uses.",
-    "I need {changes}; make the change in the config the launcher loads, nowhere else.",
-    "Update the live configuration so that {changes}.",
-    "Find the config file the launcher uses and in it set {changes}.",
-]
-_NOTES = [
-    "Do not touch the other config files or the launcher, and keep every other line of the "
-    "active file (comments included) exactly as it is.",
-    "Leave the remaining config copies and the launcher byte-for-byte unchanged; in the live "
-    "file, edit only the line(s) for the setting(s) mentioned.",
-    "Only the requested setting should change: the other lines of the file, the launcher and all other "
-    "config files must stay the same.",
-    "Edit the existing line in place and change nothing else on disk: other config files, the "
-    "launcher and the rest of the active file stay as they are.",
-]
-_VERIFY = [
-    "The launcher has a `--print-config` mode if you want to check your work.",
-    "Tip: `{launcher} --print-config` shows the settings the service would start with.",
-    "You can confirm the result with the launcher's `--print-config` option.",
-    "",
-]
+_OPENERS = phrases("service_config", "openers")
+_CLUTTER = phrases("service_config", "clutter")
+_ASKS = phrases("service_config", "asks")
+_NOTES = phrases("service_config", "notes")
+_VERIFY = phrases("service_config", "verify")
 
 
 def _sha(text: str) -> str:
@@ -389,53 +324,14 @@ def _tests(
     launcher: str,
     printed: dict[str, str],
 ) -> str:
-    return textwrap.dedent(
-        f"""\
-        import hashlib
-        import json
-        import re
-        import subprocess
-        from pathlib import Path
-
-        ACTIVE = {active!r}
-        SEP = {sep!r}
-        WANT = json.loads({json.dumps(want)!r})
-        OTHERS = json.loads({json.dumps(others)!r})
-        UNTOUCHED = json.loads({json.dumps(untouched)!r})
-        LAUNCHER = {launcher!r}
-        PRINTED = json.loads({json.dumps(printed)!r})
-
-
-        def _is_key(line):
-            return any(re.match(r"^\\s*" + re.escape(k) + r"\\s*" + SEP, line) for k in WANT)
-
-
-        def test_active_has_new_values():
-            lines = Path(ACTIVE).read_text().splitlines()
-            for key, value in WANT.items():
-                hits = [ln for ln in lines if re.match(r"^\\s*" + re.escape(key) + r"\\s*" + SEP, ln)]
-                assert len(hits) == 1, (key, hits)
-                got = hits[0].split(SEP, 1)[1].strip().strip('"').strip("'")
-                assert got == value, (key, got)
-
-
-        def test_rest_of_active_unchanged():
-            lines = Path(ACTIVE).read_text().splitlines()
-            rest = [ln.rstrip() for ln in lines if not _is_key(ln)]
-            assert rest == [ln.rstrip() for ln in OTHERS]
-
-
-        def test_other_files_untouched():
-            for path, digest in UNTOUCHED.items():
-                assert hashlib.sha256(Path(path).read_bytes()).hexdigest() == digest, path
-
-
-        def test_launcher_reports_new_values():
-            out = subprocess.run(
-                ["bash", LAUNCHER, "--print-config"], capture_output=True, text=True, timeout=30
-            ).stdout
-            seen = dict(ln.split("=", 1) for ln in out.splitlines() if "=" in ln)
-            for key, value in PRINTED.items():
-                assert seen.get(key) == value, (key, seen.get(key))
-        """
+    return fill(
+        "service_config",
+        "test_outputs",
+        active=active,
+        sep=sep,
+        want=json.dumps(want),
+        others=json.dumps(others),
+        untouched=json.dumps(untouched),
+        launcher=launcher,
+        printed=json.dumps(printed),
     )

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from ale.synth.expert import Observation, shell, write
 from ale.synth.family import ExpertProgram, Family, TaskDraft, register
+from task_families._sources import fill, phrase_table, phrases
 
 _STATS: dict[str, Callable[[list[float]], float]] = {
     "mean": statistics.mean,
@@ -105,80 +106,14 @@ _PAIR_STYLES = [
     {"slope": "{y}_vs_{x}_slope", "intercept": "{y}_vs_{x}_intercept", "r": "{y}_vs_{x}_r"},
     {"slope": "b1", "intercept": "b0", "r": "correlation"},
 ]
-_DESCRIBE = {
-    "mean": ["the arithmetic mean of `{c}`", "the mean of `{c}`", "the average value of `{c}`"],
-    "median": ["the median of `{c}`", "the median value of `{c}`"],
-    "stdev": [
-        "the sample standard deviation of `{c}` (n - 1 denominator)",
-        "the standard deviation of `{c}`, sample version (divide by n-1)",
-    ],
-    "min": ["the smallest `{c}` value", "the minimum of `{c}`"],
-    "max": ["the largest `{c}` value", "the maximum of `{c}`"],
-    "slope": [
-        "the slope of the ordinary least-squares line `{y} = slope * {x} + intercept`",
-        "the slope from a least-squares regression of `{y}` on `{x}`",
-    ],
-    "intercept": [
-        "the intercept of the least-squares line of `{y}` on `{x}`",
-        "the intercept from the ordinary least-squares fit of `{y}` against `{x}`",
-    ],
-    "r": [
-        "Pearson's correlation coefficient between `{x}` and `{y}`",
-        "the Pearson r of `{x}` and `{y}`",
-    ],
-}
-_OPENERS = [
-    "A lab bench logger wrote its readings to `{src}`.",
-    "The measurements from this week's {domain} run are in `{src}`.",
-    "I have a table of {domain} measurements at `{src}` (one row per reading).",
-    "Our {domain} experiment produced the data file `{src}` in /app.",
-    "Take a look at `{src}`: it holds raw {domain} readings with a header row.",
-]
-_ASKS = [
-    "Compute the statistics below and save them as a JSON object in `{out}`, one key each:",
-    "Write a JSON object to `{out}` with exactly these keys:",
-    "Please produce `{out}`, a JSON file whose keys and values are as follows:",
-    "I need a small summary in `{out}` (JSON object) containing:",
-    "Summarise the data into `{out}` as JSON with these entries:",
-]
-_ROUNDING = [
-    "Round every value to {d} decimal places.",
-    "Values must be rounded to {d} decimals.",
-    "Use {d}-decimal rounding for all numbers.",
-    "Give each number rounded to {d} digits after the decimal point.",
-]
-_FORMAT = {
-    "csv": [
-        "The file is comma-separated with a header line.",
-        "Columns are separated by commas; the first line names them.",
-    ],
-    "ws": [
-        "Columns are separated by runs of spaces; the first line is the header.",
-        "It is a whitespace-aligned table whose first line holds the column names.",
-    ],
-}
-_COMMENTS = [
-    "Lines beginning with `#` are comments and must be ignored.",
-    "Skip the comment lines (they start with `#`).",
-    "Ignore any line that starts with `#`.",
-    "The logger adds `#` comment lines; they are not data.",
-]
-_NA = [
-    "Missing readings are written as `NA`: leave them out of every statistic of that "
-    "column, and for the fit and the correlation use only rows where both columns are present.",
-    "Some cells hold `NA` (no reading). Skip those values; paired statistics use only the rows "
-    "that have both values.",
-    "`NA` marks a missing value. Ignore it per column, and drop a row from the paired "
-    "statistics when either of the two columns is NA.",
-    "Where a cell says `NA` the sensor failed: exclude it (for the two-column statistics, "
-    "exclude the whole row).",
-]
-_CONVERT = [
-    "Report everything about `{c}` in {unit} ({formula}), including the fit.",
-    "The `{c}` column must be converted to {unit} ({formula}) before computing anything.",
-    "All results involving `{c}` should be in {unit}, not the file's unit; use {formula}.",
-    "Convert `{c}` to {unit} first ({formula}); every statistic that uses it is in {unit}.",
-]
+_DESCRIBE = phrase_table("stats_summary", "describe")
+_OPENERS = phrases("stats_summary", "openers")
+_ASKS = phrases("stats_summary", "asks")
+_ROUNDING = phrases("stats_summary", "rounding")
+_FORMAT = phrase_table("stats_summary", "format")
+_COMMENTS = phrases("stats_summary", "comments")
+_NA = phrases("stats_summary", "na")
+_CONVERT = phrases("stats_summary", "convert")
 
 
 def _fmt(value: float, decimals: int) -> str:
@@ -519,28 +454,10 @@ def _script_body(
 
 def _tests(out: str, expected: dict[str, float], decimals: int) -> str:
     path = "/app/" + out
-    return textwrap.dedent(
-        f"""\
-        import json
-        from pathlib import Path
-
-        EXPECTED = json.loads({json.dumps(expected)!r})
-        TOLERANCE = {10.0**-decimals * 1.01!r}
-
-
-        def test_output_is_json_object():
-            got = json.loads(Path({path!r}).read_text())
-            assert isinstance(got, dict)
-
-
-        def test_keys():
-            got = json.loads(Path({path!r}).read_text())
-            assert set(EXPECTED) <= set(got), sorted(set(EXPECTED) - set(got))
-
-
-        def test_values():
-            got = json.loads(Path({path!r}).read_text())
-            for key, want in EXPECTED.items():
-                assert abs(float(got[key]) - want) <= TOLERANCE, (key, got[key], want)
-        """
+    return fill(
+        "stats_summary",
+        "test_outputs",
+        expected=json.dumps(expected),
+        tol=10.0 ** (-decimals) * 1.01,
+        path=path,
     )

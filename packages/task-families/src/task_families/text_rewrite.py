@@ -18,21 +18,9 @@ import textwrap
 
 from ale.synth.expert import Observation, shell, write
 from ale.synth.family import ExpertProgram, Family, TaskDraft, register
+from task_families._sources import fill, phrases
 
-_MONTHS = [
-    "January",
-    "February",
-    "March",
-    "April",
-    "May",
-    "June",
-    "July",
-    "August",
-    "September",
-    "October",
-    "November",
-    "December",
-]
+_MONTHS = phrases("text_rewrite", "months")
 _FORMATS = {
     "iso": "`YYYY-MM-DD` (like `{iso}`)",
     "us": "`MM/DD/YYYY` (like `{us}`)",
@@ -43,143 +31,23 @@ _FORMATS = {
 _NAMES = ["Nimbus", "Atlas", "Orion", "Beacon", "Quartz", "Falcon", "Juniper", "Harbor"]
 _NEW_NAMES = ["Stratus", "Zenith", "Meridian", "Polaris", "Cobalt", "Kestrel", "Sequoia"]
 _TOPICS = ["runbook", "design note", "operations guide", "service handbook", "release notes"]
-_SENTENCES = [
-    "{T} handles the nightly batch jobs for the billing team.",
-    "The last full audit of {T} finished on {D}.",
-    "Since {D} every request passes through the {T} gateway.",
-    "Operators should check the dashboard before restarting {T}.",
-    "A new retention policy takes effect on {D}.",
-    "Most alerts come from disk pressure on the storage nodes.",
-    "The cluster runs {N} replicas in each zone.",
-    "Backups are written to the cold tier every {N} hours.",
-    "Keep this document open while you work through the steps.",
-    "{T} stores its state in a replicated database.",
-    "Latency stayed under {N} milliseconds during the last load test.",
-    "The migration window closes on {D}, so plan the work early.",
-    "If {T} stops responding, page the engineer on call.",
-    "Configuration changes are reviewed by two people before rollout.",
-    "The previous release of {T} was tagged on {D}.",
-    "Capacity was last reviewed on {D} and found sufficient.",
-    "Every node reports its health to {T} once a minute.",
-    "Old log files are compressed after {N} days and deleted later.",
-]
-_DECOYS = [
-    "Use the {T}ctl command line tool for manual steps.",
-    "Metrics are exported to {T}DB every minute.",
-    "The {L} service account owns the data directory.",
-    "Temporary files live under the {L} home directory.",
-]
-_ITEMS = [
-    "Confirm that {T} is healthy on every node.",
-    "Drain traffic before {D}.",
-    "Rotate the access keys.",
-    "Record the change in the ticket.",
-    "Notify the {T} channel when done.",
-    "Check free disk space on the data volumes.",
-    "Review the error budget for {N} minutes.",
-]
-_TITLES = [
-    "Overview",
-    "Architecture",
-    "Deployment",
-    "Monitoring",
-    "Backups",
-    "Incident response",
-    "Upgrades",
-    "Access control",
-    "Capacity planning",
-    "Known issues",
-    "{T} configuration",
-]
+_SENTENCES = phrases("text_rewrite", "sentences")
+_DECOYS = phrases("text_rewrite", "decoys")
+_ITEMS = phrases("text_rewrite", "items")
+_TITLES = phrases("text_rewrite", "titles")
 _SUBTITLES = ["Prerequisites", "Steps", "Rollback", "Verification", "Notes"]
 
-_OPENERS = [
-    "The {topic} in `{src}` needs a round of edits.",
-    "Please clean up `{src}`, our {topic}.",
-    "I have a Markdown {topic} at `{src}` that must be updated.",
-    "`{src}` is a {topic} written before some recent changes.",
-    "Edit the document `{src}` (a {topic}) according to the rules below.",
-]
-_RULES_INTRO = [
-    "Apply these rules, in this order:",
-    "The edits, applied one after another:",
-    "Rules (apply them in the order listed):",
-    "Do the following, in order:",
-]
-_RENAME = [
-    "Rename `{old}` to `{new}` everywhere it appears as a whole word (case-sensitive).",
-    "Replace every whole-word, exact-case occurrence of `{old}` with `{new}`.",
-    "The product is now called `{new}`: change each standalone `{old}` (same capitalisation, "
-    "not part of a longer word) to `{new}`.",
-    "Substitute `{new}` for `{old}` wherever `{old}` is a complete word with exactly that "
-    "capitalisation.",
-]
-_DATES = [
-    "Rewrite every date from {src} to {dst}.",
-    "Dates are written as {src}; change all of them to {dst}.",
-    "Normalise the dates: each one is currently {src} and must become {dst}.",
-    "Convert each date in {src} form to {dst}.",
-]
-_RENUMBER = [
-    "Renumber the section headings of the form `## <number>. <title>` sequentially from 1 "
-    "in document order; the titles stay as they are.",
-    "The `## N. Title` section numbers are out of order: number them 1, 2, 3, ... from the top.",
-    "Fix the numbering of the `##` headings (`## N. Title`) so they run 1, 2, 3, ... in the "
-    "order they appear.",
-    "Give the numbered `##` sections consecutive numbers starting at 1 (keep each title).",
-]
-_SUBSECTIONS = [
-    "Subsection headings `### N.M Title` follow their section: N becomes the new number of "
-    "the section they are in and M counts 1, 2, ... within that section.",
-    "Also renumber the `### N.M Title` subsections: N is the number of the enclosing section "
-    "(after renumbering), M restarts at 1 in each section.",
-    "The `### N.M` subsection headings get the enclosing section's new number as N and a "
-    "count from 1 within the section as M.",
-    "For `### N.M Title` subsections, set N to the section's (new) number and number M "
-    "consecutively from 1 inside each section.",
-]
-_TABLE = [
-    "Replace the Markdown table with CSV lines in the same place: one line per row (header "
-    "first), cells trimmed of spaces and joined by commas, without the `|---|` separator line.",
-    "Turn the pipe table into plain CSV where it stands: header row then data rows, each cell "
-    "stripped of padding, separated by `,`; drop the dashed separator row.",
-    "Convert the table to comma-separated lines in place (no pipes, no padding, no separator "
-    "row; the header stays as the first line).",
-    "Rewrite the table as CSV at the same position: the header and the data rows, trimmed "
-    "cells joined with commas, and the alignment row removed.",
-]
-_WRAP = [
-    "Re-wrap each paragraph to at most {n} characters per line: join its lines with single "
-    "spaces, then fill greedily with as many words per line as fit. Headings, list items "
-    "(`- `), table rows and code blocks are not paragraphs.",
-    "Reflow the paragraphs (runs of plain text lines; not headings, `- ` list items, table "
-    "rows or code) so that no line is longer than {n} characters, packing words greedily.",
-    "Wrap paragraph text at {n} columns: each paragraph becomes the fewest lines of at most "
-    "{n} characters obtained by greedy filling of its words (like Python's `textwrap.fill`). "
-    "Leave headings, list items, table rows and code alone.",
-    "Paragraphs must be re-filled to a width of {n}: put words on a line while it stays at "
-    "most {n} characters long. This applies only to plain paragraphs, not headings, list "
-    "items, tables or code.",
-]
-_CODE = [
-    "Fenced code blocks (between ``` lines) must stay exactly as they are: no rule applies "
-    "inside them.",
-    "Do not touch anything inside ``` code fences.",
-    "Code blocks are off limits; leave them byte for byte unchanged.",
-    "None of these edits apply within fenced code blocks.",
-]
-_OUT_NEW = [
-    "Write the edited document to `{out}` and leave `{src}` unchanged.",
-    "Save the result as `{out}`; the original file must not be modified.",
-    "Put the rewritten text in `{out}` (keep `{src}` as it is).",
-    "The output goes to `{out}`; do not edit `{src}` itself.",
-]
-_OUT_INPLACE = [
-    "Edit `{src}` in place.",
-    "Overwrite `{src}` with the edited version.",
-    "Save the changes back into `{src}` itself.",
-    "Modify the file in place; no other output file is needed.",
-]
+_OPENERS = phrases("text_rewrite", "openers")
+_RULES_INTRO = phrases("text_rewrite", "rules_intro")
+_RENAME = phrases("text_rewrite", "rename")
+_DATES = phrases("text_rewrite", "dates")
+_RENUMBER = phrases("text_rewrite", "renumber")
+_SUBSECTIONS = phrases("text_rewrite", "subsections")
+_TABLE = phrases("text_rewrite", "table")
+_WRAP = phrases("text_rewrite", "wrap")
+_CODE = phrases("text_rewrite", "code")
+_OUT_NEW = phrases("text_rewrite", "out_new")
+_OUT_INPLACE = phrases("text_rewrite", "out_inplace")
 
 
 # The tasks' oracle (and the expert's script) embed this function's source, so it stays
@@ -546,19 +414,7 @@ def _script(src: str, out: str, cfg: dict) -> str:
 
 
 def _tests(src: str, out: str, in_place: bool, expected: str, sha: str) -> str:
-    checks = textwrap.dedent(
-        f"""\
-        import hashlib
-        from pathlib import Path
-
-        EXPECTED = {expected!r}
-
-
-        def test_output_matches():
-            got = Path({"/app/" + out!r}).read_text()
-            assert got.rstrip("\\n") == EXPECTED.rstrip("\\n")
-        """
-    )
+    checks = fill("text_rewrite", "test_outputs", expected=expected, path="/app/" + out)
     if not in_place:
         checks += textwrap.dedent(
             f"""\
