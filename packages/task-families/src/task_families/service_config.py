@@ -17,6 +17,8 @@ import json
 import random
 import re
 import textwrap
+from collections.abc import Callable
+from dataclasses import dataclass
 
 from ale.synth.expert import Observation, shell
 from ale.synth.family import ExpertProgram, Family, TaskDraft, register
@@ -167,152 +169,220 @@ class ServiceConfig(Family):
     multi_turn = True
 
     def generate(self, rng: random.Random, difficulty: str) -> TaskDraft:
-        svc = rng.choice(_SERVICES)
-        root = f"{rng.choice(['/opt', '/srv'])}/{svc}"
-        launcher = f"{root}/" + rng.choice(_LAUNCHERS).format(svc=svc)
-        var = rng.choice(_CONF_VARS).format(SVC=svc.upper())
-        fmt = rng.choice(sorted(_FORMATS))
-        n_files = {"easy": 3, "medium": 4, "hard": rng.randint(5, 6)}[difficulty]
-        paths = [p.format(svc=svc, root=root) for p in rng.sample(_CANDIDATES, n_files)]
-        active = paths[0]
-        decoy_paths = paths[1:]
-        settings = rng.sample(sorted(_SETTINGS), k=rng.randint(4, 6))
-        keys = {s: rng.choice(_SETTINGS[s]) for s in settings}
-        n_targets = 2 if difficulty == "hard" else 1
-        targets = rng.sample(settings, n_targets)
-        comment_key = targets[0] if difficulty == "hard" else None
-
-        files: dict[str, str] = {}
-        active_values: dict[str, str] = {}
-        for path in paths:
-            values = {s: _value(rng, s, svc) for s in settings}
-            tag = next((t for t in _HEADERS if t in path.rsplit("/", 1)[-1]), "")
-            header = _HEADERS.get(tag, f"# {svc} settings")
-            if path == active:
-                active_values = values
-            old = {}
-            if path == active and comment_key is not None:
-                old[comment_key] = _value(rng, comment_key, svc)
-            files[path] = _render_config(fmt, header, keys, values, old)
-        new: dict[str, str] = {}
-        for s in targets:
-            value = _value(rng, s, svc)
-            while value == active_values[s]:
-                value = _value(rng, s, svc)
-            new[s] = value
-
-        env_file = None
-        if difficulty == "hard":
-            env_file = rng.choice(_ENV_FILES).format(svc=svc, root=root)
-            env_var = f"{svc.upper()}_CONFIG"
-            assign = f'"${{{env_var}:-{decoy_paths[0]}}}"'
-            files[env_file] = (
-                f"# environment for the {svc} launcher\n{svc.upper()}_USER={svc}\n"
-                f'{env_var}="{active}"\n{svc.upper()}_OPTS="--no-color"\n'
-            )
-        else:
-            assign = f'"{active}"'
-        old_path = decoy_paths[-1] if difficulty != "easy" else None
-        files[launcher] = _launcher(svc, var, assign, env_file, old_path)
-
-        file_keys = {s: (keys[s].upper() if fmt == "env" else keys[s]) for s in targets}
-        changes = " and ".join(
-            f"`{file_keys[s]}` ({_MEANING[s]}) to `{new[s]}`"
-            if rng.random() < 0.5
-            else f"`{file_keys[s]}` to `{new[s]}`"
-            for s in targets
-        )
-        ask = rng.choice(_ASKS)
-        if "so that" in ask:
-            changes = " and ".join(f"`{file_keys[s]}` is `{new[s]}`" for s in targets)
-        parts = [
-            rng.choice(_OPENERS).format(svc=svc, launcher=launcher),
-            rng.choice(_CLUTTER),
-            ask.format(changes=changes),
-            rng.choice(_NOTES),
-            rng.choice(_VERIFY).format(launcher=launcher),
-        ]
-        instruction = " ".join(p for p in parts if p)
-
-        sep = _FORMATS[fmt].strip()
-        key_re = {file_keys[s]: rf"^\s*{re.escape(file_keys[s])}\s*{sep}" for s in targets}
-        others = [
-            ln
-            for ln in files[active].splitlines()
-            if not any(re.match(r, ln) for r in key_re.values())
-        ]
-        untouched = {p: _sha(files[p]) for p in sorted(files) if p != active}
-        want = {file_keys[s]: new[s] for s in targets}
-        printed = {keys[s].lower(): new[s] for s in targets}
-        tests = _tests(active, sep, want, others, untouched, launcher, printed)
+        s = _draw_setup(rng, difficulty)
+        files, new = _draw_configs(rng, s)
+        env_file = _add_launcher(rng, s, files, difficulty)
+        file_keys = {k: (s.keys[k].upper() if s.fmt == "env" else s.keys[k]) for k in s.targets}
+        instruction = _instruction(rng, s, file_keys, new)
+        sep = _FORMATS[s.fmt].strip()
+        want = {file_keys[k]: new[k] for k in s.targets}
+        printed = {s.keys[k].lower(): new[k] for k in s.targets}
         solution = "".join(
             f'sed -i -E \'s|^([[:space:]]*{k}[[:space:]]*{sep}[[:space:]]*"?)[^"]*'
-            f"(\"?[[:space:]]*)$|\\1{v}\\2|' {active}\n"
+            f"(\"?[[:space:]]*)$|\\1{v}\\2|' {s.active}\n"
             for k, v in want.items()
         )
-
-        def expert() -> ExpertProgram:
-            seen: Observation = yield shell(
-                f"cat {launcher}", "First I read the launcher to see which config it loads."
-            )
-            path, sourced = find_config(seen.output)
-            if sourced:
-                env: Observation = yield shell(
-                    f"cat {sourced}",
-                    f"The launcher sources {sourced} before choosing its config path; "
-                    "that file may override the default.",
-                )
-                path, _ = find_config(seen.output, env.output)
-            if path is None:
-                return "I could not tell which config file the launcher reads."
-            conf: Observation = yield shell(
-                f"grep -n '' {path}", f"The launcher reads {path}. Let me look at it."
-            )
-            edits, notes = [], []
-            for key, value in want.items():
-                m = re.search(rf"^\d+:\s*{re.escape(key)}\s*{sep}\s*(.*)$", conf.output, re.M)
-                current = m.group(1).strip() if m else "?"
-                edits.append(
-                    f'sed -i -E \'s|^([[:space:]]*{key}[[:space:]]*{sep}[[:space:]]*"?)[^"]*'
-                    f"(\"?[[:space:]]*)$|\\1{value}\\2|' {path}"
-                )
-                edits.append(f"grep -nE '^[[:space:]]*{key}[[:space:]]*{sep}' {path}")
-                notes.append(f"`{key}` is currently {current}")
-            note = "; ".join(notes) + ". I change only the uncommented line(s)."
-            yield shell(" && ".join(edits), note[0].upper() + note[1:])
-            check: Observation = yield shell(
-                f"{launcher} --print-config 2>&1", "Now I check what the launcher would use."
-            )
-            good = all(f"{k.lower()}={v}" in check.output for k, v in printed.items())
-            if not good:
-                return "The launcher does not show the new value yet; see the output above."
-            done = ", ".join(f"{k}={v}" for k, v in want.items())
-            return (
-                f"Set {done} in {path}, the file {launcher} reads; the other copies are untouched."
-            )
-
         return TaskDraft(
             instruction=instruction,
             files=dict(files),
-            modes={launcher: 0o755},
-            tests=tests,
+            modes={s.launcher: 0o755},
+            tests=_tests_of(s, files, sep, want, printed),
             solution=solution,
-            expert=expert,
+            expert=_expert(s.launcher, sep, want, printed),
             params={
-                "service": svc,
-                "launcher": launcher,
-                "format": fmt,
-                "active": active,
-                "decoys": decoy_paths,
+                "service": s.svc,
+                "launcher": s.launcher,
+                "format": s.fmt,
+                "active": s.active,
+                "decoys": s.decoys,
                 "env_file": env_file,
                 "changes": want,
             },
             mistakes=[
-                shell(f"cat /etc/{svc}/config.yaml", "Let me look at the service's config."),
-                shell(f"grep -n {file_keys[targets[0]]} /etc/{svc}.conf", "Where is the key set?"),
+                shell(f"cat /etc/{s.svc}/config.yaml", "Let me look at the service's config."),
+                shell(
+                    f"grep -n {file_keys[s.targets[0]]} /etc/{s.svc}.conf", "Where is the key set?"
+                ),
             ],
             tags=["config", "bash"],
         )
+
+
+@dataclass(frozen=True)
+class _Setup:
+    """What a draft is made around: the service, its launcher and its config files."""
+
+    svc: str
+    root: str
+    launcher: str
+    var: str
+    """The launcher's variable holding the config path."""
+    fmt: str
+    active: str
+    """The config file the launcher reads."""
+    decoys: list[str]
+    settings: list[str]
+    keys: dict[str, str]
+    """The key each setting has in the files."""
+    targets: list[str]
+    """The settings to change."""
+    comment_key: str | None
+    """The setting the active file also holds as a commented-out old line (hard drafts)."""
+
+
+def _draw_setup(rng: random.Random, difficulty: str) -> _Setup:
+    svc = rng.choice(_SERVICES)
+    root = f"{rng.choice(['/opt', '/srv'])}/{svc}"
+    launcher = f"{root}/" + rng.choice(_LAUNCHERS).format(svc=svc)
+    var = rng.choice(_CONF_VARS).format(SVC=svc.upper())
+    fmt = rng.choice(sorted(_FORMATS))
+    n_files = {"easy": 3, "medium": 4, "hard": rng.randint(5, 6)}[difficulty]
+    paths = [p.format(svc=svc, root=root) for p in rng.sample(_CANDIDATES, n_files)]
+    settings = rng.sample(sorted(_SETTINGS), k=rng.randint(4, 6))
+    keys = {s: rng.choice(_SETTINGS[s]) for s in settings}
+    n_targets = 2 if difficulty == "hard" else 1
+    targets = rng.sample(settings, n_targets)
+    return _Setup(
+        svc=svc,
+        root=root,
+        launcher=launcher,
+        var=var,
+        fmt=fmt,
+        active=paths[0],
+        decoys=paths[1:],
+        settings=settings,
+        keys=keys,
+        targets=targets,
+        comment_key=targets[0] if difficulty == "hard" else None,
+    )
+
+
+def _draw_configs(rng: random.Random, s: _Setup) -> tuple[dict[str, str], dict[str, str]]:
+    """The config files (path -> text) and the new value of each target setting."""
+    files: dict[str, str] = {}
+    active_values: dict[str, str] = {}
+    for path in [s.active, *s.decoys]:
+        values = {k: _value(rng, k, s.svc) for k in s.settings}
+        tag = next((t for t in _HEADERS if t in path.rsplit("/", 1)[-1]), "")
+        header = _HEADERS.get(tag, f"# {s.svc} settings")
+        if path == s.active:
+            active_values = values
+        old = {}
+        if path == s.active and s.comment_key is not None:
+            old[s.comment_key] = _value(rng, s.comment_key, s.svc)
+        files[path] = _render_config(s.fmt, header, s.keys, values, old)
+    new: dict[str, str] = {}
+    for k in s.targets:
+        value = _value(rng, k, s.svc)
+        while value == active_values[k]:
+            value = _value(rng, k, s.svc)
+        new[k] = value
+    return files, new
+
+
+def _add_launcher(
+    rng: random.Random, s: _Setup, files: dict[str, str], difficulty: str
+) -> str | None:
+    """Put the launcher (and, in hard drafts, the environment file it sources, which names the
+    active file) into ``files``; return the environment file's path."""
+    env_file = None
+    if difficulty == "hard":
+        env_file = rng.choice(_ENV_FILES).format(svc=s.svc, root=s.root)
+        env_var = f"{s.svc.upper()}_CONFIG"
+        assign = f'"${{{env_var}:-{s.decoys[0]}}}"'
+        files[env_file] = (
+            f"# environment for the {s.svc} launcher\n{s.svc.upper()}_USER={s.svc}\n"
+            f'{env_var}="{s.active}"\n{s.svc.upper()}_OPTS="--no-color"\n'
+        )
+    else:
+        assign = f'"{s.active}"'
+    old_path = s.decoys[-1] if difficulty != "easy" else None
+    files[s.launcher] = _launcher(s.svc, s.var, assign, env_file, old_path)
+    return env_file
+
+
+def _instruction(
+    rng: random.Random, s: _Setup, file_keys: dict[str, str], new: dict[str, str]
+) -> str:
+    changes = " and ".join(
+        f"`{file_keys[k]}` ({_MEANING[k]}) to `{new[k]}`"
+        if rng.random() < 0.5
+        else f"`{file_keys[k]}` to `{new[k]}`"
+        for k in s.targets
+    )
+    ask = rng.choice(_ASKS)
+    if "so that" in ask:
+        changes = " and ".join(f"`{file_keys[k]}` is `{new[k]}`" for k in s.targets)
+    parts = [
+        rng.choice(_OPENERS).format(svc=s.svc, launcher=s.launcher),
+        rng.choice(_CLUTTER),
+        ask.format(changes=changes),
+        rng.choice(_NOTES),
+        rng.choice(_VERIFY).format(launcher=s.launcher),
+    ]
+    return " ".join(p for p in parts if p)
+
+
+def _tests_of(
+    s: _Setup, files: dict[str, str], sep: str, want: dict[str, str], printed: dict[str, str]
+) -> str:
+    """The tests: the active file has the new values and its other lines as they were, the
+    other files are untouched and the launcher prints the new values."""
+    key_re = {key: rf"^\s*{re.escape(key)}\s*{sep}" for key in want}
+    others = [
+        ln
+        for ln in files[s.active].splitlines()
+        if not any(re.match(r, ln) for r in key_re.values())
+    ]
+    untouched = {p: _sha(files[p]) for p in sorted(files) if p != s.active}
+    return _tests(s.active, sep, want, others, untouched, s.launcher, printed)
+
+
+def _expert(
+    launcher: str, sep: str, want: dict[str, str], printed: dict[str, str]
+) -> Callable[[], ExpertProgram]:
+    """Read the launcher (and what it sources), edit the file it reads, check with the
+    launcher's dry run."""
+
+    def expert() -> ExpertProgram:
+        seen: Observation = yield shell(
+            f"cat {launcher}", "First I read the launcher to see which config it loads."
+        )
+        path, sourced = find_config(seen.output)
+        if sourced:
+            env: Observation = yield shell(
+                f"cat {sourced}",
+                f"The launcher sources {sourced} before choosing its config path; "
+                "that file may override the default.",
+            )
+            path, _ = find_config(seen.output, env.output)
+        if path is None:
+            return "I could not tell which config file the launcher reads."
+        conf: Observation = yield shell(
+            f"grep -n '' {path}", f"The launcher reads {path}. Let me look at it."
+        )
+        edits, notes = [], []
+        for key, value in want.items():
+            m = re.search(rf"^\d+:\s*{re.escape(key)}\s*{sep}\s*(.*)$", conf.output, re.M)
+            current = m.group(1).strip() if m else "?"
+            edits.append(
+                f'sed -i -E \'s|^([[:space:]]*{key}[[:space:]]*{sep}[[:space:]]*"?)[^"]*'
+                f"(\"?[[:space:]]*)$|\\1{value}\\2|' {path}"
+            )
+            edits.append(f"grep -nE '^[[:space:]]*{key}[[:space:]]*{sep}' {path}")
+            notes.append(f"`{key}` is currently {current}")
+        note = "; ".join(notes) + ". I change only the uncommented line(s)."
+        yield shell(" && ".join(edits), note[0].upper() + note[1:])
+        check: Observation = yield shell(
+            f"{launcher} --print-config 2>&1", "Now I check what the launcher would use."
+        )
+        good = all(f"{k.lower()}={v}" in check.output for k, v in printed.items())
+        if not good:
+            return "The launcher does not show the new value yet; see the output above."
+        done = ", ".join(f"{k}={v}" for k, v in want.items())
+        return f"Set {done} in {path}, the file {launcher} reads; the other copies are untouched."
+
+    return expert
 
 
 def _tests(
