@@ -15,6 +15,7 @@ import hashlib
 import inspect
 import random
 import textwrap
+from collections.abc import Callable
 
 from ale.synth.expert import Observation, shell, write
 from ale.synth.family import ExpertProgram, Family, TaskDraft, register
@@ -289,14 +290,7 @@ class TextRewrite(Family):
         term = rng.choice(_NAMES)
         new = rng.choice(_NEW_NAMES)
         src_fmt, dst_fmt = rng.sample(sorted(_FORMATS), k=2)
-        last = rng.choice(["table", "wrap"])
-        pool = ["rename", "dates", "renumber", last]
-        count = {"easy": 2, "medium": 3, "hard": 4}[difficulty]
-        if difficulty == "hard":
-            chosen = pool
-        else:
-            picked = rng.sample(pool, k=count)
-            chosen = [r for r in pool if r in picked]
+        chosen = _draw_rules(rng, difficulty)
         width = rng.choice([50, 60, 66, 72, 80])
         table = "table" in chosen or rng.random() < 0.5
         doc = _document(rng, difficulty, term, src_fmt, "renumber" in chosen, table)
@@ -310,31 +304,8 @@ class TextRewrite(Family):
         }
         expected = _rewrite(doc, cfg)
         assert expected.rstrip("\n") != doc.rstrip("\n")
-
-        stem = rng.choice(["README.md", "RUNBOOK.md", "notes.md", "guide.md", "handbook.md"])
-        src = rng.choice(["", "docs/", "doc/"]) + stem
-        in_place = rng.random() < 0.4
-        out = src if in_place else rng.choice(["edited.md", "out.md", "result.md", "docs/new.md"])
-        if out == src:
-            in_place = True
-
-        example = _date(rng)
-        shown = {k: v.format(**{k: _show(k, *example)}) for k, v in _FORMATS.items()}
-        rules: list[str] = []
-        for rule in chosen:
-            if rule == "rename":
-                rules.append(rng.choice(_RENAME).format(old=term, new=new))
-            elif rule == "dates":
-                rules.append(rng.choice(_DATES).format(src=shown[src_fmt], dst=shown[dst_fmt]))
-            elif rule == "renumber":
-                text = rng.choice(_RENUMBER)
-                if cfg["subsections"]:
-                    text += " " + rng.choice(_SUBSECTIONS)
-                rules.append(text)
-            elif rule == "table":
-                rules.append(rng.choice(_TABLE))
-            else:
-                rules.append(rng.choice(_WRAP).format(n=width))
+        src, out, in_place = _draw_paths(rng)
+        rules = _rule_texts(rng, chosen, cfg)
         topic = rng.choice(_TOPICS)
         ask = rng.choice(_OUT_INPLACE if in_place else _OUT_NEW).format(src=src, out=out)
         instruction = (
@@ -349,34 +320,14 @@ class TextRewrite(Family):
             + ask
         )
         original_sha = hashlib.sha256(doc.encode()).hexdigest()
-        tests = _tests(src, out, in_place, expected, original_sha)
         script = _script(src, out, cfg)
-
-        def expert() -> ExpertProgram:
-            seen: Observation = yield shell(f"cat {src}", "Read the document first.")
-            fences = sum(1 for ln in seen.output.splitlines() if ln.startswith("```"))
-            note = (
-                f"I see {fences // 2} code block(s) to protect; I write a script "
-                "that applies the rules line by line outside the fences."
-            )
-            backup = "/tmp/original.md"
-            yield shell(f"cp {src} {backup}", "Keep a copy of the original to compare against.")
-            yield write("/app/rewrite.py", script, note)
-            ran = yield shell(
-                f"python3 rewrite.py && (diff {backup} {out} | head -n 40)",
-                "Apply it and look at the changes.",
-            )
-            if not ran.ok:
-                return "The rewrite failed; see the error above."
-            return f"Applied {len(rules)} rule(s); the result is in {out}."
-
         wrong = "README.md" if src != "README.md" else "readme.txt"
         return TaskDraft(
             instruction=instruction,
             files={f"/app/{src}": doc},
-            tests=tests,
+            tests=_tests(src, out, in_place, expected, original_sha),
             solution="python3 - <<'PY'\n" + script + "PY\n",
-            expert=expert,
+            expert=_expert(src, out, script, len(rules)),
             params={
                 "rules": chosen,
                 "source": src,
@@ -392,6 +343,76 @@ class TextRewrite(Family):
             ],
             tags=["markdown", "text-editing"],
         )
+
+
+def _draw_rules(rng: random.Random, difficulty: str) -> list[str]:
+    """The rules to apply, in their fixed order (hard drafts get all four)."""
+    last = rng.choice(["table", "wrap"])
+    pool = ["rename", "dates", "renumber", last]
+    count = {"easy": 2, "medium": 3, "hard": 4}[difficulty]
+    if difficulty == "hard":
+        return pool
+    picked = rng.sample(pool, k=count)
+    return [r for r in pool if r in picked]
+
+
+def _draw_paths(rng: random.Random) -> tuple[str, str, bool]:
+    """The document's path, the output's path and whether that is the document itself."""
+    stem = rng.choice(["README.md", "RUNBOOK.md", "notes.md", "guide.md", "handbook.md"])
+    src = rng.choice(["", "docs/", "doc/"]) + stem
+    in_place = rng.random() < 0.4
+    out = src if in_place else rng.choice(["edited.md", "out.md", "result.md", "docs/new.md"])
+    if out == src:
+        in_place = True
+    return src, out, in_place
+
+
+def _rule_texts(rng: random.Random, chosen: list[str], cfg: dict) -> list[str]:
+    """How the instruction states each chosen rule (dates shown on one example date)."""
+    example = _date(rng)
+    shown = {k: v.format(**{k: _show(k, *example)}) for k, v in _FORMATS.items()}
+    rules: list[str] = []
+    for rule in chosen:
+        if rule == "rename":
+            old, new = cfg["rename"]
+            rules.append(rng.choice(_RENAME).format(old=old, new=new))
+        elif rule == "dates":
+            src_fmt, dst_fmt = cfg["dates"]
+            rules.append(rng.choice(_DATES).format(src=shown[src_fmt], dst=shown[dst_fmt]))
+        elif rule == "renumber":
+            text = rng.choice(_RENUMBER)
+            if cfg["subsections"]:
+                text += " " + rng.choice(_SUBSECTIONS)
+            rules.append(text)
+        elif rule == "table":
+            rules.append(rng.choice(_TABLE))
+        else:
+            rules.append(rng.choice(_WRAP).format(n=cfg["wrap"]))
+    return rules
+
+
+def _expert(src: str, out: str, script: str, n_rules: int) -> Callable[[], ExpertProgram]:
+    """Read the document, keep a copy, write and run the script, look at the diff."""
+
+    def expert() -> ExpertProgram:
+        seen: Observation = yield shell(f"cat {src}", "Read the document first.")
+        fences = sum(1 for ln in seen.output.splitlines() if ln.startswith("```"))
+        note = (
+            f"I see {fences // 2} code block(s) to protect; I write a script "
+            "that applies the rules line by line outside the fences."
+        )
+        backup = "/tmp/original.md"
+        yield shell(f"cp {src} {backup}", "Keep a copy of the original to compare against.")
+        yield write("/app/rewrite.py", script, note)
+        ran = yield shell(
+            f"python3 rewrite.py && (diff {backup} {out} | head -n 40)",
+            "Apply it and look at the changes.",
+        )
+        if not ran.ok:
+            return "The rewrite failed; see the error above."
+        return f"Applied {n_rules} rule(s); the result is in {out}."
+
+    return expert
 
 
 def _script(src: str, out: str, cfg: dict) -> str:
