@@ -215,20 +215,7 @@ class LogSummary(Family):
     multi_turn = True
 
     def generate(self, rng: random.Random, difficulty: str) -> TaskDraft:
-        fmt = rng.choice(_FORMATS)
-        key = rng.choice(["level", "component"])
-        level_key = rng.choice(_LEVEL_KEYS)
-        comp_key = rng.choice(_COMPONENT_KEYS)
-        keys = {
-            "time": rng.choice(["ts", "time", "timestamp"]),
-            "level": level_key,
-            "component": comp_key,
-            "msg": rng.choice(["msg", "message"]),
-        }
-        order_keys = ["time", "level", "component", "msg"]
-        if rng.random() < 0.5:
-            rng.shuffle(order_keys)
-        upper_in_log = fmt in ("bracket", "iso", "syslog") or (fmt == "json" and rng.random() < 0.5)
+        fmt, key, keys, order_keys, upper_in_log = _draw_layout(rng)
         levels = sorted(rng.sample(_LEVELS, rng.randint(3, 5)), key=_LEVELS.index)
         comps = sorted(rng.sample(_COMPONENTS, rng.randint(3, 6)))
         n = {"easy": 25, "medium": 90, "hard": 200}[difficulty] + rng.randrange(15)
@@ -245,54 +232,24 @@ class LogSummary(Family):
         filter_text = ""
         if noisy:
             filt, counted, filter_text = _draw_filter(rng, key, case, entries)
-        counts: dict[str, int] = {}
-        for level, comp in counted:
-            name = (level.upper() if case == "upper" else level) if key == "level" else comp
-            counts[name] = counts.get(name, 0) + 1
-
-        app = rng.choice(
-            ["orders", "gateway", "ledger", "notifier", "catalog", "billing-api", "auth-proxy"]
-        )
-        log = rng.choice(
-            [
-                f"/app/logs/{app}.log",
-                f"/var/log/{app}/{app}.log",
-                "/app/service.log",
-                f"/app/data/{app}-2026-03.log",
-                f"/srv/{app}/logs/current.log",
-                f"/app/{app}.log",
-                f"/var/log/{app}.log",
-            ]
-        )
-        style = rng.choice(sorted(_FORMATS_OUT))
-        order = rng.choice(["count", "name"])
-        ext = {"json": "json", "lines": "txt", "uniq": "txt", "csv": "csv"}[style]
-        out = rng.choice(
-            [
-                f"/app/{key}_counts.{ext}",
-                f"/app/report.{ext}",
-                f"/app/out/summary.{ext}",
-                f"/app/reports/{app}_{key}s.{ext}",
-            ]
-        )
+        app, log, style, order, out = _draw_paths(rng, key)
         label = "level" if key == "level" else "component"
         instruction = _instruction(
             rng, (key, case, style, order), (log, app, out, label), noisy, filter_text
         )
+        level_key, comp_key = keys["level"], keys["component"]
         script = _script(
             log, out, _parse_code(fmt, level_key, comp_key), key, case, style, order, filt
         )
-        solution = f"python3 - <<'PY'\n{script}PY\n"
         expected = sorted(
-            counts.items(), key=(lambda kv: (-kv[1], kv[0])) if order == "count" else None
+            _count(counted, key, case).items(),
+            key=(lambda kv: (-kv[1], kv[0])) if order == "count" else None,
         )
-        tests = _tests(out, style, key, expected)
-
         return TaskDraft(
             instruction=instruction,
             files={log: "\n".join(lines) + "\n"},
-            tests=tests,
-            solution=solution,
+            tests=_tests(out, style, key, expected),
+            solution=f"python3 - <<'PY'\n{script}PY\n",
             expert=_expert(log, out, (key, case, style, order), filt),
             params={
                 "format": fmt,
@@ -314,6 +271,65 @@ class LogSummary(Family):
             ],
             tags=["logs", "text"],
         )
+
+
+def _draw_layout(rng: random.Random) -> tuple[str, str, dict[str, str], list[str], bool]:
+    """The log's format, what is counted (level or component), the field names, the order
+    of the fields and whether levels are upper case in the log."""
+    fmt = rng.choice(_FORMATS)
+    key = rng.choice(["level", "component"])
+    level_key = rng.choice(_LEVEL_KEYS)
+    comp_key = rng.choice(_COMPONENT_KEYS)
+    keys = {
+        "time": rng.choice(["ts", "time", "timestamp"]),
+        "level": level_key,
+        "component": comp_key,
+        "msg": rng.choice(["msg", "message"]),
+    }
+    order_keys = ["time", "level", "component", "msg"]
+    if rng.random() < 0.5:
+        rng.shuffle(order_keys)
+    upper_in_log = fmt in ("bracket", "iso", "syslog") or (fmt == "json" and rng.random() < 0.5)
+    return fmt, key, keys, order_keys, upper_in_log
+
+
+def _count(counted: list[tuple[str, str]], key: str, case: str) -> dict[str, int]:
+    """Entries per level (in the asked case) or per component."""
+    counts: dict[str, int] = {}
+    for level, comp in counted:
+        name = (level.upper() if case == "upper" else level) if key == "level" else comp
+        counts[name] = counts.get(name, 0) + 1
+    return counts
+
+
+def _draw_paths(rng: random.Random, key: str) -> tuple[str, str, str, str, str]:
+    """The application's name, the log's path, the report's style and order and its path."""
+    app = rng.choice(
+        ["orders", "gateway", "ledger", "notifier", "catalog", "billing-api", "auth-proxy"]
+    )
+    log = rng.choice(
+        [
+            f"/app/logs/{app}.log",
+            f"/var/log/{app}/{app}.log",
+            "/app/service.log",
+            f"/app/data/{app}-2026-03.log",
+            f"/srv/{app}/logs/current.log",
+            f"/app/{app}.log",
+            f"/var/log/{app}.log",
+        ]
+    )
+    style = rng.choice(sorted(_FORMATS_OUT))
+    order = rng.choice(["count", "name"])
+    ext = {"json": "json", "lines": "txt", "uniq": "txt", "csv": "csv"}[style]
+    out = rng.choice(
+        [
+            f"/app/{key}_counts.{ext}",
+            f"/app/report.{ext}",
+            f"/app/out/summary.{ext}",
+            f"/app/reports/{app}_{key}s.{ext}",
+        ]
+    )
+    return app, log, style, order, out
 
 
 def _draw_log(
