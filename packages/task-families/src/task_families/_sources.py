@@ -16,6 +16,10 @@ _SLOT = re.compile(r'"\$(\w+)"')
 """A slot in a program: a string literal such as ``"$out"``, so the file stays valid Python."""
 
 
+class Code(str):
+    """A value that fills a slot as the code it is, not as its ``repr``."""
+
+
 def _read(family: str, name: str) -> str:
     return (files("task_families") / "sources" / family / name).read_text(encoding="utf-8")
 
@@ -27,13 +31,17 @@ def source(family: str, name: str) -> str:
 
 def fill(family: str, name: str, **values: object) -> str:
     """The text of ``sources/<family>/<name>.py`` with each slot ``"$key"`` replaced by the
-    ``repr`` of ``values[key]``; a slot without a value, or a value without a slot, is an
-    error."""
+    ``repr`` of ``values[key]`` (by the code itself when it is :class:`Code`); a slot without
+    a value, or a value without a slot, is an error."""
     text = source(family, name)
     used = set(_SLOT.findall(text))
     if used != set(values):
         raise KeyError(f"{family}/{name}: slots {sorted(used)}, values {sorted(values)}")
-    return _SLOT.sub(lambda m: repr(values[m.group(1)]), text)
+    return _SLOT.sub(lambda m: _text(values[m.group(1)]), text)
+
+
+def _text(value: object) -> str:
+    return str(value) if isinstance(value, Code) else repr(value)
 
 
 @functools.cache
