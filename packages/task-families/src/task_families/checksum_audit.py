@@ -97,30 +97,12 @@ class ChecksumAudit(Family):
     multi_turn = True
 
     def generate(self, rng: random.Random, difficulty: str) -> TaskDraft:
-        name = rng.choice(_NAMES)
-        version = f"{rng.randint(0, 4)}.{rng.randint(0, 19)}.{rng.randint(0, 9)}"
-        rel = f"{rng.choice(_ROOTS)}/{name}-{version}"
-        algo = rng.choice(sorted(_ALGOS))
-        tag, _ = _ALGOS[algo]
-        layout = rng.choice(["gnu", "gnu", "binary", "bsd"])
-        if rng.random() < 0.5:
-            manifest = rng.choice(_GENERIC)
-        else:
-            manifest = rng.choice([f"{tag}SUMS", f"{algo}sums.txt", f"{tag}SUMS.txt"])
-        prefix = "./" if rng.random() < 0.3 else ""
+        rel, name, algo, layout, manifest, prefix = _draw_release(rng)
         n_files = {"easy": 8, "medium": 14, "hard": 20}[difficulty] + rng.randint(0, 3)
         pool = [p for p in _LAYOUT if " " not in p or difficulty == "hard"]
         paths = sorted(p.format(n=name) for p in rng.sample(pool, min(n_files, len(pool))))
         original = {p: _content(rng, p, name) for p in paths}
-        n_bad, n_gone, n_extra = {
-            "easy": (1, 1, 0),
-            "medium": (rng.randint(2, 3), rng.randint(1, 2), 0),
-            "hard": (rng.randint(2, 4), rng.randint(2, 3), rng.randint(2, 3)),
-        }[difficulty]
-        chosen = rng.sample(paths, n_bad + n_gone)
-        tampered, missing = sorted(chosen[:n_bad]), sorted(chosen[n_bad:])
-        extra = sorted(e.format(n=name) for e in rng.sample(_EXTRAS, n_extra))
-
+        tampered, missing, extra = _draw_damage(rng, difficulty, name, paths)
         files: dict[str, str | bytes] = {
             f"{rel}/{manifest}": _manifest_text(algo, layout, prefix, paths, original)
         }
@@ -145,24 +127,18 @@ class ChecksumAudit(Family):
             ask,
             rng.choice(_NOTES),
         ]
-        instruction = " ".join(parts[:2]) + "\n\n" + "\n".join(parts[2:])
-
-        tests = _tests(rel, out, as_json, expected)
-        tool = f"{algo}sum"
         script = [
             f"cd {rel}",
-            f"{tool} -c --quiet {manifest} > /tmp/check.txt 2>/dev/null || true",
+            f"{algo}sum -c --quiet {manifest} > /tmp/check.txt 2>/dev/null || true",
             "T=$(sed -n 's/: FAILED$//p' /tmp/check.txt | sed 's|^\\./||')",
             "M=$(sed -n 's/: FAILED open or read$//p' /tmp/check.txt | sed 's|^\\./||')",
         ]
         script += _solution_tail(out, as_json, keys, manifest, layout)
-        solution = "\n".join(script) + "\n"
-
         return TaskDraft(
-            instruction=instruction,
+            instruction=" ".join(parts[:2]) + "\n\n" + "\n".join(parts[2:]),
             files=files,
-            tests=tests,
-            solution=solution,
+            tests=_tests(rel, out, as_json, expected),
+            solution="\n".join(script) + "\n",
             expert=_expert(rel, manifest, keys, as_json, out),
             params={
                 "release": rel,
@@ -182,6 +158,38 @@ class ChecksumAudit(Family):
             ],
             tags=["checksums", "integrity"],
         )
+
+
+def _draw_release(rng: random.Random) -> tuple[str, str, str, str, str, str]:
+    """The release directory, the project's name, the algorithm, the manifest's line layout,
+    the manifest's name and the prefix its paths carry."""
+    name = rng.choice(_NAMES)
+    version = f"{rng.randint(0, 4)}.{rng.randint(0, 19)}.{rng.randint(0, 9)}"
+    rel = f"{rng.choice(_ROOTS)}/{name}-{version}"
+    algo = rng.choice(sorted(_ALGOS))
+    tag, _ = _ALGOS[algo]
+    layout = rng.choice(["gnu", "gnu", "binary", "bsd"])
+    if rng.random() < 0.5:
+        manifest = rng.choice(_GENERIC)
+    else:
+        manifest = rng.choice([f"{tag}SUMS", f"{algo}sums.txt", f"{tag}SUMS.txt"])
+    prefix = "./" if rng.random() < 0.3 else ""
+    return rel, name, algo, layout, manifest, prefix
+
+
+def _draw_damage(
+    rng: random.Random, difficulty: str, name: str, paths: list[str]
+) -> tuple[list[str], list[str], list[str]]:
+    """The files that were changed, the ones that are gone and (hard drafts) the extra ones."""
+    n_bad, n_gone, n_extra = {
+        "easy": (1, 1, 0),
+        "medium": (rng.randint(2, 3), rng.randint(1, 2), 0),
+        "hard": (rng.randint(2, 4), rng.randint(2, 3), rng.randint(2, 3)),
+    }[difficulty]
+    chosen = rng.sample(paths, n_bad + n_gone)
+    tampered, missing = sorted(chosen[:n_bad]), sorted(chosen[n_bad:])
+    extra = sorted(e.format(n=name) for e in rng.sample(_EXTRAS, n_extra))
+    return tampered, missing, extra
 
 
 def _manifest_text(
