@@ -67,12 +67,7 @@ class FilePermissions(Family):
         owner, stray = rng.sample(_USERS, 2)
         team = rng.choice(_TEAMS)
         svc = rng.choice([f"svc-{proj}", f"{proj}d", f"{proj}-svc"])
-        areas = ["bin", "secrets"]
-        if difficulty != "easy":
-            areas += ["shared", "conf"]
-        if difficulty == "hard":
-            areas += ["logs", "public"]
-        dirs = {a: rng.choice(_DIRS[a]) for a in areas}
+        areas, dirs = _draw_areas(rng, difficulty)
         files, placed = _place_files(rng, difficulty, root, proj, areas, dirs)
         all_dirs = sorted(
             {root} | {p.rsplit("/", 1)[0] for p in files} | {f"{root}/{d}" for d in dirs.values()}
@@ -101,15 +96,7 @@ class FilePermissions(Family):
 
         steps = _policy_steps(root, rel, owner, team, svc if difficulty == "hard" else None)
         if exceptions:
-            steps.append(
-                (
-                    "Last, the exceptions, which override the rules.",
-                    " && ".join(
-                        f"chown {want[p][0]}:{want[p][1]} {p} && chmod {want[p][2]:04o} {p}"
-                        for _, p in exceptions
-                    ),
-                )
-            )
+            steps.append(_exception_step(exceptions, want))
 
         return TaskDraft(
             instruction=instruction,
@@ -134,6 +121,29 @@ class FilePermissions(Family):
             ],
             tags=["permissions", "chmod", "chown"],
         )
+
+
+def _draw_areas(rng: random.Random, difficulty: str) -> tuple[list[str], dict[str, str]]:
+    """The areas of the project (more in harder drafts) and the directory each one is."""
+    areas = ["bin", "secrets"]
+    if difficulty != "easy":
+        areas += ["shared", "conf"]
+    if difficulty == "hard":
+        areas += ["logs", "public"]
+    return areas, {a: rng.choice(_DIRS[a]) for a in areas}
+
+
+def _exception_step(
+    exceptions: list[tuple[str, str]], want: dict[str, list[Any]]
+) -> tuple[str, str]:
+    """The expert's last step: the exceptions, which override the rules."""
+    return (
+        "Last, the exceptions, which override the rules.",
+        " && ".join(
+            f"chown {want[p][0]}:{want[p][1]} {p} && chmod {want[p][2]:04o} {p}"
+            for _, p in exceptions
+        ),
+    )
 
 
 _EXCEPTION_MODES = {"bin": 0o700, "secrets": 0o640, "shared": 0o440, "public": 0o640}

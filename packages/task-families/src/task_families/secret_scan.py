@@ -171,14 +171,7 @@ class SecretScan(Family):
     def generate(self, rng: random.Random, difficulty: str) -> TaskDraft:
         proj = rng.choice(_PROJECTS)
         pkg = rng.choice(_PKGS)
-        n_kinds, n_real, n_decoy = {"easy": (2, 2, 2), "medium": (3, 4, 4), "hard": (4, 6, 6)}[
-            difficulty
-        ]
-        token_kinds = sorted(_KEYS)
-        kinds = rng.sample(token_kinds, n_kinds - (difficulty == "hard"))
-        if difficulty == "hard":
-            kinds.append("pem")
-        n_real += rng.randint(0, 1)
+        kinds, n_real, n_decoy = _draw_kinds(rng, difficulty)
         hosts = rng.sample(_HOSTS, {"easy": 3, "medium": 4, "hard": 6}[difficulty])
         hosts = [(p.format(pkg=pkg), f) for p, f in hosts]
         flat_kinds = [k for k in kinds if k != "pem"]
@@ -187,12 +180,7 @@ class SecretScan(Family):
         marker = rng.choice(_MARKERS)
         files, redacted, report, secrets = _host_files(rng, proj, hosts, slots, marker)
         if "pem" in kinds:
-            path, block, pub, pub_text = _draw_pem_pair(rng)
-            files[path] = "\n".join(block) + "\n"
-            redacted[path] = marker + "\n"
-            report.append(f"{path}:1")
-            secrets[path] = block[1:-1]
-            files[pub] = pub_text
+            _add_pem_pair(rng, marker, files, (redacted, report, secrets))
         if difficulty != "easy":
             files.update(_fixture_files(rng, flat_kinds))
         files["README.md"] = (
@@ -235,6 +223,37 @@ class SecretScan(Family):
             ],
             tags=["secrets", "grep", "sed"],
         )
+
+
+def _draw_kinds(rng: random.Random, difficulty: str) -> tuple[list[str], int, int]:
+    """The kinds of secret leaked (hard drafts add a private key), how many real leaks and
+    how many decoys."""
+    n_kinds, n_real, n_decoy = {"easy": (2, 2, 2), "medium": (3, 4, 4), "hard": (4, 6, 6)}[
+        difficulty
+    ]
+    token_kinds = sorted(_KEYS)
+    kinds = rng.sample(token_kinds, n_kinds - (difficulty == "hard"))
+    if difficulty == "hard":
+        kinds.append("pem")
+    n_real += rng.randint(0, 1)
+    return kinds, n_real, n_decoy
+
+
+def _add_pem_pair(
+    rng: random.Random,
+    marker: str,
+    files: dict[str, str],
+    found: tuple[dict[str, str], list[str], dict[str, list[str]]],
+) -> None:
+    """Put a private key (a leak) and its public half (not one) into ``files``, and the key
+    into what the tests expect: its redacted text, its report line and its secret lines."""
+    redacted, report, secrets = found
+    path, block, pub, pub_text = _draw_pem_pair(rng)
+    files[path] = "\n".join(block) + "\n"
+    redacted[path] = marker + "\n"
+    report.append(f"{path}:1")
+    secrets[path] = block[1:-1]
+    files[pub] = pub_text
 
 
 def _place_secrets(

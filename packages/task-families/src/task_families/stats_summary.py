@@ -144,10 +144,7 @@ class StatsSummary(Family):
             if pairs:
                 used |= {xcol.name, ycol.name}
             unit = _draw_na_and_unit(rng, cols, table, used)
-
-        conv = {c.name: (1.0, 0.0) for c in cols}
-        if unit is not None:
-            conv[unit.column] = (unit.factor, unit.offset)
+        conv = _conversions(cols, unit)
 
         decimals = rng.choice([2, 3, 4])
         alias = rng.choice(_ALIASES)
@@ -157,12 +154,7 @@ class StatsSummary(Family):
             rng, (table, conv), singles, (pairs, xcol, ycol), decimals, (alias, style, pstyle)
         )
 
-        # The file.
-        stem = rng.choice(["readings", "measurements", "log", "samples", "run", domain])
-        ext = rng.choice([".csv", ".txt"] if fmt == "csv" else [".dat", ".txt", ".ssv"])
-        sub = rng.choice(["", "", "data/", "raw/"])
-        src = f"{sub}{stem}{ext}"
-        out = rng.choice(["stats.json", "summary.json", f"{domain}_stats.json", "out/summary.json"])
+        src, out = _draw_paths(rng, domain, fmt)
         comments = difficulty != "easy"
         content = _data_text(rng, domain, cols, table, fmt, comments)
 
@@ -199,6 +191,24 @@ class StatsSummary(Family):
             ],
             tags=["statistics", "json"],
         )
+
+
+def _conversions(cols: list[_Col], unit: _Unit | None) -> dict[str, tuple[float, float]]:
+    """Column -> (factor, offset) that turns its values into the asked unit."""
+    conv = {c.name: (1.0, 0.0) for c in cols}
+    if unit is not None:
+        conv[unit.column] = (unit.factor, unit.offset)
+    return conv
+
+
+def _draw_paths(rng: random.Random, domain: str, fmt: str) -> tuple[str, str]:
+    """The data file's path (under /app) and the output's."""
+    stem = rng.choice(["readings", "measurements", "log", "samples", "run", domain])
+    ext = rng.choice([".csv", ".txt"] if fmt == "csv" else [".dat", ".txt", ".ssv"])
+    sub = rng.choice(["", "", "data/", "raw/"])
+    src = f"{sub}{stem}{ext}"
+    out = rng.choice(["stats.json", "summary.json", f"{domain}_stats.json", "out/summary.json"])
+    return src, out
 
 
 def _draw_table(rng: random.Random, cols: list[_Col], n_rows: int) -> dict[str, list[str]]:
