@@ -153,45 +153,59 @@ _ROOT_ASK_MANY = phrases("numeric_solve", "root_ask_many")
 _COEFFS = phrases("numeric_solve", "coeffs")
 
 
+def _draw_poly(
+    rng: random.Random, difficulty: str, a: float, b: float, k_in: int
+) -> tuple[list[float], list[float]]:
+    """``k_in`` roots in [a, b] and the rounded coefficients of a polynomial having them (medium
+    drafts add a root outside, and a factor without real roots keeps the degree at least 3)."""
+    roots: list[float] = []
+    while len(roots) < k_in:
+        r = rng.uniform(a + 0.2, b - 0.2)
+        if all(abs(r - s) > 0.5 for s in roots):
+            roots.append(r)
+    lead = rng.choice([-1, 1]) * round(rng.uniform(0.5, 3), 2)
+    poly = [lead]
+    for r in roots:
+        poly = _mul(poly, [1.0, -r])
+    if difficulty == "medium":  # a second real root, outside the interval
+        outside = rng.choice([a - rng.uniform(0.5, 3), b + rng.uniform(0.5, 3)])
+        poly = _mul(poly, [1.0, -outside])
+    if len(poly) < 4 or difficulty == "medium":  # a factor without real roots
+        p_, q_ = rng.uniform(-2, 2), rng.uniform(0.5, 4)
+        poly = _mul(poly, [1.0, p_, p_ * p_ / 4 + q_])
+    return roots, [round(c, 3) for c in poly]
+
+
+def _scan(coeffs: list[float], a: float, b: float) -> list[float]:
+    """The roots in [a, b] found by bisecting each sign change on a grid of 4000 steps."""
+
+    def f(x: float) -> float:
+        return _horner(coeffs, x)
+
+    grid = 4000
+    found: list[float] = []
+    prev = f(a)
+    for i in range(1, grid + 1):
+        x = a + (b - a) * i / grid
+        cur = f(x)
+        if (cur < 0) != (prev < 0):
+            found.append(_bisect(f, a + (b - a) * (i - 1) / grid, x))
+        prev = cur
+    return found
+
+
 def _bisection(rng: random.Random, difficulty: str) -> dict:
     k_in = {"easy": 1, "medium": 1, "hard": rng.randint(2, 3)}[difficulty]
     tol = {"easy": 1e-4, "medium": 1e-6, "hard": 1e-6}[difficulty]
     while True:
         a = rng.randint(-4, 1) + rng.choice([0, 0.5])
         b = a + rng.randint(3, 6)
-        roots: list[float] = []
-        while len(roots) < k_in:
-            r = rng.uniform(a + 0.2, b - 0.2)
-            if all(abs(r - s) > 0.5 for s in roots):
-                roots.append(r)
-        lead = rng.choice([-1, 1]) * round(rng.uniform(0.5, 3), 2)
-        poly = [lead]
-        for r in roots:
-            poly = _mul(poly, [1.0, -r])
-        if difficulty == "medium":  # a second real root, outside the interval
-            outside = rng.choice([a - rng.uniform(0.5, 3), b + rng.uniform(0.5, 3)])
-            poly = _mul(poly, [1.0, -outside])
-        if len(poly) < 4 or difficulty == "medium":  # a factor without real roots
-            p_, q_ = rng.uniform(-2, 2), rng.uniform(0.5, 4)
-            poly = _mul(poly, [1.0, p_, p_ * p_ / 4 + q_])
-        coeffs = [round(c, 3) for c in poly]
-
-        def f(x: float, coeffs: list[float] = coeffs) -> float:
-            return _horner(coeffs, x)
-
-        grid = 4000
-        found: list[float] = []
-        prev = f(a)
-        for i in range(1, grid + 1):
-            x = a + (b - a) * i / grid
-            cur = f(x)
-            if (cur < 0) != (prev < 0):
-                found.append(_bisect(f, a + (b - a) * (i - 1) / grid, x))
-            prev = cur
+        roots, coeffs = _draw_poly(rng, difficulty, a, b, k_in)
+        found = _scan(coeffs, a, b)
         if (
             len(found) == k_in
-            and abs(f(a)) > 1e-3
-            and abs(f(b)) > 1e-3
+            and abs(_horner(coeffs, a)) > 1e-3
+            and abs(_horner(coeffs, b)) > 1e-3
             and all(abs(x - r) < 0.05 for x, r in zip(found, sorted(roots), strict=True))
         ):
             break
@@ -251,33 +265,56 @@ _ODE_ASK_CHECK = phrases("numeric_solve", "ode_ask_check")
 _ODE_ASK_SYS = phrases("numeric_solve", "ode_ask_sys")
 
 
+def _num(rng: random.Random, lo_hi: tuple[float, float]) -> float:
+    return round(rng.uniform(*lo_hi), 2)
+
+
+def _draw_model(
+    rng: random.Random, system: bool
+) -> tuple[str, tuple[str, ...], list[float], list[str], str, str]:
+    """A model with drawn parameters: its name, variable names, initial state, right-hand
+    sides, and how the equations and the initial state are written."""
+    names: tuple[str, ...]
+    if system:
+        name, names, rhs, prm, inits = rng.choice(_SYSTEMS)
+        values = {k: _num(rng, v) for k, v in prm.items()}
+        state0 = [_num(rng, r) for r in inits]
+        exprs = [_subst(e, values) for e in rhs]
+        eqs = f"d{names[0]}/dt = {exprs[0]}, d{names[1]}/dt = {exprs[1]}"
+        init = f"{names[0]} = {state0[0]:g}, {names[1]} = {state0[1]:g}"
+    else:
+        name, rhs1, prm, init_r = rng.choice(_SCALAR)
+        names = ("y",)
+        values = {k: _num(rng, v) for k, v in prm.items()}
+        state0 = [_num(rng, init_r)]
+        exprs = [_subst(rhs1, values)]
+        eqs = f"dy/dt = {exprs[0]}"
+        init = f"y = {state0[0]:g}"
+    return name, names, state0, exprs, eqs, init
+
+
+def _ode_ask(
+    rng: random.Random, difficulty: str, names: tuple[str, ...], checkpoints: list[int]
+) -> str:
+    """What to report: both variables (hard), the checkpoints (medium) or the final value."""
+    if difficulty == "hard":
+        return rng.choice(_ODE_ASK_SYS).format(u=names[0], v=names[-1])  # two names
+    if difficulty == "medium":
+        steps = ", ".join(str(s) for s in checkpoints[:-1]) + f" and {checkpoints[-1]}"
+        return rng.choice(_ODE_ASK_CHECK).format(steps=steps)
+    return rng.choice(_ODE_ASK_FINAL)
+
+
 def _ode(rng: random.Random, difficulty: str) -> dict:
     method = "euler" if difficulty == "easy" else rng.choice(["euler", "rk4"])
     other = "rk4" if method == "euler" else "euler"
     t0 = rng.choice([0, 0, 1])
 
-    def num(lo_hi: tuple[float, float]) -> float:
-        return round(rng.uniform(*lo_hi), 2)
-
     names: tuple[str, ...]
     while True:  # redraw until the asked method is told apart from the other one
         h = rng.choice([0.01, 0.02, 0.05, 0.1])
         n = rng.randint(20, 60) if h >= 0.05 else rng.randint(80, 250)
-        if difficulty == "hard":
-            name, names, rhs, prm, inits = rng.choice(_SYSTEMS)
-            values = {k: num(v) for k, v in prm.items()}
-            state0 = [num(r) for r in inits]
-            exprs = [_subst(e, values) for e in rhs]
-            eqs = f"d{names[0]}/dt = {exprs[0]}, d{names[1]}/dt = {exprs[1]}"
-            init = f"{names[0]} = {state0[0]:g}, {names[1]} = {state0[1]:g}"
-        else:
-            name, rhs1, prm, init_r = rng.choice(_SCALAR)
-            names = ("y",)
-            values = {k: num(v) for k, v in prm.items()}
-            state0 = [num(init_r)]
-            exprs = [_subst(rhs1, values)]
-            eqs = f"dy/dt = {exprs[0]}"
-            init = f"y = {state0[0]:g}"
+        name, names, state0, exprs, eqs, init = _draw_model(rng, difficulty == "hard")
         checkpoints = [n]
         if difficulty == "medium":
             checkpoints = [*sorted(rng.sample(range(5, n), k=2)), n]
@@ -288,15 +325,9 @@ def _ode(rng: random.Random, difficulty: str) -> dict:
     parts = [
         rng.choice(_ODE_OPEN).format(name=name, eqs=eqs, init=init, t0=t0),
         rng.choice(_METHOD[method]).format(h=h, n=n),
+        _ode_ask(rng, difficulty, names, checkpoints),
+        "(`sin` is the sine of an angle in radians.)" if "sin" in eqs else "",
     ]
-    if difficulty == "hard":
-        parts.append(rng.choice(_ODE_ASK_SYS).format(u=names[0], v=names[-1]))  # two names
-    elif difficulty == "medium":
-        steps = ", ".join(str(s) for s in checkpoints[:-1]) + f" and {checkpoints[-1]}"
-        parts.append(rng.choice(_ODE_ASK_CHECK).format(steps=steps))
-    else:
-        parts.append(rng.choice(_ODE_ASK_FINAL))
-    parts.append("(`sin` is the sine of an angle in radians.)" if "sin" in eqs else "")
     code = fill(
         "numeric_solve",
         "ode",
@@ -420,25 +451,7 @@ class NumericSolve(Family):
             tol=tol,
             path="/app/" + out,
         )
-        look = job["look"]
-
-        def expert() -> ExpertProgram:
-            if look:
-                seen: Observation = yield shell(look, "First a look at the data.")
-                lines = seen.output.splitlines()
-                header = lines[0] if lines else ""
-                thought = f"The header is `{header}`; I write the integration script."
-            else:
-                thought = f"I write a short stdlib script for the {kind} computation."
-            yield write("/app/compute.py", code, thought)
-            ran: Observation = yield shell(
-                f"python3 compute.py 2>&1 && cat {out}", "Run it and show the output file."
-            )
-            if not ran.ok:
-                return "The script failed; see the error above."
-            got = ran.output.strip().splitlines()[-len(answers) :]
-            return f"Wrote {len(got)} value(s) to {out}: {', '.join(got)}."
-
+        expert = _expert(job["look"], kind, code, out, len(answers))
         params = {"kind": kind, "output": out, "tolerance": tol, **job["params"]}
         files = {f"/app/{name}": text for name, text in job["files"].items()}
         mistakes = [shell("python3 -c 'import numpy, scipy'", "Check for numpy and scipy.")]
@@ -454,3 +467,28 @@ class NumericSolve(Family):
             mistakes=mistakes,
             tags=["numerical-methods", kind],
         )
+
+
+def _expert(
+    look: str | None, kind: str, code: str, out: str, n_answers: int
+) -> Callable[[], ExpertProgram]:
+    """Look at the data (when there is some), write the script, run it, show the output."""
+
+    def expert() -> ExpertProgram:
+        if look:
+            seen: Observation = yield shell(look, "First a look at the data.")
+            lines = seen.output.splitlines()
+            header = lines[0] if lines else ""
+            thought = f"The header is `{header}`; I write the integration script."
+        else:
+            thought = f"I write a short stdlib script for the {kind} computation."
+        yield write("/app/compute.py", code, thought)
+        ran: Observation = yield shell(
+            f"python3 compute.py 2>&1 && cat {out}", "Run it and show the output file."
+        )
+        if not ran.ok:
+            return "The script failed; see the error above."
+        got = ran.output.strip().splitlines()[-n_answers:]
+        return f"Wrote {len(got)} value(s) to {out}: {', '.join(got)}."
+
+    return expert
