@@ -8,7 +8,7 @@ import tomllib
 from importlib.resources import files
 
 import pytest
-from task_families import _buggy_modules, implement_function
+from task_families import _buggy_modules, _function_specs
 from task_families._sources import fill, source
 
 
@@ -16,7 +16,7 @@ def test_every_source_file_compiles_and_is_one_entry_s() -> None:
     root = files("task_families") / "sources"
     used = {
         "fix_failing_test": {m.source for m in _buggy_modules._MODULES},
-        "implement_function": {s.source for s in implement_function._SPECS},
+        "implement_function": {s.source for s in _function_specs.SPECS},
     }
     for family, sources in used.items():
         names = sorted(p.name for p in (root / family).iterdir() if p.name.endswith(".py"))
