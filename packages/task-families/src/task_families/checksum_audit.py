@@ -116,17 +116,7 @@ class ChecksumAudit(Family):
         if "extra" in keys:
             expected[keys["extra"]] = extra
         as_json, out, ask = _draw_report(rng, cats, keys)
-        defs = [f"- `{keys[c]}`: {rng.choice(_DEFS[c])}" for c in cats]
-        parts = [
-            rng.choice(_OPENERS).format(rel=rel, manifest=manifest),
-            rng.choice(_MANIFEST).format(manifest=manifest),
-            "Find the following:",
-            "",
-            *defs,
-            "",
-            ask,
-            rng.choice(_NOTES),
-        ]
+        instruction = _instruction(rng, rel, manifest, cats, keys, ask)
         script = [
             f"cd {rel}",
             f"{algo}sum -c --quiet {manifest} > /tmp/check.txt 2>/dev/null || true",
@@ -135,7 +125,7 @@ class ChecksumAudit(Family):
         ]
         script += _solution_tail(out, as_json, keys, manifest, layout)
         return TaskDraft(
-            instruction=" ".join(parts[:2]) + "\n\n" + "\n".join(parts[2:]),
+            instruction=instruction,
             files=files,
             tests=_tests(rel, out, as_json, expected),
             solution="\n".join(script) + "\n",
@@ -158,6 +148,24 @@ class ChecksumAudit(Family):
             ],
             tags=["checksums", "integrity"],
         )
+
+
+def _instruction(
+    rng: random.Random, rel: str, manifest: str, cats: list[str], keys: dict[str, str], ask: str
+) -> str:
+    """The release and its manifest, what each category of the report means, how to report."""
+    defs = [f"- `{keys[c]}`: {rng.choice(_DEFS[c])}" for c in cats]
+    parts = [
+        rng.choice(_OPENERS).format(rel=rel, manifest=manifest),
+        rng.choice(_MANIFEST).format(manifest=manifest),
+        "Find the following:",
+        "",
+        *defs,
+        "",
+        ask,
+        rng.choice(_NOTES),
+    ]
+    return " ".join(parts[:2]) + "\n\n" + "\n".join(parts[2:])
 
 
 def _draw_release(rng: random.Random) -> tuple[str, str, str, str, str, str]:

@@ -140,9 +140,7 @@ class StatsSummary(Family):
         # Hard: NA cells and one converted column (one the statistics use).
         unit: _Unit | None = None
         if hard:
-            used = {c.name for _, c in singles}
-            if pairs:
-                used |= {xcol.name, ycol.name}
+            used = {c.name for _, c in singles} | ({xcol.name, ycol.name} if pairs else set())
             unit = _draw_na_and_unit(rng, cols, table, used)
         conv = _conversions(cols, unit)
 
@@ -175,13 +173,11 @@ class StatsSummary(Family):
             "comments": comments,
         }
         script = _script_body(src, out, spec, conv, decimals, fmt)
-        tests = _tests(out, expected, decimals)
         wrong = "data.csv" if src != "data.csv" else "input.csv"
-
         return TaskDraft(
             instruction=instruction,
             files={f"/app/{src}": content},
-            tests=tests,
+            tests=_tests(out, expected, decimals),
             solution="python3 - <<'PY'\n" + script + "PY\n",
             expert=_expert(src, out, spec, conv, decimals),
             params=params,
