@@ -13,13 +13,12 @@ from __future__ import annotations
 import json
 import random
 import statistics
-import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from ale.synth.expert import Observation, shell, write
 from ale.synth.family import ExpertProgram, Family, TaskDraft, register
-from task_families._sources import fill, phrase_table, phrases
+from task_families._sources import Code, fill, phrase_table, phrases
 
 _STATS: dict[str, Callable[[list[float]], float]] = {
     "mean": statistics.mean,
@@ -416,45 +415,15 @@ def _script_body(
 ) -> str:
     """A stdlib script computing ``spec`` from ``src`` (comments and NA skipped)."""
     split = "line.split(',')" if fmt == "csv" else "line.split()"
-    return textwrap.dedent(
-        f"""\
-        import json, os, statistics
-
-        CONVERT = {conv!r}
-        SPEC = {spec!r}
-        rows = []
-        with open({src!r}) as fh:
-            for line in fh:
-                line = line.strip()
-                if line and not line.startswith("#"):
-                    rows.append([cell.strip() for cell in {split}])
-        header, data = rows[0], rows[1:]
-
-
-        def column(name):
-            fac, off = CONVERT.get(name, (1.0, 0.0))
-            i = header.index(name)
-            return [None if r[i] == "NA" else float(r[i]) * fac + off for r in data]
-
-
-        FUNCS = {{"mean": statistics.mean, "median": statistics.median,
-                 "stdev": statistics.stdev, "min": min, "max": max}}
-        result = {{}}
-        for key, stat, a, b in SPEC:
-            if stat in FUNCS:
-                result[key] = FUNCS[stat]([v for v in column(a) if v is not None])
-                continue
-            pairs = [(x, y) for x, y in zip(column(a), column(b)) if x is not None and y is not None]
-            xs, ys = [p[0] for p in pairs], [p[1] for p in pairs]
-            if stat == "r":
-                result[key] = statistics.correlation(xs, ys)
-            else:
-                fit = statistics.linear_regression(xs, ys)
-                result[key] = fit.slope if stat == "slope" else fit.intercept
-        os.makedirs(os.path.dirname({out!r}) or ".", exist_ok=True)
-        with open({out!r}, "w") as fh:
-            json.dump({{k: round(v, {decimals}) for k, v in result.items()}}, fh, indent=2)
-        """
+    return fill(
+        "stats_summary",
+        "compute",
+        conv=conv,
+        spec=spec,
+        src=src,
+        split=Code(split),
+        out=out,
+        decimals=Code(decimals),
     )
 
 
