@@ -132,18 +132,8 @@ def _expert(src: str, out: str, group: str, value: str) -> Callable[[], ExpertPr
 
 
 def _script_body(src: str, out: str, group: str, value: str, delim: str) -> str:
-    return textwrap.dedent(
-        f"""\
-        import csv, json, os
-        totals = {{}}
-        with open({src!r}, newline="") as fh:
-            rows = csv.DictReader((line for line in fh if line.strip()), delimiter={delim!r})
-            for row in rows:
-                totals[row[{group!r}]] = totals.get(row[{group!r}], 0.0) + float(row[{value!r}])
-        os.makedirs(os.path.dirname({out!r}) or ".", exist_ok=True)
-        with open({out!r}, "w") as fh:
-            json.dump({{k: round(v, 2) for k, v in sorted(totals.items())}}, fh, indent=2)
-        """
+    return fill(
+        "csv_aggregate", "aggregate", src=src, delim=delim, group=group, value=value, out=out
     )
 
 
