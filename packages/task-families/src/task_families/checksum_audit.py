@@ -15,113 +15,27 @@ import hashlib
 import json
 import random
 import re
-import textwrap
 from collections.abc import Callable
 
 from ale.synth.expert import Observation, shell, write
 from ale.synth.family import ExpertProgram, Family, TaskDraft, register
+from task_families._sources import fill, phrase_table, phrases
 
 _NAMES = ["skyforge", "tern", "pavlova", "quokka-cli", "mirth", "bramble", "zenith", "cask"]
 _NAMES += ["lattice", "pylon", "waxwing", "umbra"]
 _ROOTS = ["/app", "/srv/releases", "/opt/dist", "/var/tmp/incoming"]
 _ALGOS = {"md5": ("MD5", 32), "sha1": ("SHA1", 40), "sha256": ("SHA256", 64)}
 _GENERIC = ["CHECKSUMS", "manifest.txt", "checksums.txt", "DIGESTS"]
-_LAYOUT = [
-    "bin/{n}",
-    "bin/{n}-helper",
-    "lib/lib{n}.so.1",
-    "lib/lib{n}.a",
-    "include/{n}.h",
-    "include/{n}/config.h",
-    "share/doc/{n}/README",
-    "share/doc/{n}/NEWS",
-    "share/man/man1/{n}.1",
-    "share/{n}/schema.sql",
-    "etc/{n}.conf",
-    "etc/{n}/logging.ini",
-    "LICENSE",
-    "CHANGELOG.md",
-    "README.md",
-    "assets/logo.png",
-    "assets/icon-64.png",
-    "lib/python3/{n}/__init__.py",
-    "lib/python3/{n}/core.py",
-    "completions/{n}.bash",
-    "data/locale/de.mo",
-    "data/locale/fr.mo",
-    "docs/User Guide.pdf",
-    "docs/release notes.txt",
-]
-_EXTRAS = [
-    ".DS_Store",
-    "bin/{n}.orig",
-    "lib/libinject.so",
-    "share/doc/{n}/README~",
-    "tmp/build.log",
-    "docs/Copy of User Guide.pdf",
-    "etc/.{n}.conf.swp",
-    "bin/postinstall.sh",
-]
-_KEYS = {
-    "tampered": ["tampered", "modified", "corrupted", "mismatched"],
-    "missing": ["missing", "absent", "not_found"],
-    "extra": ["extra", "unlisted", "unexpected"],
-}
+_LAYOUT = phrases("checksum_audit", "layout")
+_EXTRAS = phrases("checksum_audit", "extras")
+_KEYS = phrase_table("checksum_audit", "keys")
 
-_OPENERS = [
-    "We downloaded the release `{rel}` and want to make sure it is intact.",
-    "Before deploying `{rel}`, verify it against its checksum manifest.",
-    "The release tree in `{rel}` comes with a manifest, `{manifest}`, of checksums.",
-    "Someone may have tampered with the unpacked release at `{rel}`.",
-    "Audit the integrity of the release directory `{rel}`.",
-]
-_MANIFEST = [
-    "Its manifest is `{manifest}` (paths in it are relative to the release directory).",
-    "The checksums are in `{manifest}`, inside that directory.",
-    "`{manifest}` lists every file of the release with its checksum.",
-    "Use the list of checksums in `{manifest}`, which sits at the top of the release.",
-]
-_DEFS = {
-    "tampered": [
-        "files whose current checksum differs from the manifest",
-        "listed files whose content no longer matches their checksum",
-        "files present but with a wrong checksum",
-    ],
-    "missing": [
-        "files the manifest lists that do not exist",
-        "listed files that are gone",
-        "entries of the manifest with no file on disk",
-    ],
-    "extra": [
-        "files in the release that the manifest does not list (the manifest itself excluded)",
-        "unlisted files found under the release directory, not counting the manifest",
-        "files on disk that are not in the manifest (ignore the manifest file itself)",
-    ],
-}
-_JSON_ASK = [
-    "Write `{out}` as a JSON object with the keys {keys}, each a list of paths relative to "
-    "the release directory.",
-    "Save the result to `{out}`: a JSON object mapping {keys} to lists of relative paths.",
-    "Report in `{out}`, a JSON object whose keys are {keys} and whose values are arrays of "
-    "paths (relative to the release root).",
-    "Produce `{out}` containing one JSON object with {keys}, each holding the matching "
-    "relative paths.",
-]
-_TEXT_ASK = [
-    "Write one file per category in `{out}/`: {files}, one relative path per line.",
-    "Create {files} in the directory `{out}/`, each listing paths relative to the release, "
-    "one per line.",
-    "Put the findings in `{out}/` as {files} (one path per line, relative to the release "
-    "directory).",
-    "Save plain-text lists {files} under `{out}/`; each line is one path relative to the "
-    "release root.",
-]
-_NOTES = [
-    "An empty category is an empty list. Order does not matter.",
-    "The order of the paths does not matter.",
-    "Any order is fine; do not repair or delete anything.",
-    "Don't change the release itself; only report.",
-]
+_OPENERS = phrases("checksum_audit", "openers")
+_MANIFEST = phrases("checksum_audit", "manifest")
+_DEFS = phrase_table("checksum_audit", "defs")
+_JSON_ASK = phrases("checksum_audit", "json_ask")
+_TEXT_ASK = phrases("checksum_audit", "text_ask")
+_NOTES = phrases("checksum_audit", "notes")
 
 
 def _digest(algo: str, data: bytes) -> str:
@@ -183,30 +97,12 @@ class ChecksumAudit(Family):
     multi_turn = True
 
     def generate(self, rng: random.Random, difficulty: str) -> TaskDraft:
-        name = rng.choice(_NAMES)
-        version = f"{rng.randint(0, 4)}.{rng.randint(0, 19)}.{rng.randint(0, 9)}"
-        rel = f"{rng.choice(_ROOTS)}/{name}-{version}"
-        algo = rng.choice(sorted(_ALGOS))
-        tag, _ = _ALGOS[algo]
-        layout = rng.choice(["gnu", "gnu", "binary", "bsd"])
-        if rng.random() < 0.5:
-            manifest = rng.choice(_GENERIC)
-        else:
-            manifest = rng.choice([f"{tag}SUMS", f"{algo}sums.txt", f"{tag}SUMS.txt"])
-        prefix = "./" if rng.random() < 0.3 else ""
+        rel, name, algo, layout, manifest, prefix = _draw_release(rng)
         n_files = {"easy": 8, "medium": 14, "hard": 20}[difficulty] + rng.randint(0, 3)
         pool = [p for p in _LAYOUT if " " not in p or difficulty == "hard"]
         paths = sorted(p.format(n=name) for p in rng.sample(pool, min(n_files, len(pool))))
         original = {p: _content(rng, p, name) for p in paths}
-        n_bad, n_gone, n_extra = {
-            "easy": (1, 1, 0),
-            "medium": (rng.randint(2, 3), rng.randint(1, 2), 0),
-            "hard": (rng.randint(2, 4), rng.randint(2, 3), rng.randint(2, 3)),
-        }[difficulty]
-        chosen = rng.sample(paths, n_bad + n_gone)
-        tampered, missing = sorted(chosen[:n_bad]), sorted(chosen[n_bad:])
-        extra = sorted(e.format(n=name) for e in rng.sample(_EXTRAS, n_extra))
-
+        tampered, missing, extra = _draw_damage(rng, difficulty, name, paths)
         files: dict[str, str | bytes] = {
             f"{rel}/{manifest}": _manifest_text(algo, layout, prefix, paths, original)
         }
@@ -220,35 +116,19 @@ class ChecksumAudit(Family):
         if "extra" in keys:
             expected[keys["extra"]] = extra
         as_json, out, ask = _draw_report(rng, cats, keys)
-        defs = [f"- `{keys[c]}`: {rng.choice(_DEFS[c])}" for c in cats]
-        parts = [
-            rng.choice(_OPENERS).format(rel=rel, manifest=manifest),
-            rng.choice(_MANIFEST).format(manifest=manifest),
-            "Find the following:",
-            "",
-            *defs,
-            "",
-            ask,
-            rng.choice(_NOTES),
-        ]
-        instruction = " ".join(parts[:2]) + "\n\n" + "\n".join(parts[2:])
-
-        tests = _tests(rel, out, as_json, expected)
-        tool = f"{algo}sum"
+        instruction = _instruction(rng, rel, manifest, cats, keys, ask)
         script = [
             f"cd {rel}",
-            f"{tool} -c --quiet {manifest} > /tmp/check.txt 2>/dev/null || true",
+            f"{algo}sum -c --quiet {manifest} > /tmp/check.txt 2>/dev/null || true",
             "T=$(sed -n 's/: FAILED$//p' /tmp/check.txt | sed 's|^\\./||')",
             "M=$(sed -n 's/: FAILED open or read$//p' /tmp/check.txt | sed 's|^\\./||')",
         ]
         script += _solution_tail(out, as_json, keys, manifest, layout)
-        solution = "\n".join(script) + "\n"
-
         return TaskDraft(
             instruction=instruction,
             files=files,
-            tests=tests,
-            solution=solution,
+            tests=_tests(rel, out, as_json, expected),
+            solution="\n".join(script) + "\n",
             expert=_expert(rel, manifest, keys, as_json, out),
             params={
                 "release": rel,
@@ -268,6 +148,56 @@ class ChecksumAudit(Family):
             ],
             tags=["checksums", "integrity"],
         )
+
+
+def _instruction(
+    rng: random.Random, rel: str, manifest: str, cats: list[str], keys: dict[str, str], ask: str
+) -> str:
+    """The release and its manifest, what each category of the report means, how to report."""
+    defs = [f"- `{keys[c]}`: {rng.choice(_DEFS[c])}" for c in cats]
+    parts = [
+        rng.choice(_OPENERS).format(rel=rel, manifest=manifest),
+        rng.choice(_MANIFEST).format(manifest=manifest),
+        "Find the following:",
+        "",
+        *defs,
+        "",
+        ask,
+        rng.choice(_NOTES),
+    ]
+    return " ".join(parts[:2]) + "\n\n" + "\n".join(parts[2:])
+
+
+def _draw_release(rng: random.Random) -> tuple[str, str, str, str, str, str]:
+    """The release directory, the project's name, the algorithm, the manifest's line layout,
+    the manifest's name and the prefix its paths carry."""
+    name = rng.choice(_NAMES)
+    version = f"{rng.randint(0, 4)}.{rng.randint(0, 19)}.{rng.randint(0, 9)}"
+    rel = f"{rng.choice(_ROOTS)}/{name}-{version}"
+    algo = rng.choice(sorted(_ALGOS))
+    tag, _ = _ALGOS[algo]
+    layout = rng.choice(["gnu", "gnu", "binary", "bsd"])
+    if rng.random() < 0.5:
+        manifest = rng.choice(_GENERIC)
+    else:
+        manifest = rng.choice([f"{tag}SUMS", f"{algo}sums.txt", f"{tag}SUMS.txt"])
+    prefix = "./" if rng.random() < 0.3 else ""
+    return rel, name, algo, layout, manifest, prefix
+
+
+def _draw_damage(
+    rng: random.Random, difficulty: str, name: str, paths: list[str]
+) -> tuple[list[str], list[str], list[str]]:
+    """The files that were changed, the ones that are gone and (hard drafts) the extra ones."""
+    n_bad, n_gone, n_extra = {
+        "easy": (1, 1, 0),
+        "medium": (rng.randint(2, 3), rng.randint(1, 2), 0),
+        "hard": (rng.randint(2, 4), rng.randint(2, 3), rng.randint(2, 3)),
+    }[difficulty]
+    chosen = rng.sample(paths, n_bad + n_gone)
+    tampered, missing = sorted(chosen[:n_bad]), sorted(chosen[n_bad:])
+    extra = sorted(e.format(n=name) for e in rng.sample(_EXTRAS, n_extra))
+    return tampered, missing, extra
 
 
 def _manifest_text(
@@ -411,44 +341,11 @@ def _solution_tail(
 
 
 def _tests(rel: str, out: str, as_json: bool, expected: dict[str, list[str]]) -> str:
-    return textwrap.dedent(
-        f"""\
-        import json
-        from pathlib import Path
-
-        REL = {rel!r}
-        OUT = {out!r}
-        AS_JSON = {as_json!r}
-        EXPECTED = json.loads({json.dumps(expected)!r})
-
-
-        def _norm(path):
-            path = path.strip()
-            if path.startswith(REL + "/"):
-                path = path[len(REL) + 1 :]
-            while path.startswith("./"):
-                path = path[2:]
-            return path
-
-
-        def _report():
-            if AS_JSON:
-                data = json.loads(Path(OUT).read_text())
-                return {{k: data[k] for k in EXPECTED}}
-            got = {{}}
-            for key in EXPECTED:
-                lines = Path(OUT, key + ".txt").read_text().splitlines()
-                got[key] = [ln for ln in lines if ln.strip()]
-            return got
-
-
-        def test_report_exists():
-            assert Path(OUT).exists()
-
-
-        def test_categories():
-            got = _report()
-            for key, want in EXPECTED.items():
-                assert sorted({{_norm(p) for p in got[key]}}) == sorted(want), key
-        """
+    return fill(
+        "checksum_audit",
+        "test_outputs",
+        rel=rel,
+        out=out,
+        as_json=as_json,
+        expected=json.dumps(expected),
     )

@@ -10,43 +10,19 @@ from __future__ import annotations
 import json
 import random
 import textwrap
+from collections.abc import Callable
 
 from ale.synth.expert import Observation, shell, write
 from ale.synth.family import ExpertProgram, Family, TaskDraft, register
+from task_families._sources import fill, phrase_table, phrases
 
-_GROUPS = {
-    "region": ["north", "south", "east", "west", "central"],
-    "store": ["downtown", "airport", "harbor", "mall", "station", "campus"],
-    "team": ["alpha", "bravo", "delta", "echo", "omega"],
-    "product": ["widget", "gadget", "gizmo", "doohickey", "sprocket"],
-}
+_GROUPS = phrase_table("csv_aggregate", "groups")
 _VALUES = {"amount": "amount", "revenue": "revenue", "units": "units", "cost": "cost"}
 _DELIMS = {",": "comma", ";": "semicolon", "\t": "tab", "|": "pipe"}
-_OPENERS = [
-    "The file `{src}` holds one record per line.",
-    "We exported some records to `{src}`.",
-    "There is a delimited text export at `{src}` in the working directory.",
-    "Our reporting job dropped `{src}` into /app.",
-    "Have a look at `{src}`: it is a table of records.",
-]
-_ASKS = [
-    "Sum the `{value}` column for each distinct `{group}` and write the totals to `{out}` "
-    "as a JSON object mapping each {group} to its total.",
-    "Compute, per `{group}`, the total of `{value}`. Save the result in `{out}`: a JSON "
-    "object whose keys are the {group} names and whose values are the sums.",
-    "I need the total `{value}` for every `{group}`. Put a JSON object {{{group}: total}} "
-    "in `{out}`.",
-    "Aggregate `{value}` by `{group}` (sum) and store the mapping as JSON in `{out}`.",
-]
-_NOTES = [
-    "Round each total to 2 decimal places.",
-    "Totals should be rounded to two decimals.",
-    "Use two-decimal rounding for the totals.",
-]
-_HARD = [
-    "Some fields are quoted and the file may contain blank lines; ignore the blank lines.",
-    "Watch out: blank lines appear in the data and some values are in double quotes.",
-]
+_OPENERS = phrases("csv_aggregate", "openers")
+_ASKS = phrases("csv_aggregate", "asks")
+_NOTES = phrases("csv_aggregate", "notes")
+_HARD = phrases("csv_aggregate", "hard")
 
 
 @register
@@ -61,29 +37,8 @@ class CsvAggregate(Family):
         value = rng.choice(sorted(_VALUES))
         delim = rng.choice(sorted(_DELIMS))
         n_rows = {"easy": 12, "medium": 40, "hard": 90}[difficulty] + rng.randrange(8)
-        extra_cols = rng.sample(["id", "date", "note", "clerk", "channel"], k=rng.randint(1, 3))
-        columns = [group, value, *extra_cols]
-        rng.shuffle(columns)
-        names = rng.sample(_GROUPS[group], k=rng.randint(3, len(_GROUPS[group])))
-        rows: list[dict[str, str]] = []
-        for i in range(n_rows):
-            row = {
-                group: rng.choice(names),
-                value: f"{rng.uniform(1, 500):.2f}",
-                "id": str(1000 + i),
-                "date": f"2026-{rng.randint(1, 12):02d}-{rng.randint(1, 28):02d}",
-                "note": rng.choice(["ok", "late", "rush", "n/a", "gift"]),
-                "clerk": rng.choice(["ann", "bo", "cy", "di"]),
-                "channel": rng.choice(["web", "phone", "walk-in"]),
-            }
-            rows.append(row)
         hard = difficulty == "hard"
-        lines = [delim.join(columns)]
-        for row in rows:
-            cells = [f'"{row[c]}"' if hard and rng.random() < 0.3 else row[c] for c in columns]
-            lines.append(delim.join(cells))
-            if hard and rng.random() < 0.08:
-                lines.append("")
+        rows, lines = _draw_table(rng, group, value, delim, n_rows, hard)
         totals: dict[str, float] = {}
         for row in rows:
             totals[row[group]] = totals.get(row[group], 0.0) + float(row[value])
@@ -100,52 +55,18 @@ class CsvAggregate(Family):
         ]
         if hard:
             parts.append(rng.choice(_HARD))
-        instruction = " ".join(parts)
-        script = _script(src, out, group, value)
-        tests = textwrap.dedent(
-            f"""\
-            import json
-            from pathlib import Path
-
-            EXPECTED = {json.dumps(totals, sort_keys=True)!r}
-
-
-            def test_output_exists():
-                assert Path({("/app/" + out)!r}).is_file()
-
-
-            def test_totals():
-                got = json.loads(Path({("/app/" + out)!r}).read_text())
-                want = json.loads(EXPECTED)
-                assert set(got) == set(want)
-                for key, total in want.items():
-                    assert abs(float(got[key]) - total) < 0.011, key
-            """
+        tests = fill(
+            "csv_aggregate",
+            "test_outputs",
+            expected=json.dumps(totals, sort_keys=True),
+            path="/app/" + out,
         )
-
-        def expert() -> ExpertProgram:
-            seen: Observation = yield shell(f"head -n 3 {src}", "First I look at the header.")
-            header = seen.output.splitlines()[0] if seen.output else ""
-            found = max(_DELIMS, key=header.count)
-            cols = [c.strip('"') for c in header.split(found)]
-            note = (
-                f"The file is {_DELIMS[found]}-separated; `{group}` is column "
-                f"{cols.index(group) + 1} and `{value}` column {cols.index(value) + 1}."
-                if group in cols and value in cols
-                else "I will let the csv module find the columns by name."
-            )
-            yield write("/app/aggregate.py", _script_body(src, out, group, value, found), note)
-            ran = yield shell("python3 /app/aggregate.py && cat " + out, "Now I run it.")
-            if not ran.ok:
-                return "The script failed; see the output above."
-            return f"Wrote the per-{group} totals of {value} to {out}."
-
         return TaskDraft(
-            instruction=instruction,
+            instruction=" ".join(parts),
             files={f"/app/{src}": "\n".join(lines) + "\n"},
             tests=tests,
-            solution=script,
-            expert=expert,
+            solution=_script(src, out, group, value),
+            expert=_expert(src, out, group, value),
             params={
                 "group": group,
                 "value": value,
@@ -158,19 +79,61 @@ class CsvAggregate(Family):
         )
 
 
+def _draw_table(
+    rng: random.Random, group: str, value: str, delim: str, n_rows: int, hard: bool
+) -> tuple[list[dict[str, str]], list[str]]:
+    """The rows and the file's lines (hard drafts quote some cells and leave blank lines)."""
+    extra_cols = rng.sample(["id", "date", "note", "clerk", "channel"], k=rng.randint(1, 3))
+    columns = [group, value, *extra_cols]
+    rng.shuffle(columns)
+    names = rng.sample(_GROUPS[group], k=rng.randint(3, len(_GROUPS[group])))
+    rows: list[dict[str, str]] = []
+    for i in range(n_rows):
+        row = {
+            group: rng.choice(names),
+            value: f"{rng.uniform(1, 500):.2f}",
+            "id": str(1000 + i),
+            "date": f"2026-{rng.randint(1, 12):02d}-{rng.randint(1, 28):02d}",
+            "note": rng.choice(["ok", "late", "rush", "n/a", "gift"]),
+            "clerk": rng.choice(["ann", "bo", "cy", "di"]),
+            "channel": rng.choice(["web", "phone", "walk-in"]),
+        }
+        rows.append(row)
+    lines = [delim.join(columns)]
+    for row in rows:
+        cells = [f'"{row[c]}"' if hard and rng.random() < 0.3 else row[c] for c in columns]
+        lines.append(delim.join(cells))
+        if hard and rng.random() < 0.08:
+            lines.append("")
+    return rows, lines
+
+
+def _expert(src: str, out: str, group: str, value: str) -> Callable[[], ExpertProgram]:
+    """Read the header to find the delimiter and columns, write the script, run it."""
+
+    def expert() -> ExpertProgram:
+        seen: Observation = yield shell(f"head -n 3 {src}", "First I look at the header.")
+        header = seen.output.splitlines()[0] if seen.output else ""
+        found = max(_DELIMS, key=header.count)
+        cols = [c.strip('"') for c in header.split(found)]
+        note = (
+            f"The file is {_DELIMS[found]}-separated; `{group}` is column "
+            f"{cols.index(group) + 1} and `{value}` column {cols.index(value) + 1}."
+            if group in cols and value in cols
+            else "I will let the csv module find the columns by name."
+        )
+        yield write("/app/aggregate.py", _script_body(src, out, group, value, found), note)
+        ran = yield shell("python3 /app/aggregate.py && cat " + out, "Now I run it.")
+        if not ran.ok:
+            return "The script failed; see the output above."
+        return f"Wrote the per-{group} totals of {value} to {out}."
+
+    return expert
+
+
 def _script_body(src: str, out: str, group: str, value: str, delim: str) -> str:
-    return textwrap.dedent(
-        f"""\
-        import csv, json, os
-        totals = {{}}
-        with open({src!r}, newline="") as fh:
-            rows = csv.DictReader((line for line in fh if line.strip()), delimiter={delim!r})
-            for row in rows:
-                totals[row[{group!r}]] = totals.get(row[{group!r}], 0.0) + float(row[{value!r}])
-        os.makedirs(os.path.dirname({out!r}) or ".", exist_ok=True)
-        with open({out!r}, "w") as fh:
-            json.dump({{k: round(v, 2) for k, v in sorted(totals.items())}}, fh, indent=2)
-        """
+    return fill(
+        "csv_aggregate", "aggregate", src=src, delim=delim, group=group, value=value, out=out
     )
 
 

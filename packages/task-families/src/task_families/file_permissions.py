@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import json
 import random
-import textwrap
 from collections.abc import Callable
 from typing import Any
 
 from ale.synth.expert import Observation, shell
 from ale.synth.family import ExpertProgram, Family, TaskDraft, register
+from task_families._sources import fill, phrase_table, phrases
 
 _PROJECTS = ["atlas", "bluebird", "cinder", "dynamo", "ember", "falcon", "granite", "helix"]
 _PROJECTS += ["juniper", "kestrel", "lumen", "meridian", "nimbus", "onyx", "quarry"]
@@ -25,105 +25,16 @@ _BASES = ["/srv", "/opt", "/var/www", "/data/projects"]
 _USERS = ["alice", "bram", "chen", "dana", "eliska", "farid", "gwen", "hiro", "ines", "jonas"]
 _USERS += ["kemal", "lena", "mateo", "nadia", "oskar", "priya"]
 _TEAMS = ["devs", "webteam", "ops", "analysts", "builders", "research", "infra", "platform"]
-_DIRS = {
-    "bin": ["bin", "scripts", "tools"],
-    "secrets": ["secrets", "keys", "credentials", "private"],
-    "shared": ["shared", "exchange", "dropbox", "common"],
-    "conf": ["conf", "etc", "config"],
-    "logs": ["logs", "log", "journal"],
-    "public": ["public", "static", "www", "site"],
-}
-_FILES = {
-    "bin": ["deploy.sh", "backup.sh", "rotate-logs.sh", "healthcheck.py", "migrate.sh", "sync.sh"],
-    "secrets": ["api.key", "db.password", "tls.key", "token.txt", "service-account.json"],
-    "shared": ["handoff.md", "inbox/notes.txt", "reports/q1.csv", "reports/q2.csv", "todo.txt"],
-    "conf": ["app.conf", "db.conf", "cache.conf", "limits.conf"],
-    "logs": ["app.log", "access.log", "error.log"],
-    "public": ["index.html", "style.css", "img/logo.svg", "about.html"],
-    "base": ["README.md", "src/main.py", "src/util.py", "data/records.csv", "Makefile"],
-}
+_DIRS = phrase_table("file_permissions", "dirs")
+_FILES = phrase_table("file_permissions", "files")
 _FILE_MODES = [0o644, 0o666, 0o755, 0o777, 0o600, 0o700, 0o604]
 _DIR_MODES = ["0755", "0777", "0700", "0775", "0705"]
 
-_OPENERS = [
-    "The project tree `{root}` has a mess of owners and permissions.",
-    "Someone copied `{root}` over as root and the permissions are all over the place.",
-    "Please fix ownership and permissions under `{root}`.",
-    "Our security review flagged the file permissions in `{root}`.",
-    "After a botched restore, owners and modes under `{root}` are wrong.",
-]
-_POLICY_INTRO = [
-    "Apply this policy:",
-    "The required state is:",
-    "Here is the policy it must follow:",
-    "Make it match these rules:",
-]
-_BASE_RULE = [
-    "everything under `{root}` (the directory itself included) is owned by user `{owner}` and "
-    "group `{team}`; directories are `0750` and regular files `0640` unless a rule below "
-    "says otherwise",
-    "by default every file and directory in `{root}` (and `{root}` itself) belongs to "
-    "`{owner}:{team}`, with mode `0750` for directories and `0640` for files",
-    "general rule: owner `{owner}`, group `{team}`, directories `0750`, files `0640`, for the "
-    "whole tree including `{root}`",
-    "`{owner}` owns the whole tree (`{root}` included) and `{team}` is its group; directories "
-    "get `0750` and files `0640` unless stated otherwise below",
-]
-_RULES = {
-    "bin": [
-        "the files in `{d}/` are scripts: executable by owner and group, readable by them, "
-        "nothing for others (`0750`)",
-        "scripts in `{d}/` get mode `0750` (owner rwx, group r-x, others none)",
-        "every file in `{d}/` must be runnable by the owner and the group: `0750`",
-        "make the files in `{d}/` executable for `{owner}` and `{team}` only (`0750`)",
-    ],
-    "secrets": [
-        "`{d}/` is for the owner's eyes only: the directory `0700`, its files `0600`",
-        "nobody but the owner may enter `{d}/` (`0700`) or read its files (`0600`)",
-        "lock down `{d}/`: directory mode `0700`, file mode `0600`",
-        "secrets in `{d}/`: files readable and writable by the owner only (`0600`), the "
-        "directory itself `0700`",
-    ],
-    "shared": [
-        "`{d}/` is a team drop area: it and every directory below it are group-writable with "
-        "the setgid bit (`2770`), and its files are `0660`",
-        "in `{d}/` (and its subdirectories) new files must inherit the group, so the "
-        "directories are `2770`; files there are group-writable (`0660`)",
-        "directories in the `{d}/` subtree (itself included) get `2770` (setgid, rwx for "
-        "owner and group) and files `0660`",
-        "make `{d}/` a shared directory: `2770` for it and its subdirectories, `0660` for "
-        "the files in that subtree",
-    ],
-    "conf": [
-        "`{d}/` and the files in it are owned by `root` (group stays `{team}`); modes as in "
-        "the general rule",
-        "config in `{d}/` belongs to `root:{team}` (the directory too), keeping the default modes",
-        "`root` owns `{d}/` and everything in it, group `{team}`, default modes",
-        "ownership of `{d}/` and its files is `root:{team}`; do not change their default modes",
-    ],
-    "logs": [
-        "`{d}/` and its files are owned by the service account `{svc}` (group `{team}`), with "
-        "the default modes",
-        "the service user `{svc}` owns `{d}/` and the log files in it; group `{team}`; "
-        "default modes",
-        "logs are written by `{svc}`: make it the owner of `{d}/` and its files (group "
-        "`{team}`, default modes)",
-        "`{d}/` plus its contents: owner `{svc}`, group `{team}`, modes per the general rule",
-    ],
-    "public": [
-        "`{d}/` is served to everyone: its directories `0755`, its files `0644`",
-        "everything in the `{d}/` subtree is world-readable: `0755` for directories, `0644` "
-        "for files",
-        "make `{d}/` public: directories (it included) `0755`, files `0644`",
-        "files under `{d}/` are `0644` and directories there (with `{d}/` itself) `0755`",
-    ],
-}
-_SECRET_SVC = [
-    "`{d}/` and its files belong to the service account `{svc}` (group `{team}`)",
-    "the owner of `{d}/` and of everything in it is `{svc}`, not `{owner}` (group `{team}`)",
-    "`{svc}` must own `{d}/` and its contents (group `{team}`)",
-    "hand `{d}/` and its files over to `{svc}` (group stays `{team}`)",
-]
+_OPENERS = phrases("file_permissions", "openers")
+_POLICY_INTRO = phrases("file_permissions", "policy_intro")
+_BASE_RULE = phrases("file_permissions", "base_rule")
+_RULES = phrase_table("file_permissions", "rules")
+_SECRET_SVC = phrases("file_permissions", "secret_svc")
 _EXCEPTIONS = {
     "bin": "`{p}` may be run by its owner only: `0700`",
     "secrets": "`{p}` is documentation, not a secret: `{owner}:{team}` and `0640`",
@@ -132,12 +43,7 @@ _EXCEPTIONS = {
 }
 _EXC_INTRO = ["Exceptions (these win over the rules above):", "Exceptions to the rules above:"]
 _EXC_INTRO += ["These exceptions override everything else:", "But note these exceptions:"]
-_CLOSERS = [
-    "Do not delete, rename or edit any file.",
-    "Only owners, groups and modes should change; leave the content alone.",
-    "The file contents must stay as they are.",
-    "Don't move or remove anything.",
-]
+_CLOSERS = phrases("file_permissions", "closers")
 
 
 def _content(name: str, proj: str, rng: random.Random) -> str:
@@ -161,12 +67,7 @@ class FilePermissions(Family):
         owner, stray = rng.sample(_USERS, 2)
         team = rng.choice(_TEAMS)
         svc = rng.choice([f"svc-{proj}", f"{proj}d", f"{proj}-svc"])
-        areas = ["bin", "secrets"]
-        if difficulty != "easy":
-            areas += ["shared", "conf"]
-        if difficulty == "hard":
-            areas += ["logs", "public"]
-        dirs = {a: rng.choice(_DIRS[a]) for a in areas}
+        areas, dirs = _draw_areas(rng, difficulty)
         files, placed = _place_files(rng, difficulty, root, proj, areas, dirs)
         all_dirs = sorted(
             {root} | {p.rsplit("/", 1)[0] for p in files} | {f"{root}/{d}" for d in dirs.values()}
@@ -195,15 +96,7 @@ class FilePermissions(Family):
 
         steps = _policy_steps(root, rel, owner, team, svc if difficulty == "hard" else None)
         if exceptions:
-            steps.append(
-                (
-                    "Last, the exceptions, which override the rules.",
-                    " && ".join(
-                        f"chown {want[p][0]}:{want[p][1]} {p} && chmod {want[p][2]:04o} {p}"
-                        for _, p in exceptions
-                    ),
-                )
-            )
+            steps.append(_exception_step(exceptions, want))
 
         return TaskDraft(
             instruction=instruction,
@@ -228,6 +121,29 @@ class FilePermissions(Family):
             ],
             tags=["permissions", "chmod", "chown"],
         )
+
+
+def _draw_areas(rng: random.Random, difficulty: str) -> tuple[list[str], dict[str, str]]:
+    """The areas of the project (more in harder drafts) and the directory each one is."""
+    areas = ["bin", "secrets"]
+    if difficulty != "easy":
+        areas += ["shared", "conf"]
+    if difficulty == "hard":
+        areas += ["logs", "public"]
+    return areas, {a: rng.choice(_DIRS[a]) for a in areas}
+
+
+def _exception_step(
+    exceptions: list[tuple[str, str]], want: dict[str, list[Any]]
+) -> tuple[str, str]:
+    """The expert's last step: the exceptions, which override the rules."""
+    return (
+        "Last, the exceptions, which override the rules.",
+        " && ".join(
+            f"chown {want[p][0]}:{want[p][1]} {p} && chmod {want[p][2]:04o} {p}"
+            for _, p in exceptions
+        ),
+    )
 
 
 _EXCEPTION_MODES = {"bin": 0o700, "secrets": 0o640, "shared": 0o440, "public": 0o640}
@@ -429,42 +345,4 @@ def _fix_commands(want: dict[str, list[Any]]) -> str:
 
 
 def _tests(want: dict[str, list[Any]]) -> str:
-    return textwrap.dedent(
-        f"""\
-        import grp
-        import json
-        import os
-        import pwd
-        import stat
-
-        WANT = json.loads({json.dumps(want)!r})
-
-
-        def _actual(path):
-            st = os.lstat(path)
-            return pwd.getpwuid(st.st_uid).pw_name, grp.getgrgid(st.st_gid).gr_name, st.st_mode
-
-
-        def test_all_paths_exist():
-            missing = [p for p in WANT if not os.path.exists(p)]
-            assert not missing, missing
-
-
-        def test_owners_and_groups():
-            wrong = {{}}
-            for path, (owner, group, _) in WANT.items():
-                got = _actual(path)[:2]
-                if got != (owner, group):
-                    wrong[path] = got
-            assert not wrong, wrong
-
-
-        def test_modes():
-            wrong = {{}}
-            for path, (_, _, mode) in WANT.items():
-                got = stat.S_IMODE(_actual(path)[2])
-                if got != mode:
-                    wrong[path] = oct(got)
-            assert not wrong, wrong
-        """
-    )
+    return fill("file_permissions", "test_outputs", want=json.dumps(want))

@@ -22,6 +22,7 @@ from typing import Any
 from ale.synth.expert import Observation, shell
 from ale.synth.family import ExpertProgram, Family, TaskDraft, register
 from task_families._buggy_modules import _MODULES, Args, _Bug, _Module
+from task_families._sources import phrase_table, phrases
 
 _CHECKER = '''\
 """Checks for {mod}.py: run `python3 {checker}`; it prints each case and exits 1 on a failure."""
@@ -61,45 +62,11 @@ if __name__ == "__main__":
     sys.exit(main())
 '''
 
-_OPENERS = [
-    "The {topic} helpers in `/app/{mod}.py` are used by {purpose}, and something in them is broken.",
-    "After a recent refactor, `{checker}` in /app started failing.",
-    "A teammate reports that `{mod}.py` returns wrong answers; its checker agrees.",
-    "Something is off in /app/{mod}.py: the self-check `{checker}` no longer passes.",
-    "Our CI job for the {topic} module `{mod}` went red this morning.",
-    "{purpose_cap} is misbehaving and the trail leads to `/app/{mod}.py`.",
-]
-_ASKS = [
-    "Run `python3 {checker}` to see which cases fail, then find the bug in `{mod}.py` and fix it.",
-    "Find and fix the defect in `{mod}.py` so that `python3 {checker}` reports no failures.",
-    "Please track down what is wrong in `{mod}.py` and repair it; `{checker}` shows the failing cases.",
-    "Make `{checker}` pass again by correcting the code in `{mod}.py`.",
-    "Debug `{mod}.py` using the output of `{checker}` and fix the code so that every case passes.",
-]
-_NOTES = [
-    "Do not modify `{checker}`: it is the reference.",
-    "Leave the checker untouched; only the module should change.",
-    "The checker is right, so don't edit it, and keep the function names and signatures.",
-    "Change only `{mod}.py`; `{checker}` must stay exactly as it is.",
-    "Edits to `{checker}` do not count: the fix belongs in the module.",
-]
-_HIDDEN = [
-    "Your fix is also tested on inputs the checker does not try, so fix the cause instead of special-casing the inputs.",
-    "Hidden inputs beyond the checker's are used to grade this, so fix the real cause.",
-    "Other inputs than the checked ones will be tried too; fix the cause, not the symptoms.",
-    "Grading uses more cases than the checker has.",
-]
-_HARDER = {
-    "medium": [
-        "The broken line is not necessarily in the function the checker names.",
-        "Keep in mind that a function can fail because of something it calls.",
-    ],
-    "hard": [
-        "There may be more than one bug, and a wrong result can come from a helper the failing function calls.",
-        "Expect more than one defect; some may hide in helper functions.",
-        "More than one thing is broken, and not always where the checker points.",
-    ],
-}
+_OPENERS = phrases("fix_failing_test", "openers")
+_ASKS = phrases("fix_failing_test", "asks")
+_NOTES = phrases("fix_failing_test", "notes")
+_HIDDEN = phrases("fix_failing_test", "hidden")
+_HARDER = phrase_table("fix_failing_test", "harder")
 
 _CALL = re.compile(r"(?<![\w.])([A-Za-z_]\w*)\(")
 _NUMBERED = re.compile(r"^(\d+)[:-](.*)$")

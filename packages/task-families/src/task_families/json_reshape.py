@@ -11,304 +11,60 @@ from __future__ import annotations
 
 import json
 import random
-import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from ale.synth.expert import shell, write
 from ale.synth.family import ExpertProgram, Family, TaskDraft, register
+from task_families._reshape_records import (
+    DATASETS,
+    Dataset,
+    FieldPath,
+    Record,
+    dotted,
+    lookup,
+)
+from task_families._sources import fill, phrase_table, phrases, source
 
-Record = dict[str, Any]
-FieldPath = tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class _Dataset:
-    noun: str
-    id_path: FieldPath
-    make: Callable[[random.Random, int], Record]
-    fields: tuple[tuple[FieldPath, tuple[str, ...]], ...]
-    """Fields that may be output: path and candidate output names."""
-    numeric: tuple[FieldPath, ...]
-    """Numeric fields for conditions and sorting."""
-    categorical: tuple[FieldPath, ...]
-    """String fields for equality conditions."""
-    flag: tuple[FieldPath, str, str]
-    """A boolean field and how to say it is true / false."""
-    optional: tuple[FieldPath, Any]
-    """A field that hard drafts leave out of some records, and its default."""
-    explode: tuple[FieldPath, tuple[tuple[str, str], ...]]
-    """A nested list and, for its elements, (key, output name) ('' key: the element)."""
+_OPENERS = phrases("json_reshape", "openers")
+_LAYOUTS = phrase_table("json_reshape", "layouts")
+_NUM_OPS = phrase_table("json_reshape", "num_ops")
+_KEEP_LEADS = phrases("json_reshape", "keep_leads")
+_FIELD_LEADS = phrases("json_reshape", "field_leads")
+_SORT_TEXT = phrase_table("json_reshape", "sort_text")
+_OUT_TEXT = phrase_table("json_reshape", "out_text")
 
 
-_FIRST = ["Ada", "Bruno", "Chen", "Dalia", "Emil", "Farah", "Goran", "Hana", "Ivo", "Jade"]
-_LAST = ["Moreau", "Okafor", "Lind", "Silva", "Tanaka", "Novak", "Reyes", "Berg", "Kaur"]
-_CITIES = ["Lyon", "Porto", "Oslo", "Graz", "Turin", "Ghent", "Brno"]
-_SKILLS = ["python", "sql", "go", "rust", "excel", "design", "k8s"]
-
-
-def _person(rng: random.Random, i: int) -> Record:
-    first, last = rng.choice(_FIRST), rng.choice(_LAST)
-    return {
-        "id": 100 + i,
-        "name": {"first": first, "last": last},
-        "age": rng.randint(19, 67),
-        "dept": rng.choice(["sales", "ops", "eng", "hr", "legal"]),
-        "contact": {"email": f"{first}.{last}{i}@example.com".lower(), "city": rng.choice(_CITIES)},
-        "active": rng.random() < 0.6,
-        "skills": rng.sample(_SKILLS, rng.randint(0, 3)),
-    }
-
-
-def _order(rng: random.Random, i: int) -> Record:
-    items: list[dict[str, Any]] = [
-        {
-            "sku": f"{rng.choice(['BX', 'CL', 'DR', 'PN'])}-{rng.randint(10, 99)}",
-            "qty": rng.randint(1, 5),
-            "price": round(rng.uniform(2, 80), 2),
-        }
-        for _ in range(rng.randint(0, 3))
-    ]
-    return {
-        "order_id": f"A{1000 + 7 * i}",
-        "customer": {
-            "name": f"{rng.choice(_FIRST)} {rng.choice(_LAST)}",
-            "country": rng.choice(["DE", "FR", "NL", "PL", "ES"]),
-        },
-        "status": rng.choice(["new", "paid", "shipped", "returned"]),
-        "total": round(sum(it["qty"] * it["price"] for it in items) + rng.choice([0, 4.99]), 2),
-        "express": rng.random() < 0.3,
-        "items": items,
-    }
-
-
-def _device(rng: random.Random, i: int) -> Record:
-    return {
-        "serial": f"SN-{4000 + 13 * i}",
-        "model": rng.choice(["r540", "r650", "x1-mini", "edge-7"]),
-        "location": {
-            "site": rng.choice(["fra1", "ams2", "lon3", "par1"]),
-            "rack": rng.randint(1, 40),
-        },
-        "metrics": {"cpu": round(rng.uniform(1, 99), 1), "temp_c": rng.randint(30, 85)},
-        "online": rng.random() < 0.7,
-        "interfaces": [
-            {"name": f"eth{k}", "speed": rng.choice([100, 1000, 10000])}
-            for k in range(rng.randint(0, 3))
-        ],
-    }
-
-
-def _ticket(rng: random.Random, i: int) -> Record:
-    return {
-        "ticket": 5000 + i,
-        "reporter": {
-            "name": rng.choice(_FIRST),
-            "team": rng.choice(["core", "web", "infra", "data"]),
-        },
-        "priority": rng.choice(["low", "medium", "high", "urgent"]),
-        "hours": round(rng.uniform(0.5, 40), 1),
-        "open": rng.random() < 0.5,
-        "labels": rng.sample(
-            ["bug", "ui", "perf", "docs", "security", "billing"], rng.randint(0, 3)
-        ),
-    }
-
-
-_DATASETS = {
-    "people": _Dataset(
-        noun="people",
-        id_path=("id",),
-        make=_person,
-        fields=(
-            (("name", "first"), ("first_name", "given_name", "first")),
-            (("name", "last"), ("last_name", "surname", "family_name")),
-            (("age",), ("age", "age_years")),
-            (("dept",), ("dept", "department", "team")),
-            (("contact", "email"), ("email", "mail")),
-            (("contact", "city"), ("city", "home_city")),
-        ),
-        numeric=(("age",),),
-        categorical=(("contact", "city"), ("dept",)),
-        flag=(("active",), "active", "inactive"),
-        optional=(("contact", "city"), "unknown"),
-        explode=(("skills",), (("", "skill"),)),
-    ),
-    "orders": _Dataset(
-        noun="orders",
-        id_path=("order_id",),
-        make=_order,
-        fields=(
-            (("customer", "name"), ("customer", "customer_name", "buyer")),
-            (("customer", "country"), ("country", "country_code")),
-            (("status",), ("status", "state")),
-            (("total",), ("total", "amount", "order_total")),
-        ),
-        numeric=(("total",),),
-        categorical=(("status",), ("customer", "country")),
-        flag=(("express",), "sent express", "not sent express"),
-        optional=(("customer", "country"), "n/a"),
-        explode=(("items",), (("sku", "sku"), ("qty", "quantity"))),
-    ),
-    "devices": _Dataset(
-        noun="devices",
-        id_path=("serial",),
-        make=_device,
-        fields=(
-            (("model",), ("model", "hw_model")),
-            (("location", "site"), ("site", "datacenter")),
-            (("location", "rack"), ("rack", "rack_no")),
-            (("metrics", "cpu"), ("cpu", "cpu_pct", "cpu_load")),
-            (("metrics", "temp_c"), ("temp_c", "temperature")),
-        ),
-        numeric=(("metrics", "cpu"), ("metrics", "temp_c")),
-        categorical=(("location", "site"), ("model",)),
-        flag=(("online",), "online", "offline"),
-        optional=(("location", "rack"), 0),
-        explode=(("interfaces",), (("name", "iface"), ("speed", "speed_mbps"))),
-    ),
-    "tickets": _Dataset(
-        noun="support tickets",
-        id_path=("ticket",),
-        make=_ticket,
-        fields=(
-            (("reporter", "name"), ("reporter", "reported_by")),
-            (("reporter", "team"), ("team", "owner_team")),
-            (("priority",), ("priority", "prio")),
-            (("hours",), ("hours", "time_spent")),
-        ),
-        numeric=(("hours",),),
-        categorical=(("priority",), ("reporter", "team")),
-        flag=(("open",), "open", "closed"),
-        optional=(("reporter", "team"), "unassigned"),
-        explode=(("labels",), (("", "label"),)),
-    ),
-}
-
-_MISSING = object()
-
-
-def _get(record: Record, path: FieldPath, default: Any = _MISSING) -> Any:
-    value: Any = record
-    for key in path:
-        if not isinstance(value, dict) or key not in value:
-            if default is _MISSING:
-                raise KeyError(".".join(path))
-            return default
-        value = value[key]
-    return value
-
-
-def _dotted(path: FieldPath) -> str:
-    return ".".join(path)
-
-
-_OPENERS = [
-    "`{src}` holds {noun} records exported from our admin tool ({layout}).",
-    "We have a dump of {noun} in `{src}` ({layout}).",
-    "The file `{src}` contains {noun} as nested JSON ({layout}).",
-    "Please reshape the {noun} data in `{src}` ({layout}).",
-    "Downstream needs a flat extract of the {noun} in `{src}` ({layout}).",
-    "I exported some {noun} to `{src}` ({layout}) and need them in a different shape.",
-]
-_LAYOUTS = {
-    "array": ["one JSON array of objects", "a JSON array", "a top-level JSON list"],
-    "jsonl": ["one JSON object per line", "JSON lines", "newline-delimited JSON"],
-    "wrapped": [
-        "a JSON object whose `{key}` key holds the list",
-        "an object with the list under `{key}`",
-    ],
-}
-_NUM_OPS = {
-    ">=": ["is at least {v}", "is {v} or more", ">= {v}"],
-    ">": ["is greater than {v}", "exceeds {v}", "is above {v}"],
-    "<": ["is below {v}", "is less than {v}", "< {v}"],
-    "<=": ["is at most {v}", "does not exceed {v}", "is {v} or less"],
-}
-_KEEP_LEADS = [
-    "Keep only the records where {cond}.",
-    "Select the records for which {cond}; drop the rest.",
-    "Filter: {cond}.",
-    "Only records with {cond} should appear in the output.",
-]
-_FIELD_LEADS = [
-    "Each output row has these fields, in this order:",
-    "Output columns (source path -> output name):",
-    "Keep these fields and rename them as shown:",
-    "For every kept record, emit:",
-]
-_SORT_TEXT = {
-    "asc": [
-        "Sort by `{f}` ascending; break ties by `{id}` ascending.",
-        "Order the rows by `{f}` from low to high (ties: by `{id}`, ascending).",
-        "Rows go in increasing `{f}` order, equal values ordered by `{id}`.",
-    ],
-    "desc": [
-        "Sort by `{f}` descending; break ties by `{id}` ascending.",
-        "Order the rows by `{f}` from high to low (ties: by `{id}`, ascending).",
-        "Rows go in decreasing `{f}` order, equal values ordered by increasing `{id}`.",
-    ],
-}
-_OUT_TEXT = {
-    "json": [
-        "Write the result to `{out}` as a JSON array of objects.",
-        "Save it as `{out}`: one JSON array, one object per row.",
-        "The output file is `{out}`, a JSON list of objects.",
-    ],
-    "jsonl": [
-        "Write the result to `{out}` as JSON lines (one object per line).",
-        "Save it as `{out}` in JSONL format: one JSON object per line, no enclosing array.",
-        "The output file is `{out}`, newline-delimited JSON.",
-    ],
-    "csv": [
-        "Write the result to `{out}` as CSV with a header row of the output names.",
-        "Save it as `{out}`: comma-separated, header line first, columns in the order listed.",
-        "The output file is `{out}`, a CSV file whose first line names the columns.",
-    ],
-}
-
-
-_CAT_TEXT = [
-    "`{p}` is `{v}`",
-    '`{p}` equals "{v}"',
-    "the `{p}` field is `{v}`",
-]
-_CAT_NOT_TEXT = [
-    "`{p}` is not `{v}`",
-    '`{p}` is anything but "{v}"',
-]
-_FLAG_TEXT = [
-    "`{p}` is {j} (the {noun} is {word})",
-    "`{p}` is {j}",
-    "the record is {word} (`{p}`: {j})",
-]
+_CAT_TEXT = phrases("json_reshape", "cat_text")
+_CAT_NOT_TEXT = phrases("json_reshape", "cat_not_text")
+_FLAG_TEXT = phrases("json_reshape", "flag_text")
 
 
 def _condition(
-    rng: random.Random, kind: str, ds: _Dataset, records: list[Record]
+    rng: random.Random, kind: str, ds: Dataset, records: list[Record]
 ) -> tuple[str, str]:
     """A condition of ``kind``: its wording and a Python expression over record ``r``."""
     opt = ds.optional[0]
     if kind == "num":
         path = rng.choice([p for p in ds.numeric if p != opt])
-        values = sorted(_get(r, path) for r in records)
+        values = sorted(lookup(r, path) for r in records)
         value = values[rng.randint(len(values) * 3 // 10, len(values) * 7 // 10)]
         op = rng.choice(sorted(_NUM_OPS))
-        text = f"`{_dotted(path)}` " + rng.choice(_NUM_OPS[op]).format(v=value)
+        text = f"`{dotted(path)}` " + rng.choice(_NUM_OPS[op]).format(v=value)
         return text, f"get(r, {path!r}) {op} {value!r}"
     if kind == "cat":
         path = rng.choice([p for p in ds.categorical if p != opt])
-        value = rng.choice(sorted({_get(r, path) for r in records}))
+        value = rng.choice(sorted({lookup(r, path) for r in records}))
         if rng.random() < 0.3:
-            text = rng.choice(_CAT_NOT_TEXT).format(p=_dotted(path), v=value)
+            text = rng.choice(_CAT_NOT_TEXT).format(p=dotted(path), v=value)
             return text, f"get(r, {path!r}) != {value!r}"
-        text = rng.choice(_CAT_TEXT).format(p=_dotted(path), v=value)
+        text = rng.choice(_CAT_TEXT).format(p=dotted(path), v=value)
         return text, f"get(r, {path!r}) == {value!r}"
     path, yes, no = ds.flag
     truth = rng.random() < 0.6
     text = rng.choice(_FLAG_TEXT).format(
-        p=_dotted(path),
+        p=dotted(path),
         j=json.dumps(truth),
         noun=ds.noun.split()[-1].rstrip("s"),
         word=yes if truth else no,
@@ -316,20 +72,7 @@ def _condition(
     return text, f"get(r, {path!r}) is {truth!r}"
 
 
-_GET = """\
-MISSING = object()
-
-
-def get(record, path, default=MISSING):
-    value = record
-    for key in path:
-        if not isinstance(value, dict) or key not in value:
-            if default is MISSING:
-                raise KeyError(".".join(path))
-            return default
-        value = value[key]
-    return value
-"""
+_GET = source("json_reshape", "get")
 
 
 @dataclass(frozen=True)
@@ -413,153 +156,201 @@ class JsonReshape(Family):
     multi_turn = False
 
     def generate(self, rng: random.Random, difficulty: str) -> TaskDraft:
-        key = rng.choice(sorted(_DATASETS))
-        ds = _DATASETS[key]
+        key = rng.choice(sorted(DATASETS))
+        ds = DATASETS[key]
         hard = difficulty == "hard"
-        n = {"easy": 12, "medium": 35, "hard": 50}[difficulty] + rng.randrange(8)
-        records = [ds.make(rng, i) for i in range(n)]
-        rng.shuffle(records)
-        opt_path, opt_default = ds.optional
-        if hard:
-            for record in records:
-                if rng.random() < 0.25:
-                    del _get(record, opt_path[:-1])[opt_path[-1]]
-
-        for _ in range(50):
-            kinds = ["num", "cat", "flag"]
-            rng.shuffle(kinds)
-            conds = [
-                _condition(rng, k, ds, records) for k in kinds[: 1 if difficulty == "easy" else 2]
-            ]
-            condition = " and ".join(f"({code})" for _, code in conds)
-            test = eval(compile(f"lambda r: {condition}", "<condition>", "eval"), {"get": _get})
-            kept = [r for r in records if test(r)]
-            flat = sum(len(_get(r, ds.explode[0])) for r in kept) if hard else len(kept)
-            if 3 <= len(kept) < len(records) and flat >= 3:
-                break
-
-        id_names = ["id", "person_id"] if ds.id_path == ("id",) else [ds.id_path[-1], "id", "key"]
-        choices = [f for f in ds.fields if hard or f[0] != opt_path]
-        picked = rng.sample(choices, rng.randint(2, min(4, len(choices))))
-        if hard and all(path != opt_path for path, _ in picked):
-            picked[-1] = next(f for f in ds.fields if f[0] == opt_path)
-        columns = (
-            (ds.id_path, rng.choice(id_names)),
-            *((path, rng.choice(names)) for path, names in picked),
-        )
-        sort_path = rng.choice([p for p in ds.numeric if p != opt_path])
-        descending = rng.random() < 0.5
-
-        layout = rng.choice(sorted(_LAYOUTS))
-        wrap_key = rng.choice(["records", "items", "data", key])
-        src = rng.choice(
-            [f"/app/data/{key}.json", f"/app/{key}.json", f"/app/input/{key}_export.json"]
-        )
-        if layout == "jsonl":
-            src = src[:-5] + ".jsonl"
-            content = "".join(json.dumps(r) + "\n" for r in records)
-        elif layout == "array":
-            content = json.dumps(records, indent=2) + "\n"
-        else:
-            content = json.dumps({"exported": "2026-03-02", wrap_key: records}, indent=2) + "\n"
-        fmt = rng.choice(["json", "jsonl", "csv"])
-        stem = rng.choice(["extract", "result", f"{key}_flat", f"selected_{key}"])
-        out = rng.choice([f"/app/out/{stem}", f"/app/{stem}", f"/app/export/{stem}"]) + "." + fmt
-        plan = _Plan(
-            src=src,
-            layout=layout,
-            wrap_key=wrap_key,
-            out=out,
-            fmt=fmt,
-            columns=columns,
-            condition=condition,
-            sort_path=sort_path,
-            descending=descending,
-            id_path=ds.id_path,
-            optional=ds.optional if hard else None,
-            explode=ds.explode if hard else None,
+        records = _draw_records(rng, ds, difficulty)
+        conds, condition = _draw_conditions(rng, ds, records, difficulty)
+        columns, sort_path, descending = _draw_columns(rng, ds, hard)
+        plan, content = _draw_plan(
+            rng, key, ds, records, hard, (columns, condition, sort_path, descending)
         )
         program = plan.program()
         rows, names = _expected(plan, records), plan.names()
-
-        list_path, elem_fields = ds.explode
-        field_lines = [f"- `{_dotted(p)}` as `{name}`" for p, name in columns]
-        if hard:
-            field_lines += [
-                f"- {'each entry' if k == '' else f'`{k}` of each entry'} of `{_dotted(list_path)}` as `{o}`"
-                for k, o in elem_fields
-            ]
-        sort_text = rng.choice(_SORT_TEXT["desc" if descending else "asc"]).format(
-            f=_dotted(sort_path), id=_dotted(ds.id_path)
-        )
-        layout_text = rng.choice(_LAYOUTS[layout]).format(key=wrap_key)
-        first = [
-            rng.choice(_OPENERS).format(src=src, noun=ds.noun, layout=layout_text),
-            rng.choice(_KEEP_LEADS).format(cond=" and ".join(text for text, _ in conds)),
-        ]
-        rules = [sort_text, rng.choice(_OUT_TEXT[fmt]).format(out=out)]
-        if hard:
-            rules.append(
-                rng.choice(
-                    [
-                        f"Some records lack `{_dotted(opt_path)}`; use {json.dumps(opt_default)} for it when it is missing.",
-                        f"When `{_dotted(opt_path)}` is absent, output the default {json.dumps(opt_default)}.",
-                        f"`{_dotted(opt_path)}` is missing from some records: write {json.dumps(opt_default)} there.",
-                    ]
-                )
-            )
-            rules.append(
-                rng.choice(
-                    [
-                        f"Emit one row per entry of `{_dotted(list_path)}` (a record with an empty list gives no rows); rows of one record keep the list's order.",
-                        f"Flatten `{_dotted(list_path)}`: every entry becomes its own row carrying the record's fields, records whose list is empty are dropped, and entries of one record stay in list order.",
-                    ]
-                )
-            )
-        fields_block = rng.choice(_FIELD_LEADS) + "\n\n" + "\n".join(field_lines)
-        instruction = "\n\n".join([" ".join(first), fields_block, " ".join(rules)])
-        solution = f"python3 - <<'PY'\n{program}PY\n"
-
-        def expert() -> ExpertProgram:
-            yield shell(f"head -c 700 {src}; echo", "Let me look at the input first.")
-            yield write(
-                "/app/reshape.py",
-                program,
-                "I write a script that filters, picks and renames the fields, sorts and writes the output.",
-            )
-            ran = yield shell(
-                f"python3 /app/reshape.py && head -n 6 {out}",
-                "Now I run it and look at the start of the output.",
-            )
-            if not ran.ok:
-                return "The script failed; see the output above."
-            return f"Wrote the reshaped {ds.noun} to {out}."
-
+        list_path = ds.explode[0]
         return TaskDraft(
-            instruction=instruction,
-            files={src: content},
-            tests=_tests(out, fmt, names, rows),
-            solution=solution,
-            expert=expert,
+            instruction=_instruction(rng, ds, plan, conds, hard),
+            files={plan.src: content},
+            tests=_tests(plan.out, plan.fmt, names, rows),
+            solution=f"python3 - <<'PY'\n{program}PY\n",
+            expert=_expert(plan, program, ds.noun),
             params={
                 "dataset": key,
-                "records": n,
-                "layout": layout,
+                "records": len(records),
+                "layout": plan.layout,
                 "conditions": len(conds),
                 "columns": names,
-                "sort": [_dotted(sort_path), "desc" if descending else "asc"],
-                "format": fmt,
+                "sort": [dotted(sort_path), "desc" if descending else "asc"],
+                "format": plan.fmt,
                 "rows": len(rows),
                 "missing_default": hard,
-                "flatten": _dotted(list_path) if hard else None,
-                "output": out,
+                "flatten": dotted(list_path) if hard else None,
+                "output": plan.out,
             },
             mistakes=[
-                shell(f"jq '.[0]' {src}", "Let me pretty-print the first record."),
+                shell(f"jq '.[0]' {plan.src}", "Let me pretty-print the first record."),
                 shell(f"head -c 700 /app/{key}.csv", "Let me look at the input first."),
             ],
             tags=["json", "reshape"],
         )
+
+
+def _draw_records(rng: random.Random, ds: Dataset, difficulty: str) -> list[Record]:
+    """The shuffled records; in hard drafts some lack the optional field."""
+    n = {"easy": 12, "medium": 35, "hard": 50}[difficulty] + rng.randrange(8)
+    records = [ds.make(rng, i) for i in range(n)]
+    rng.shuffle(records)
+    opt_path = ds.optional[0]
+    if difficulty == "hard":
+        for record in records:
+            if rng.random() < 0.25:
+                del lookup(record, opt_path[:-1])[opt_path[-1]]
+    return records
+
+
+def _draw_conditions(
+    rng: random.Random, ds: Dataset, records: list[Record], difficulty: str
+) -> tuple[list[tuple[str, str]], str]:
+    """The conditions (wording, code) and their conjunction, redrawn until it keeps some but
+    not all records (and, in hard drafts, at least three flattened rows)."""
+    for _ in range(50):
+        kinds = ["num", "cat", "flag"]
+        rng.shuffle(kinds)
+        conds = [_condition(rng, k, ds, records) for k in kinds[: 1 if difficulty == "easy" else 2]]
+        condition = " and ".join(f"({code})" for _, code in conds)
+        test = eval(compile(f"lambda r: {condition}", "<condition>", "eval"), {"get": lookup})
+        kept = [r for r in records if test(r)]
+        flat = (
+            sum(len(lookup(r, ds.explode[0])) for r in kept) if difficulty == "hard" else len(kept)
+        )
+        if 3 <= len(kept) < len(records) and flat >= 3:
+            break
+    return conds, condition
+
+
+def _draw_columns(
+    rng: random.Random, ds: Dataset, hard: bool
+) -> tuple[tuple[tuple[FieldPath, str], ...], FieldPath, bool]:
+    """The output columns (the id first, hard drafts include the optional field), the sort
+    field and whether the sort is descending."""
+    opt_path = ds.optional[0]
+    id_names = ["id", "person_id"] if ds.id_path == ("id",) else [ds.id_path[-1], "id", "key"]
+    choices = [f for f in ds.fields if hard or f[0] != opt_path]
+    picked = rng.sample(choices, rng.randint(2, min(4, len(choices))))
+    if hard and all(path != opt_path for path, _ in picked):
+        picked[-1] = next(f for f in ds.fields if f[0] == opt_path)
+    columns = (
+        (ds.id_path, rng.choice(id_names)),
+        *((path, rng.choice(names)) for path, names in picked),
+    )
+    sort_path = rng.choice([p for p in ds.numeric if p != opt_path])
+    return columns, sort_path, rng.random() < 0.5
+
+
+def _draw_plan(
+    rng: random.Random,
+    key: str,
+    ds: Dataset,
+    records: list[Record],
+    hard: bool,
+    drawn: tuple[tuple[tuple[FieldPath, str], ...], str, FieldPath, bool],
+) -> tuple[_Plan, str]:
+    """The plan of the reshaping program and the input's content: the input's layout and path
+    and the output's path and format are drawn here; the columns, condition, sort field and
+    direction (``drawn``) were drawn before."""
+    columns, condition, sort_path, descending = drawn
+    layout = rng.choice(sorted(_LAYOUTS))
+    wrap_key = rng.choice(["records", "items", "data", key])
+    src = rng.choice([f"/app/data/{key}.json", f"/app/{key}.json", f"/app/input/{key}_export.json"])
+    if layout == "jsonl":
+        src = src[:-5] + ".jsonl"
+        content = "".join(json.dumps(r) + "\n" for r in records)
+    elif layout == "array":
+        content = json.dumps(records, indent=2) + "\n"
+    else:
+        content = json.dumps({"exported": "2026-03-02", wrap_key: records}, indent=2) + "\n"
+    fmt = rng.choice(["json", "jsonl", "csv"])
+    stem = rng.choice(["extract", "result", f"{key}_flat", f"selected_{key}"])
+    out = rng.choice([f"/app/out/{stem}", f"/app/{stem}", f"/app/export/{stem}"]) + "." + fmt
+    plan = _Plan(
+        src=src,
+        layout=layout,
+        wrap_key=wrap_key,
+        out=out,
+        fmt=fmt,
+        columns=columns,
+        condition=condition,
+        sort_path=sort_path,
+        descending=descending,
+        id_path=ds.id_path,
+        optional=ds.optional if hard else None,
+        explode=ds.explode if hard else None,
+    )
+    return plan, content
+
+
+def _instruction(
+    rng: random.Random, ds: Dataset, plan: _Plan, conds: list[tuple[str, str]], hard: bool
+) -> str:
+    """The instruction: input, conditions, fields, sort and output (and the hard rules)."""
+    opt_path, opt_default = ds.optional
+    list_path, elem_fields = ds.explode
+    field_lines = [f"- `{dotted(p)}` as `{name}`" for p, name in plan.columns]
+    if hard:
+        field_lines += [
+            f"- {'each entry' if k == '' else f'`{k}` of each entry'} of `{dotted(list_path)}` as `{o}`"
+            for k, o in elem_fields
+        ]
+    sort_text = rng.choice(_SORT_TEXT["desc" if plan.descending else "asc"]).format(
+        f=dotted(plan.sort_path), id=dotted(ds.id_path)
+    )
+    layout_text = rng.choice(_LAYOUTS[plan.layout]).format(key=plan.wrap_key)
+    first = [
+        rng.choice(_OPENERS).format(src=plan.src, noun=ds.noun, layout=layout_text),
+        rng.choice(_KEEP_LEADS).format(cond=" and ".join(text for text, _ in conds)),
+    ]
+    rules = [sort_text, rng.choice(_OUT_TEXT[plan.fmt]).format(out=plan.out)]
+    if hard:
+        rules.append(
+            rng.choice(
+                [
+                    f"Some records lack `{dotted(opt_path)}`; use {json.dumps(opt_default)} for it when it is missing.",
+                    f"When `{dotted(opt_path)}` is absent, output the default {json.dumps(opt_default)}.",
+                    f"`{dotted(opt_path)}` is missing from some records: write {json.dumps(opt_default)} there.",
+                ]
+            )
+        )
+        rules.append(
+            rng.choice(
+                [
+                    f"Emit one row per entry of `{dotted(list_path)}` (a record with an empty list gives no rows); rows of one record keep the list's order.",
+                    f"Flatten `{dotted(list_path)}`: every entry becomes its own row carrying the record's fields, records whose list is empty are dropped, and entries of one record stay in list order.",
+                ]
+            )
+        )
+    fields_block = rng.choice(_FIELD_LEADS) + "\n\n" + "\n".join(field_lines)
+    return "\n\n".join([" ".join(first), fields_block, " ".join(rules)])
+
+
+def _expert(plan: _Plan, program: str, noun: str) -> Callable[[], ExpertProgram]:
+    """Look at the input, write the program, run it and look at the output."""
+
+    def expert() -> ExpertProgram:
+        yield shell(f"head -c 700 {plan.src}; echo", "Let me look at the input first.")
+        yield write(
+            "/app/reshape.py",
+            program,
+            "I write a script that filters, picks and renames the fields, sorts and writes the output.",
+        )
+        ran = yield shell(
+            f"python3 /app/reshape.py && head -n 6 {plan.out}",
+            "Now I run it and look at the start of the output.",
+        )
+        if not ran.ok:
+            return "The script failed; see the output above."
+        return f"Wrote the reshaped {noun} to {plan.out}."
+
+    return expert
 
 
 def _expected(plan: _Plan, records: list[Record]) -> list[Record]:
@@ -570,51 +361,11 @@ def _expected(plan: _Plan, records: list[Record]) -> list[Record]:
 
 
 def _tests(out: str, fmt: str, names: list[str], rows: list[Record]) -> str:
-    return textwrap.dedent(
-        f"""\
-        import csv
-        import json
-        from pathlib import Path
-
-        OUT = Path({out!r})
-        FORMAT = {fmt!r}
-        NAMES = {json.dumps(names)!r}
-        EXPECTED = {json.dumps(rows)!r}
-
-
-        def same(got, want):
-            if isinstance(want, bool) or want is None:
-                return got == want
-            if isinstance(want, (int, float)):
-                try:
-                    return abs(float(got) - want) < 1e-6
-                except (TypeError, ValueError):
-                    return False
-            return str(got) == want
-
-
-        def load():
-            text = OUT.read_text()
-            if FORMAT == "json":
-                return json.loads(text)
-            if FORMAT == "jsonl":
-                return [json.loads(line) for line in text.splitlines() if line.strip()]
-            table = [row for row in csv.reader(text.splitlines()) if row]
-            assert table[0] == json.loads(NAMES), table[0]
-            return [dict(zip(table[0], row)) for row in table[1:]]
-
-
-        def test_output_exists():
-            assert OUT.is_file()
-
-
-        def test_rows():
-            got = load()
-            want = json.loads(EXPECTED)
-            assert len(got) == len(want)
-            for i, (g, w) in enumerate(zip(got, want)):
-                assert set(g) == set(w), (i, sorted(g))
-                for key, value in w.items():
-                    assert same(g[key], value), (i, key, g[key], value)
-        """
+    return fill(
+        "json_reshape",
+        "test_outputs",
+        out=out,
+        fmt=fmt,
+        names=json.dumps(names),
+        rows=json.dumps(rows),
     )

@@ -19,35 +19,17 @@ from collections.abc import Callable
 
 from ale.synth.expert import Observation, shell, write
 from ale.synth.family import ExpertProgram, Family, TaskDraft, register
+from task_families._sources import fill, phrase_table, phrases
 
 _LEVELS = ["debug", "info", "warn", "error", "fatal"]
 _WEIGHTS = {"debug": 3, "info": 8, "warn": 4, "error": 3, "fatal": 1}
 _COMPONENTS = ["auth", "db", "api", "cache", "scheduler", "billing", "mailer", "search"]
-_MESSAGES = [
-    "connection reset by peer",
-    "request took 1532 ms",
-    "user login failed",
-    "retrying in 5s",
-    "cache miss for key user:42",
-    "disk usage at 91%",
-    "scheduled job finished",
-    "token expired",
-    "slow query detected",
-    "upstream returned 502",
-    "config reloaded",
-    "queue depth 17",
-]
+_MESSAGES = phrases("log_summary", "messages")
 _MONTHS = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"]
 _FORMATS = ("bracket", "logfmt", "json", "syslog", "iso")
 _LEVEL_KEYS = ("level", "lvl", "severity")
 _COMPONENT_KEYS = ("component", "service", "module")
-_NOISE = [
-    "Traceback (most recent call last):",
-    '  File "/srv/app/handlers.py", line 88, in handle',
-    "    raise TimeoutError(timeout)",
-    "\tat com.example.db.Pool.acquire(Pool.java:214)",
-    "--- log rotated ---",
-]
+_NOISE = phrases("log_summary", "noise")
 
 _PATTERNS = {
     "bracket": r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d \[(?P<level>\w+)\] (?P<component>[\w-]+): ",
@@ -55,91 +37,13 @@ _PATTERNS = {
     "syslog": r"^[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \S+ (?P<component>[\w-]+)\[\d+\]: (?P<level>\w+) ",
 }
 
-_OPENERS = [
-    "Our service writes its log to `{log}`.",
-    "There is an application log at `{log}`.",
-    "I need a quick summary of the log file `{log}`.",
-    "Ops asked for numbers from `{log}`.",
-    "Have a look at the log in `{log}`.",
-    "The file `{log}` is yesterday's log of the {app} service.",
-    "The {app} service has been noisy; its log lives at `{log}`.",
-    "Before the incident review we want some numbers from `{log}`.",
-]
-_WHY = [
-    "We want to know which {key}s dominate the log.",
-    "This feeds a dashboard, so the format matters.",
-    "A script will read the report, so stick to the format exactly.",
-    "It is for the weekly ops review.",
-    "",
-    "",
-]
-_ASKS = {
-    "level": [
-        "Count how many entries there are for each log level",
-        "Tally the entries per severity level",
-        "Work out the number of log entries at each level",
-        "For every level that occurs, count its entries",
-        "Find out how many entries each log level has",
-        "Produce per-level entry counts",
-    ],
-    "component": [
-        "Count the entries each component (the subsystem that logged them) wrote",
-        "Tally the log entries per component",
-        "Work out how many entries come from each component",
-        "For every component that appears, count its entries",
-        "Find out how many entries each component produced",
-        "Produce per-component entry counts",
-    ],
-}
-_FORMATS_OUT = {
-    "json": [
-        "and save the result to `{out}` as a JSON object mapping each {key} to its count.",
-        "and write a JSON object `{{{key}: count}}` to `{out}`.",
-        "; the report goes to `{out}` as one JSON object (names as keys, counts as integer values).",
-    ],
-    "lines": [
-        "and write the report to `{out}`: one line per {key}, the name and the count separated by a space, {order}.",
-        "; put it in `{out}` as plain text lines of the form `<{key}> <count>`, {order}.",
-        "and save `{out}` with one `name count` line per {key}, {order}.",
-    ],
-    "uniq": [
-        "and write `{out}` with one line per {key} in the style of `uniq -c`: the count, a space, then the name, {order}.",
-        "; the report `{out}` should have lines `<count> <{key}>`, {order}.",
-    ],
-    "csv": [
-        "and save it as CSV in `{out}` with the header `{key},count` and one row per {key}, {order}.",
-        "; write `{out}` as a CSV file: header `{key},count`, then one row per {key}, {order}.",
-    ],
-}
-_ORDERS = {
-    "count": [
-        "sorted by count from highest to lowest (ties by name)",
-        "most frequent first, ties broken alphabetically",
-        "in descending order of count, equal counts in name order",
-    ],
-    "name": [
-        "sorted alphabetically by name",
-        "in alphabetical order",
-        "ordered by name (A to Z)",
-    ],
-}
-_CASE_NOTES = {
-    "lower": [
-        "Level names are case-insensitive: report them in lower case.",
-        "Treat `ERROR`, `Error` and `error` as the same level and write level names in lower case.",
-        "Write level names in lower case, whatever case the log uses.",
-    ],
-    "upper": [
-        "Level names are case-insensitive: report them in upper case.",
-        "Treat `warn`, `Warn` and `WARN` as one level, and write level names in upper case.",
-        "Write level names in upper case, whatever case the log uses.",
-    ],
-}
-_NOISE_NOTES = [
-    "Not every line is an entry: stack-trace continuation lines, rotation markers, blank lines and truncated records must not be counted.",
-    "The log is messy: skip anything that is not a complete entry (tracebacks, blank lines, markers, cut-off records).",
-    "Only real entries count; ignore continuation lines of multi-line messages and any other junk lines.",
-]
+_OPENERS = phrases("log_summary", "openers")
+_WHY = phrases("log_summary", "why")
+_ASKS = phrase_table("log_summary", "asks")
+_FORMATS_OUT = phrase_table("log_summary", "formats_out")
+_ORDERS = phrase_table("log_summary", "orders")
+_CASE_NOTES = phrase_table("log_summary", "case_notes")
+_NOISE_NOTES = phrases("log_summary", "noise_notes")
 
 
 def _render(
@@ -311,20 +215,7 @@ class LogSummary(Family):
     multi_turn = True
 
     def generate(self, rng: random.Random, difficulty: str) -> TaskDraft:
-        fmt = rng.choice(_FORMATS)
-        key = rng.choice(["level", "component"])
-        level_key = rng.choice(_LEVEL_KEYS)
-        comp_key = rng.choice(_COMPONENT_KEYS)
-        keys = {
-            "time": rng.choice(["ts", "time", "timestamp"]),
-            "level": level_key,
-            "component": comp_key,
-            "msg": rng.choice(["msg", "message"]),
-        }
-        order_keys = ["time", "level", "component", "msg"]
-        if rng.random() < 0.5:
-            rng.shuffle(order_keys)
-        upper_in_log = fmt in ("bracket", "iso", "syslog") or (fmt == "json" and rng.random() < 0.5)
+        fmt, key, keys, order_keys, upper_in_log = _draw_layout(rng)
         levels = sorted(rng.sample(_LEVELS, rng.randint(3, 5)), key=_LEVELS.index)
         comps = sorted(rng.sample(_COMPONENTS, rng.randint(3, 6)))
         n = {"easy": 25, "medium": 90, "hard": 200}[difficulty] + rng.randrange(15)
@@ -341,54 +232,24 @@ class LogSummary(Family):
         filter_text = ""
         if noisy:
             filt, counted, filter_text = _draw_filter(rng, key, case, entries)
-        counts: dict[str, int] = {}
-        for level, comp in counted:
-            name = (level.upper() if case == "upper" else level) if key == "level" else comp
-            counts[name] = counts.get(name, 0) + 1
-
-        app = rng.choice(
-            ["orders", "gateway", "ledger", "notifier", "catalog", "billing-api", "auth-proxy"]
-        )
-        log = rng.choice(
-            [
-                f"/app/logs/{app}.log",
-                f"/var/log/{app}/{app}.log",
-                "/app/service.log",
-                f"/app/data/{app}-2026-03.log",
-                f"/srv/{app}/logs/current.log",
-                f"/app/{app}.log",
-                f"/var/log/{app}.log",
-            ]
-        )
-        style = rng.choice(sorted(_FORMATS_OUT))
-        order = rng.choice(["count", "name"])
-        ext = {"json": "json", "lines": "txt", "uniq": "txt", "csv": "csv"}[style]
-        out = rng.choice(
-            [
-                f"/app/{key}_counts.{ext}",
-                f"/app/report.{ext}",
-                f"/app/out/summary.{ext}",
-                f"/app/reports/{app}_{key}s.{ext}",
-            ]
-        )
+        app, log, style, order, out = _draw_paths(rng, key)
         label = "level" if key == "level" else "component"
         instruction = _instruction(
             rng, (key, case, style, order), (log, app, out, label), noisy, filter_text
         )
+        level_key, comp_key = keys["level"], keys["component"]
         script = _script(
             log, out, _parse_code(fmt, level_key, comp_key), key, case, style, order, filt
         )
-        solution = f"python3 - <<'PY'\n{script}PY\n"
         expected = sorted(
-            counts.items(), key=(lambda kv: (-kv[1], kv[0])) if order == "count" else None
+            _count(counted, key, case).items(),
+            key=(lambda kv: (-kv[1], kv[0])) if order == "count" else None,
         )
-        tests = _tests(out, style, key, expected)
-
         return TaskDraft(
             instruction=instruction,
             files={log: "\n".join(lines) + "\n"},
-            tests=tests,
-            solution=solution,
+            tests=_tests(out, style, key, expected),
+            solution=f"python3 - <<'PY'\n{script}PY\n",
             expert=_expert(log, out, (key, case, style, order), filt),
             params={
                 "format": fmt,
@@ -410,6 +271,65 @@ class LogSummary(Family):
             ],
             tags=["logs", "text"],
         )
+
+
+def _draw_layout(rng: random.Random) -> tuple[str, str, dict[str, str], list[str], bool]:
+    """The log's format, what is counted (level or component), the field names, the order
+    of the fields and whether levels are upper case in the log."""
+    fmt = rng.choice(_FORMATS)
+    key = rng.choice(["level", "component"])
+    level_key = rng.choice(_LEVEL_KEYS)
+    comp_key = rng.choice(_COMPONENT_KEYS)
+    keys = {
+        "time": rng.choice(["ts", "time", "timestamp"]),
+        "level": level_key,
+        "component": comp_key,
+        "msg": rng.choice(["msg", "message"]),
+    }
+    order_keys = ["time", "level", "component", "msg"]
+    if rng.random() < 0.5:
+        rng.shuffle(order_keys)
+    upper_in_log = fmt in ("bracket", "iso", "syslog") or (fmt == "json" and rng.random() < 0.5)
+    return fmt, key, keys, order_keys, upper_in_log
+
+
+def _count(counted: list[tuple[str, str]], key: str, case: str) -> dict[str, int]:
+    """Entries per level (in the asked case) or per component."""
+    counts: dict[str, int] = {}
+    for level, comp in counted:
+        name = (level.upper() if case == "upper" else level) if key == "level" else comp
+        counts[name] = counts.get(name, 0) + 1
+    return counts
+
+
+def _draw_paths(rng: random.Random, key: str) -> tuple[str, str, str, str, str]:
+    """The application's name, the log's path, the report's style and order and its path."""
+    app = rng.choice(
+        ["orders", "gateway", "ledger", "notifier", "catalog", "billing-api", "auth-proxy"]
+    )
+    log = rng.choice(
+        [
+            f"/app/logs/{app}.log",
+            f"/var/log/{app}/{app}.log",
+            "/app/service.log",
+            f"/app/data/{app}-2026-03.log",
+            f"/srv/{app}/logs/current.log",
+            f"/app/{app}.log",
+            f"/var/log/{app}.log",
+        ]
+    )
+    style = rng.choice(sorted(_FORMATS_OUT))
+    order = rng.choice(["count", "name"])
+    ext = {"json": "json", "lines": "txt", "uniq": "txt", "csv": "csv"}[style]
+    out = rng.choice(
+        [
+            f"/app/{key}_counts.{ext}",
+            f"/app/report.{ext}",
+            f"/app/out/summary.{ext}",
+            f"/app/reports/{app}_{key}s.{ext}",
+        ]
+    )
+    return app, log, style, order, out
 
 
 def _draw_log(
@@ -554,52 +474,6 @@ def _expert(
 
 
 def _tests(out: str, style: str, key: str, expected: list[tuple[str, int]]) -> str:
-    return textwrap.dedent(
-        f"""\
-        import json
-        from pathlib import Path
-
-        OUT = Path({out!r})
-        STYLE = {style!r}
-        KEY = {key!r}
-        EXPECTED = {json.dumps(expected)!r}
-
-
-        def rows():
-            text = OUT.read_text()
-            if STYLE == "json":
-                return None
-            lines = [line.strip() for line in text.splitlines() if line.strip()]
-            if STYLE == "csv":
-                header = [c.strip() for c in lines[0].split(",")]
-                assert header == [KEY, "count"], header
-                cells = [[c.strip() for c in line.split(",")] for line in lines[1:]]
-                return [(c[0], int(c[1])) for c in cells]
-            parts = [line.split() for line in lines]
-            assert all(len(p) == 2 for p in parts), lines
-            if STYLE == "uniq":
-                return [(p[1], int(p[0])) for p in parts]
-            return [(p[0], int(p[1])) for p in parts]
-
-
-        def test_report_exists():
-            assert OUT.is_file()
-
-
-        def test_counts():
-            want = [tuple(r) for r in json.loads(EXPECTED)]
-            got = rows()
-            if got is None:
-                data = json.loads(OUT.read_text())
-                assert data == dict(want)
-            else:
-                assert sorted(got) == sorted(want)
-
-
-        def test_order():
-            want = [tuple(r) for r in json.loads(EXPECTED)]
-            got = rows()
-            if got is not None:
-                assert got == want
-        """
+    return fill(
+        "log_summary", "test_outputs", out=out, style=style, key=key, expected=json.dumps(expected)
     )

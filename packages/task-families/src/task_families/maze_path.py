@@ -17,83 +17,22 @@ from __future__ import annotations
 import json
 import random
 import re
-import textwrap
 from collections import deque
+from collections.abc import Callable
 
 from ale.synth.expert import Observation, shell, write
 from ale.synth.family import ExpertProgram, Family, TaskDraft, register
+from task_families._sources import Code, fill, phrase_table, phrases
 
 _MOVES = {"U": (-1, 0), "D": (1, 0), "L": (0, -1), "R": (0, 1)}
 _KEY_LETTERS = "abcdef"  # not g or s: their upper cases are the goal and the start
 
-_OPENERS = [
-    "There is a maze in `{src}`.",
-    "`{src}` holds an ASCII-art maze.",
-    "Our puzzle generator left a maze at `{src}`.",
-    "I drew a labyrinth as text; it is saved as `{src}`.",
-    "Have a look at the maze stored in `{src}`.",
-]
-_LEGEND = [
-    "`#` cells are walls, `S` is where you start and `G` is the goal; every other cell is "
-    "open floor.",
-    "Walls are drawn with `#`. You begin on `S` and must reach `G`. Anything else is walkable.",
-    "In the file `#` means wall, `S` marks the start, `G` the goal, and all remaining "
-    "characters are floor you can walk on.",
-    "Legend: `#` wall, `S` start, `G` goal; any other symbol is free space.",
-]
-_STEP = [
-    "Each move goes one cell up, down, left or right (no diagonals).",
-    "You move one cell at a time in the four compass directions; diagonal moves are not allowed.",
-    "A step moves to an orthogonally adjacent cell.",
-    "Moves are single steps up/down/left/right.",
-]
-_MULTI = [
-    "There are several `G` cells; reaching any one of them finishes the maze, so aim for the "
-    "nearest.",
-    "More than one exit is marked `G`. The shortest route to whichever `G` is closest counts.",
-    "The maze has multiple goals (`G`); you only need to reach one of them, by the shortest "
-    "route overall.",
-    "Several cells are marked `G`; the answer is the shortest path to any of them.",
-]
-_KEYS = [
-    "Lowercase letters are keys and uppercase letters (other than S and G) are doors: a door "
-    "can only be entered once you have picked up the key with the same letter, which happens "
-    "when you step on the key's cell. Keys are never used up.",
-    "Some cells hold keys (lowercase letters) and some hold doors (the same letters in upper "
-    "case, excluding S and G). You cannot step onto a door until you have visited its key; "
-    "once collected, a key works for the rest of the walk.",
-    "Watch for doors: an uppercase letter other than S/G is a locked door, opened by the "
-    "lowercase key of the same letter, which you collect by walking over it. Keys stay with "
-    "you.",
-    "Doors (`A`, `B`, ...) block the way until you hold their key (`a`, `b`, ...). Walking "
-    "onto a key picks it up permanently.",
-]
-_ASK = {
-    "length": [
-        "Write the length of the shortest path (the number of moves) from S to G to `{out}`.",
-        "How many moves does the shortest route take? Put that number in `{out}`.",
-        "Find the minimum number of steps needed and save it to `{out}` as a plain integer.",
-        "Compute the shortest-path length in moves and write just that integer to `{out}`.",
-    ],
-    "moves": [
-        "Write a shortest sequence of moves to `{out}` as one line of the letters U, D, L "
-        "and R (up, down, left, right).",
-        "Save a shortest route to `{out}` as a string of moves: U=up, D=down, L=left, R=right.",
-        "Give me the moves of a shortest path as a single U/D/L/R string in `{out}`.",
-        "Find an optimal route and store it in `{out}` as letters U (up), D (down), L (left), "
-        "R (right), no separators.",
-    ],
-    "both": [
-        "Write a JSON object to `{out}` with `{lk}` (the number of moves of a shortest path) "
-        "and `{mk}` (one such path as a string of U/D/L/R letters).",
-        "Save `{out}` as JSON: key `{lk}` is the shortest path length in moves, key `{mk}` a "
-        "shortest move string made of U, D, L, R.",
-        "Produce `{out}`, a JSON object holding `{lk}`: the minimum number of moves, and "
-        "`{mk}`: an optimal route spelled with U/D/L/R (up/down/left/right).",
-        "I want the answer as JSON in `{out}`: `{lk}` = length of a shortest route, `{mk}` = "
-        "that route as U/D/L/R moves.",
-    ],
-}
+_OPENERS = phrases("maze_path", "openers")
+_LEGEND = phrases("maze_path", "legend")
+_STEP = phrases("maze_path", "step")
+_MULTI = phrases("maze_path", "multi")
+_KEYS = phrases("maze_path", "keys")
+_ASK = phrase_table("maze_path", "ask")
 _BOTH_KEYS = [("length", "moves"), ("steps", "path"), ("distance", "route"), ("n_moves", "moves")]
 
 
@@ -285,51 +224,14 @@ class MazePath(Family):
         if doors:
             parts.append(rng.choice(_KEYS))
         parts.append(rng.choice(_ASK[ask]).format(out=out, lk=lk, mk=mk))
-        instruction = " ".join(parts)
-
-        tests = _tests(lines, length, ask, out, lk, mk)
         solution = "python3 - <<'PY'\n" + _script(src, out, ask, lk, mk, len(lines), "") + "PY\n"
-
-        def expert() -> ExpertProgram:
-            seen: Observation = yield shell(
-                f"wc -l {src}; head -n 3 {src}", "Let me see how big the maze is and how it looks."
-            )
-            count = re.search(r"^\s*(\d+)", seen.output)
-            rows = int(count.group(1)) if count else 0
-            census: Observation = yield shell(
-                f"grep -o . {src} | sort | uniq -c",
-                f"The maze has {rows} rows. Which symbols does it use?",
-            )
-            symbols = {}
-            for line in census.output.splitlines():
-                m = re.match(r"^\s*(\d+) (.)$", line)
-                if m:
-                    symbols[m.group(2)] = int(m.group(1))
-            keys = "".join(sorted(ch for ch in symbols if ch.islower()))
-            n_goals = symbols.get("G", 0)
-            if keys:
-                note = (
-                    f"It has keys {', '.join(keys)} and doors "
-                    f"{', '.join(ch for ch in sorted(symbols) if ch.isupper() and ch not in 'SG')}"
-                    ", so the search state is the position plus the keys held."
-                )
-            else:
-                note = "No keys or doors, so a plain breadth-first search over cells will do."
-            if n_goals > 1:
-                note += f" There are {n_goals} goals; the search stops at the first one reached."
-            yield write("/app/bfs.py", _script(src, out, ask, lk, mk, rows, keys), note)
-            ran = yield shell(f"python3 bfs.py && cat {out}", "Run the search and show the answer.")
-            if not ran.ok:
-                return "The search failed; see the error above."
-            return f"Found a shortest path of {ran.output.split()[0]} moves and wrote {out}."
-
         wrong = "maze.txt" if src != "maze.txt" else "maze.map"
         return TaskDraft(
-            instruction=instruction,
+            instruction=" ".join(parts),
             files={f"/app/{src}": "\n".join(lines) + "\n"},
-            tests=tests,
+            tests=_tests(lines, length, ask, out, lk, mk),
             solution=solution,
-            expert=expert,
+            expert=_expert(src, out, ask, lk, mk),
             params={
                 "rows": len(lines),
                 "cols": len(lines[0]),
@@ -349,6 +251,56 @@ class MazePath(Family):
         )
 
 
+def _expert(src: str, out: str, ask: str, lk: str, mk: str) -> Callable[[], ExpertProgram]:
+    """Measure the maze, count its symbols, fit the search to them (keys or none), run it."""
+
+    def expert() -> ExpertProgram:
+        seen: Observation = yield shell(
+            f"wc -l {src}; head -n 3 {src}", "Let me see how big the maze is and how it looks."
+        )
+        count = re.search(r"^\s*(\d+)", seen.output)
+        rows = int(count.group(1)) if count else 0
+        census: Observation = yield shell(
+            f"grep -o . {src} | sort | uniq -c",
+            f"The maze has {rows} rows. Which symbols does it use?",
+        )
+        symbols = _census(census.output)
+        keys = "".join(sorted(ch for ch in symbols if ch.islower()))
+        yield write("/app/bfs.py", _script(src, out, ask, lk, mk, rows, keys), _plan(symbols, keys))
+        ran = yield shell(f"python3 bfs.py && cat {out}", "Run the search and show the answer.")
+        if not ran.ok:
+            return "The search failed; see the error above."
+        return f"Found a shortest path of {ran.output.split()[0]} moves and wrote {out}."
+
+    return expert
+
+
+def _census(output: str) -> dict[str, int]:
+    """Symbol -> count, from ``uniq -c`` output."""
+    symbols: dict[str, int] = {}
+    for line in output.splitlines():
+        m = re.match(r"^\s*(\d+) (.)$", line)
+        if m:
+            symbols[m.group(2)] = int(m.group(1))
+    return symbols
+
+
+def _plan(symbols: dict[str, int], keys: str) -> str:
+    """What the expert says about the search the symbols call for."""
+    n_goals = symbols.get("G", 0)
+    if keys:
+        note = (
+            f"It has keys {', '.join(keys)} and doors "
+            f"{', '.join(ch for ch in sorted(symbols) if ch.isupper() and ch not in 'SG')}"
+            ", so the search state is the position plus the keys held."
+        )
+    else:
+        note = "No keys or doors, so a plain breadth-first search over cells will do."
+    if n_goals > 1:
+        note += f" There are {n_goals} goals; the search stops at the first one reached."
+    return note
+
+
 def _script(src: str, out: str, ask: str, lk: str, mk: str, rows: int, keys: str) -> str:
     """A BFS over (cell, keys held); ``keys`` are the key letters seen (empty: none)."""
     if ask == "length":
@@ -357,59 +309,7 @@ def _script(src: str, out: str, ask: str, lk: str, mk: str, rows: int, keys: str
         emit = 'fh.write(path + "\\n")'
     else:
         emit = f"json.dump({{{lk!r}: len(path), {mk!r}: path}}, fh)"
-    return textwrap.dedent(
-        f"""\
-        import json, os
-        from collections import deque
-
-        grid = open({src!r}).read().splitlines()
-        EXPECTED_ROWS = {rows!r}  # 0 = not checked
-        assert not EXPECTED_ROWS or len(grid) == EXPECTED_ROWS, len(grid)
-        KEYS = {keys!r}
-        MOVES = {{"U": (-1, 0), "D": (1, 0), "L": (0, -1), "R": (0, 1)}}
-        start = next((r, c) for r, row in enumerate(grid) for c, ch in enumerate(row) if ch == "S")
-
-
-        def cell(r, c):
-            if 0 <= r < len(grid) and 0 <= c < len(grid[r]):
-                return grid[r][c]
-            return "#"
-
-
-        first = (start, "")
-        prev = {{first: None}}
-        todo = deque([first])
-        end = None
-        while todo:
-            state = todo.popleft()
-            (r, c), held = state
-            if cell(r, c) == "G":
-                end = state
-                break
-            for move, (dr, dc) in MOVES.items():
-                ch = cell(r + dr, c + dc)
-                if ch == "#":
-                    continue
-                if ch.isupper() and ch not in "SG" and ch.lower() not in held:
-                    continue
-                if ch.islower() and ch not in held:
-                    held2 = "".join(sorted(held + ch))
-                else:
-                    held2 = held
-                nxt = ((r + dr, c + dc), held2)
-                if nxt not in prev:
-                    prev[nxt] = (state, move)
-                    todo.append(nxt)
-        path = ""
-        while prev[end] is not None:
-            end, move = prev[end]
-            path = move + path
-        print(len(path), "moves")
-        os.makedirs(os.path.dirname({out!r}) or ".", exist_ok=True)
-        with open({out!r}, "w") as fh:
-            {emit}
-        """
-    )
+    return fill("maze_path", "bfs", src=src, rows=rows, keys=keys, out=out, emit=Code(emit))
 
 
 def _tests(lines: list[str], length: int, ask: str, out: str, lk: str, mk: str) -> str:
@@ -422,49 +322,11 @@ def _tests(lines: list[str], length: int, ask: str, out: str, lk: str, mk: str) 
         read = (
             f"(lambda d: (int(d[{lk!r}]), str(d[{mk!r}])))(json.loads(Path({path!r}).read_text()))"
         )
-    return textwrap.dedent(
-        f"""\
-        import json
-        from pathlib import Path
-
-        MAZE = {json.dumps(lines)}
-        SHORTEST = {length}
-        MOVES = {{"U": (-1, 0), "D": (1, 0), "L": (0, -1), "R": (0, 1)}}
-
-
-        def answer():
-            return {read}
-
-
-        def test_answer_present():
-            assert Path({path!r}).is_file()
-
-
-        def test_length_is_optimal():
-            n, moves = answer()
-            if n is not None:
-                assert n == SHORTEST
-
-
-        def test_moves_valid_and_optimal():
-            n, moves = answer()
-            if moves is None:
-                return
-            r, c = next((r, c) for r, row in enumerate(MAZE) for c, ch in enumerate(row) if ch == "S")
-            keys = set()
-            for i, m in enumerate(moves):
-                assert m in MOVES, f"bad move {{m!r}} at {{i}}"
-                r, c = r + MOVES[m][0], c + MOVES[m][1]
-                assert 0 <= r < len(MAZE) and 0 <= c < len(MAZE[r]), f"left the maze at move {{i}}"
-                ch = MAZE[r][c]
-                assert ch != "#", f"walked into a wall at move {{i}}"
-                if ch.isupper() and ch not in "SG":
-                    assert ch.lower() in keys, f"door {{ch}} without its key at move {{i}}"
-                if ch.islower():
-                    keys.add(ch)
-            assert MAZE[r][c] == "G", "the moves do not end on a goal"
-            assert len(moves) == SHORTEST
-            if n is not None:
-                assert n == len(moves)
-        """
+    return fill(
+        "maze_path",
+        "test_outputs",
+        lines=Code(json.dumps(lines)),
+        length=Code(length),
+        read=Code(read),
+        path=path,
     )

@@ -18,26 +18,12 @@ from collections.abc import Callable
 
 from ale.synth.expert import Observation, shell, write
 from ale.synth.family import ExpertProgram, Family, TaskDraft, register
+from task_families._sources import fill, phrase_table, phrases
 
 _OUT_NAMES = ["answer.txt", "result.txt", "output.txt", "solution.txt", "out/result.txt"]
-_ONE_PER_LINE = [
-    "Write one number per line, in the order given, with at least 10 significant digits.",
-    "Put each number on its own line (same order as above), printed in full precision.",
-    "Each value goes on a separate line, in that order, written in full precision.",
-    "Output format: plain decimal numbers (10+ significant digits), one per line, in the order listed.",
-]
-_ONE_NUMBER = [
-    "The file should contain just the number (full double precision, no label).",
-    "Write only the number, nothing else, with at least 10 significant digits.",
-    "Put the bare value in the file; do not round it to fewer than 10 significant digits.",
-    "Only the numeric value (full precision) should be in the file.",
-]
-_TOL = [
-    "Your answer is accepted if it is within {tol} of the exact value.",
-    "A tolerance of {tol} (absolute) is allowed.",
-    "It will be checked to an absolute tolerance of {tol}.",
-    "Anything within {tol} of the true value counts as correct.",
-]
+_ONE_PER_LINE = phrases("numeric_solve", "one_per_line")
+_ONE_NUMBER = phrases("numeric_solve", "one_number")
+_TOL = phrases("numeric_solve", "tol")
 
 # ---------------------------------------------------------------- trapezoid rule
 
@@ -48,39 +34,11 @@ _TABLES = [
     ("depth_m", "area_m2", "volume"),
     ("t_min", "flow_l_per_min", "volume pumped"),
 ]
-_TRAP_OPEN = [
-    "The file `{src}` tabulates `{y}` against `{x}`.",
-    "Sampled data of `{y}` as a function of `{x}` is stored in `{src}`.",
-    "I logged `{y}` at a series of `{x}` values; the table is `{src}`.",
-    "`{src}` is a two-column CSV (`{x}`, `{y}`) with a header line.",
-]
-_TRAP_ASK = [
-    "Integrate `{y}` over `{x}` with the composite trapezoid rule (straight lines between "
-    "consecutive samples) to get the {what}.",
-    "Use the trapezoidal rule on the samples as given (no interpolation, no Simpson) to "
-    "compute the integral of `{y}` with respect to `{x}`, i.e. the {what}.",
-    "I need the {what}: the trapezoid-rule integral of `{y}` d`{x}` over the samples.",
-    "Compute the {what} by applying the trapezoid rule to each pair of neighbouring samples "
-    "and summing.",
-]
-_TRAP_SPACING = [
-    "Note that the `{x}` spacing is not uniform.",
-    "The samples are not evenly spaced, so use each interval's own width.",
-    "Careful: the step between samples varies.",
-    "Sample spacing is irregular.",
-]
-_TRAP_EVEN = [
-    "There are {n} samples, evenly spaced {step:g} apart.",
-    "The {n} samples are spaced uniformly (step {step:g}).",
-    "`{x}` goes from {lo:g} to {hi:g} in steps of {step:g}.",
-    "The table has {n} rows at a constant spacing of {step:g}.",
-]
-_TRAP_SHUFFLED = [
-    "The rows were written out of order; sort by `{x}` first.",
-    "Rows are not sorted by `{x}`.",
-    "The logger shuffled the rows, so order them by `{x}` before integrating.",
-    "Beware: the rows are in no particular order.",
-]
+_TRAP_OPEN = phrases("numeric_solve", "trap_open")
+_TRAP_ASK = phrases("numeric_solve", "trap_ask")
+_TRAP_SPACING = phrases("numeric_solve", "trap_spacing")
+_TRAP_EVEN = phrases("numeric_solve", "trap_even")
+_TRAP_SHUFFLED = phrases("numeric_solve", "trap_shuffled")
 
 
 def _trapezoid(rng: random.Random, difficulty: str) -> dict:
@@ -129,27 +87,7 @@ def _trapezoid(rng: random.Random, difficulty: str) -> dict:
         parts.append(rng.choice(_TRAP_SPACING).format(x=x))
     if shuffled:
         parts.append(rng.choice(_TRAP_SHUFFLED).format(x=x))
-    code = textwrap.dedent(
-        f"""\
-        rows = []
-        for line in open({src!r}).read().splitlines()[1:]:
-            if line.strip():
-                a, b = line.split(",")
-                rows.append((float(a), float(b)))
-        rows.sort()
-
-
-        def trap(lo, hi):
-            pts = [p for p in rows if lo <= p[0] <= hi]
-            return sum((b[0] - a[0]) * (a[1] + b[1]) / 2 for a, b in zip(pts, pts[1:]))
-
-
-        answers = [trap(rows[0][0], rows[-1][0])]
-        BOUNDS = {bounds!r}
-        if BOUNDS:
-            answers.append(trap(*BOUNDS))
-        """
-    )
+    code = fill("numeric_solve", "trapezoid", src=src, bounds=bounds)
     return {
         "parts": parts,
         "answers": answers,
@@ -209,37 +147,51 @@ def _poly_text(coeffs: list[float]) -> str:
     return "".join(terms)
 
 
-_ROOT_OPEN = [
-    "Consider the polynomial p(x) = {poly}.",
-    "Let p(x) = {poly}.",
-    "We are studying p(x) = {poly}.",
-    "Here is a polynomial: p(x) = {poly}.",
-]
-_ROOT_ASK_ONE = [
-    "It has exactly one real root in [{a}, {b}]. Find it with the bisection method, "
-    "stopping once the bracket is narrower than {tol}.",
-    "Use bisection on the interval [{a}, {b}] (p changes sign there) to locate its root "
-    "to within {tol}.",
-    "Locate the single root of p between {a} and {b} by repeated interval halving, to a "
-    "tolerance of {tol}.",
-    "Bisect on [{a}, {b}] until you know the root of p to {tol} or better.",
-]
-_ROOT_ASK_MANY = [
-    "It has {k} real roots in [{a}, {b}]. Find all of them by bisection (bracket each sign "
-    "change first) to within {tol}, and list them in increasing order.",
-    "There are {k} roots of p inside [{a}, {b}]. Bracket each one and bisect to a tolerance "
-    "of {tol}; report them smallest first.",
-    "Find every root of p in the interval [{a}, {b}] ({k} in all) using bisection, each "
-    "accurate to {tol}, sorted ascending.",
-    "Determine the {k} zeros of p on [{a}, {b}] to within {tol} by bisection; give them in "
-    "ascending order.",
-]
-_COEFFS = [
-    "(Coefficients from the highest power down: {c}.)",
-    "Its coefficients, highest degree first, are {c}.",
-    "In coefficient form (leading first): {c}.",
-    "For convenience, the coefficient list (x^{d} down to the constant) is {c}.",
-]
+_ROOT_OPEN = phrases("numeric_solve", "root_open")
+_ROOT_ASK_ONE = phrases("numeric_solve", "root_ask_one")
+_ROOT_ASK_MANY = phrases("numeric_solve", "root_ask_many")
+_COEFFS = phrases("numeric_solve", "coeffs")
+
+
+def _draw_poly(
+    rng: random.Random, difficulty: str, a: float, b: float, k_in: int
+) -> tuple[list[float], list[float]]:
+    """``k_in`` roots in [a, b] and the rounded coefficients of a polynomial having them (medium
+    drafts add a root outside, and a factor without real roots keeps the degree at least 3)."""
+    roots: list[float] = []
+    while len(roots) < k_in:
+        r = rng.uniform(a + 0.2, b - 0.2)
+        if all(abs(r - s) > 0.5 for s in roots):
+            roots.append(r)
+    lead = rng.choice([-1, 1]) * round(rng.uniform(0.5, 3), 2)
+    poly = [lead]
+    for r in roots:
+        poly = _mul(poly, [1.0, -r])
+    if difficulty == "medium":  # a second real root, outside the interval
+        outside = rng.choice([a - rng.uniform(0.5, 3), b + rng.uniform(0.5, 3)])
+        poly = _mul(poly, [1.0, -outside])
+    if len(poly) < 4 or difficulty == "medium":  # a factor without real roots
+        p_, q_ = rng.uniform(-2, 2), rng.uniform(0.5, 4)
+        poly = _mul(poly, [1.0, p_, p_ * p_ / 4 + q_])
+    return roots, [round(c, 3) for c in poly]
+
+
+def _scan(coeffs: list[float], a: float, b: float) -> list[float]:
+    """The roots in [a, b] found by bisecting each sign change on a grid of 4000 steps."""
+
+    def f(x: float) -> float:
+        return _horner(coeffs, x)
+
+    grid = 4000
+    found: list[float] = []
+    prev = f(a)
+    for i in range(1, grid + 1):
+        x = a + (b - a) * i / grid
+        cur = f(x)
+        if (cur < 0) != (prev < 0):
+            found.append(_bisect(f, a + (b - a) * (i - 1) / grid, x))
+        prev = cur
+    return found
 
 
 def _bisection(rng: random.Random, difficulty: str) -> dict:
@@ -248,39 +200,12 @@ def _bisection(rng: random.Random, difficulty: str) -> dict:
     while True:
         a = rng.randint(-4, 1) + rng.choice([0, 0.5])
         b = a + rng.randint(3, 6)
-        roots: list[float] = []
-        while len(roots) < k_in:
-            r = rng.uniform(a + 0.2, b - 0.2)
-            if all(abs(r - s) > 0.5 for s in roots):
-                roots.append(r)
-        lead = rng.choice([-1, 1]) * round(rng.uniform(0.5, 3), 2)
-        poly = [lead]
-        for r in roots:
-            poly = _mul(poly, [1.0, -r])
-        if difficulty == "medium":  # a second real root, outside the interval
-            outside = rng.choice([a - rng.uniform(0.5, 3), b + rng.uniform(0.5, 3)])
-            poly = _mul(poly, [1.0, -outside])
-        if len(poly) < 4 or difficulty == "medium":  # a factor without real roots
-            p_, q_ = rng.uniform(-2, 2), rng.uniform(0.5, 4)
-            poly = _mul(poly, [1.0, p_, p_ * p_ / 4 + q_])
-        coeffs = [round(c, 3) for c in poly]
-
-        def f(x: float, coeffs: list[float] = coeffs) -> float:
-            return _horner(coeffs, x)
-
-        grid = 4000
-        found: list[float] = []
-        prev = f(a)
-        for i in range(1, grid + 1):
-            x = a + (b - a) * i / grid
-            cur = f(x)
-            if (cur < 0) != (prev < 0):
-                found.append(_bisect(f, a + (b - a) * (i - 1) / grid, x))
-            prev = cur
+        roots, coeffs = _draw_poly(rng, difficulty, a, b, k_in)
+        found = _scan(coeffs, a, b)
         if (
             len(found) == k_in
-            and abs(f(a)) > 1e-3
-            and abs(f(b)) > 1e-3
+            and abs(_horner(coeffs, a)) > 1e-3
+            and abs(_horner(coeffs, b)) > 1e-3
             and all(abs(x - r) < 0.05 for x, r in zip(found, sorted(roots), strict=True))
         ):
             break
@@ -297,38 +222,7 @@ def _bisection(rng: random.Random, difficulty: str) -> dict:
         rng.choice(_COEFFS).format(c=coef_s, d=len(coeffs) - 1),
         ask,
     ]
-    code = textwrap.dedent(
-        f"""\
-        COEFFS = {coeffs!r}
-        A, B, TOL = {float(a)!r}, {float(b)!r}, {tol!r}
-
-
-        def p(x):
-            acc = 0.0
-            for c in COEFFS:
-                acc = acc * x + c
-            return acc
-
-
-        def bisect(lo, hi):
-            while hi - lo > TOL / 4:
-                mid = (lo + hi) / 2
-                if (p(mid) < 0) == (p(lo) < 0):
-                    lo = mid
-                else:
-                    hi = mid
-            return (lo + hi) / 2
-
-
-        N = 2000
-        answers = []
-        for i in range(N):
-            lo, hi = A + (B - A) * i / N, A + (B - A) * (i + 1) / N
-            if (p(lo) < 0) != (p(hi) < 0):
-                answers.append(bisect(lo, hi))
-        print("sign changes found:", len(answers))
-        """
-    )
+    code = fill("numeric_solve", "bisection", coeffs=coeffs, a=float(a), b=float(b), tol=tol)
     return {
         "parts": parts,
         "answers": found,
@@ -364,44 +258,51 @@ _SYSTEMS = [
         ((5, 20), (2, 8)),
     ),
 ]
-_ODE_OPEN = [
-    "Simulate the {name} model {eqs} starting from {init} at t = {t0}.",
-    "A {name} model is given by {eqs}, with {init} at t = {t0}.",
-    "Our {name} model: {eqs}; the initial state is {init} at t = {t0}.",
-    "Consider the initial value problem {eqs} with {init} at t = {t0} (a {name} model).",
-]
-_METHOD = {
-    "euler": [
-        "Use the explicit (forward) Euler method with step h = {h} for {n} steps.",
-        "Integrate it with forward Euler, step size {h}, {n} steps.",
-        "Take {n} explicit Euler steps of size h = {h}.",
-        "Apply Euler's method (y += h*f(t, y)) with h = {h}, {n} times.",
-    ],
-    "rk4": [
-        "Use the classic fourth-order Runge-Kutta method (RK4) with step h = {h} for {n} steps.",
-        "Integrate it with classical RK4, step size {h}, {n} steps.",
-        "Take {n} steps of the standard RK4 scheme with h = {h}.",
-        "Apply the fourth-order Runge-Kutta method with a fixed step of {h}, {n} times.",
-    ],
-}
-_ODE_ASK_FINAL = [
-    "Report y after the last step.",
-    "I need the value of y at the end of the run.",
-    "What is y after those steps? Write it out.",
-    "Write the final y value.",
-]
-_ODE_ASK_CHECK = [
-    "Report y after each of steps {steps} (counting the first step as 1).",
-    "I need y at checkpoints: after steps {steps}.",
-    "Give the values of y after exactly {steps} steps.",
-    "Record y once {steps} steps have been taken.",
-]
-_ODE_ASK_SYS = [
-    "Report {u} and then {v} after the last step.",
-    "I need the final values of {u} and {v} (in that order).",
-    "Write the state at the end: {u} first, then {v}.",
-    "Give {u} and {v} after the final step, {u} first.",
-]
+_ODE_OPEN = phrases("numeric_solve", "ode_open")
+_METHOD = phrase_table("numeric_solve", "method")
+_ODE_ASK_FINAL = phrases("numeric_solve", "ode_ask_final")
+_ODE_ASK_CHECK = phrases("numeric_solve", "ode_ask_check")
+_ODE_ASK_SYS = phrases("numeric_solve", "ode_ask_sys")
+
+
+def _num(rng: random.Random, lo_hi: tuple[float, float]) -> float:
+    return round(rng.uniform(*lo_hi), 2)
+
+
+def _draw_model(
+    rng: random.Random, system: bool
+) -> tuple[str, tuple[str, ...], list[float], list[str], str, str]:
+    """A model with drawn parameters: its name, variable names, initial state, right-hand
+    sides, and how the equations and the initial state are written."""
+    names: tuple[str, ...]
+    if system:
+        name, names, rhs, prm, inits = rng.choice(_SYSTEMS)
+        values = {k: _num(rng, v) for k, v in prm.items()}
+        state0 = [_num(rng, r) for r in inits]
+        exprs = [_subst(e, values) for e in rhs]
+        eqs = f"d{names[0]}/dt = {exprs[0]}, d{names[1]}/dt = {exprs[1]}"
+        init = f"{names[0]} = {state0[0]:g}, {names[1]} = {state0[1]:g}"
+    else:
+        name, rhs1, prm, init_r = rng.choice(_SCALAR)
+        names = ("y",)
+        values = {k: _num(rng, v) for k, v in prm.items()}
+        state0 = [_num(rng, init_r)]
+        exprs = [_subst(rhs1, values)]
+        eqs = f"dy/dt = {exprs[0]}"
+        init = f"y = {state0[0]:g}"
+    return name, names, state0, exprs, eqs, init
+
+
+def _ode_ask(
+    rng: random.Random, difficulty: str, names: tuple[str, ...], checkpoints: list[int]
+) -> str:
+    """What to report: both variables (hard), the checkpoints (medium) or the final value."""
+    if difficulty == "hard":
+        return rng.choice(_ODE_ASK_SYS).format(u=names[0], v=names[-1])  # two names
+    if difficulty == "medium":
+        steps = ", ".join(str(s) for s in checkpoints[:-1]) + f" and {checkpoints[-1]}"
+        return rng.choice(_ODE_ASK_CHECK).format(steps=steps)
+    return rng.choice(_ODE_ASK_FINAL)
 
 
 def _ode(rng: random.Random, difficulty: str) -> dict:
@@ -409,28 +310,11 @@ def _ode(rng: random.Random, difficulty: str) -> dict:
     other = "rk4" if method == "euler" else "euler"
     t0 = rng.choice([0, 0, 1])
 
-    def num(lo_hi: tuple[float, float]) -> float:
-        return round(rng.uniform(*lo_hi), 2)
-
     names: tuple[str, ...]
     while True:  # redraw until the asked method is told apart from the other one
         h = rng.choice([0.01, 0.02, 0.05, 0.1])
         n = rng.randint(20, 60) if h >= 0.05 else rng.randint(80, 250)
-        if difficulty == "hard":
-            name, names, rhs, prm, inits = rng.choice(_SYSTEMS)
-            values = {k: num(v) for k, v in prm.items()}
-            state0 = [num(r) for r in inits]
-            exprs = [_subst(e, values) for e in rhs]
-            eqs = f"d{names[0]}/dt = {exprs[0]}, d{names[1]}/dt = {exprs[1]}"
-            init = f"{names[0]} = {state0[0]:g}, {names[1]} = {state0[1]:g}"
-        else:
-            name, rhs1, prm, init_r = rng.choice(_SCALAR)
-            names = ("y",)
-            values = {k: num(v) for k, v in prm.items()}
-            state0 = [num(init_r)]
-            exprs = [_subst(rhs1, values)]
-            eqs = f"dy/dt = {exprs[0]}"
-            init = f"y = {state0[0]:g}"
+        name, names, state0, exprs, eqs, init = _draw_model(rng, difficulty == "hard")
         checkpoints = [n]
         if difficulty == "medium":
             checkpoints = [*sorted(rng.sample(range(5, n), k=2)), n]
@@ -441,47 +325,20 @@ def _ode(rng: random.Random, difficulty: str) -> dict:
     parts = [
         rng.choice(_ODE_OPEN).format(name=name, eqs=eqs, init=init, t0=t0),
         rng.choice(_METHOD[method]).format(h=h, n=n),
+        _ode_ask(rng, difficulty, names, checkpoints),
+        "(`sin` is the sine of an angle in radians.)" if "sin" in eqs else "",
     ]
-    if difficulty == "hard":
-        parts.append(rng.choice(_ODE_ASK_SYS).format(u=names[0], v=names[-1]))  # two names
-    elif difficulty == "medium":
-        steps = ", ".join(str(s) for s in checkpoints[:-1]) + f" and {checkpoints[-1]}"
-        parts.append(rng.choice(_ODE_ASK_CHECK).format(steps=steps))
-    else:
-        parts.append(rng.choice(_ODE_ASK_FINAL))
-    parts.append("(`sin` is the sine of an angle in radians.)" if "sin" in eqs else "")
-    code = textwrap.dedent(
-        f"""\
-        from math import sin
-
-        NAMES = {names!r}
-        EXPRS = {exprs!r}
-        H, N, T0, METHOD = {h!r}, {n!r}, {float(t0)!r}, {method!r}
-        CHECKPOINTS = {checkpoints!r}
-
-
-        def f(t, s):
-            env = dict(zip(NAMES, s), t=t, sin=sin)
-            return [eval(e, {{}}, env) for e in EXPRS]
-
-
-        def step(t, s):
-            if METHOD == "euler":
-                return [a + H * d for a, d in zip(s, f(t, s))]
-            k1 = f(t, s)
-            k2 = f(t + H / 2, [a + H / 2 * d for a, d in zip(s, k1)])
-            k3 = f(t + H / 2, [a + H / 2 * d for a, d in zip(s, k2)])
-            k4 = f(t + H, [a + H * d for a, d in zip(s, k3)])
-            return [a + H / 6 * (p + 2 * q + 2 * r + w) for a, p, q, r, w in zip(s, k1, k2, k3, k4)]
-
-
-        state = {state0!r}
-        answers = []
-        for i in range(1, N + 1):
-            state = step(T0 + (i - 1) * H, state)
-            if i in CHECKPOINTS:
-                answers.extend(state)
-        """
+    code = fill(
+        "numeric_solve",
+        "ode",
+        names=names,
+        exprs=exprs,
+        h=h,
+        n=n,
+        t0=float(t0),
+        method=method,
+        checkpoints=checkpoints,
+        state0=state0,
     )
     return {
         "parts": [p for p in parts if p],
@@ -587,46 +444,14 @@ class NumericSolve(Family):
                 fh.write("".join(f"{{v:.12g}}\\n" for v in answers))
             """
         )
-        tests = textwrap.dedent(
-            f"""\
-            from pathlib import Path
-
-            EXPECTED = {[float(a) for a in answers]!r}
-            TOL = {tol!r}
-
-
-            def numbers():
-                return [float(tok) for tok in Path({"/app/" + out!r}).read_text().split()]
-
-
-            def test_count():
-                assert len(numbers()) == len(EXPECTED)
-
-
-            def test_values():
-                for got, want in zip(numbers(), EXPECTED):
-                    assert abs(got - want) <= TOL, (got, want)
-            """
+        tests = fill(
+            "numeric_solve",
+            "test_outputs",
+            expected=[float(a) for a in answers],
+            tol=tol,
+            path="/app/" + out,
         )
-        look = job["look"]
-
-        def expert() -> ExpertProgram:
-            if look:
-                seen: Observation = yield shell(look, "First a look at the data.")
-                lines = seen.output.splitlines()
-                header = lines[0] if lines else ""
-                thought = f"The header is `{header}`; I write the integration script."
-            else:
-                thought = f"I write a short stdlib script for the {kind} computation."
-            yield write("/app/compute.py", code, thought)
-            ran: Observation = yield shell(
-                f"python3 compute.py 2>&1 && cat {out}", "Run it and show the output file."
-            )
-            if not ran.ok:
-                return "The script failed; see the error above."
-            got = ran.output.strip().splitlines()[-len(answers) :]
-            return f"Wrote {len(got)} value(s) to {out}: {', '.join(got)}."
-
+        expert = _expert(job["look"], kind, code, out, len(answers))
         params = {"kind": kind, "output": out, "tolerance": tol, **job["params"]}
         files = {f"/app/{name}": text for name, text in job["files"].items()}
         mistakes = [shell("python3 -c 'import numpy, scipy'", "Check for numpy and scipy.")]
@@ -642,3 +467,28 @@ class NumericSolve(Family):
             mistakes=mistakes,
             tags=["numerical-methods", kind],
         )
+
+
+def _expert(
+    look: str | None, kind: str, code: str, out: str, n_answers: int
+) -> Callable[[], ExpertProgram]:
+    """Look at the data (when there is some), write the script, run it, show the output."""
+
+    def expert() -> ExpertProgram:
+        if look:
+            seen: Observation = yield shell(look, "First a look at the data.")
+            lines = seen.output.splitlines()
+            header = lines[0] if lines else ""
+            thought = f"The header is `{header}`; I write the integration script."
+        else:
+            thought = f"I write a short stdlib script for the {kind} computation."
+        yield write("/app/compute.py", code, thought)
+        ran: Observation = yield shell(
+            f"python3 compute.py 2>&1 && cat {out}", "Run it and show the output file."
+        )
+        if not ran.ok:
+            return "The script failed; see the error above."
+        got = ran.output.strip().splitlines()[-n_answers:]
+        return f"Wrote {len(got)} value(s) to {out}: {', '.join(got)}."
+
+    return expert

@@ -22,6 +22,7 @@ from typing import Any
 
 from ale.synth.expert import Observation, shell, write
 from ale.synth.family import ExpertProgram, Family, TaskDraft, register
+from task_families._sources import fill, phrase_table, phrases
 
 _PROJECTS = ["billing-api", "inventory-svc", "webshop", "datahub", "notifier", "reportgen"]
 _PROJECTS += ["ticketing", "geo-index", "payroll", "chat-relay"]
@@ -38,12 +39,7 @@ _HOSTS = [
     ("config/prod.env", "env"),
     ("scripts/backup.sh", "sh"),
 ]
-_KEYS = {
-    "aws": ["AWS_ACCESS_KEY_ID", "S3_ACCESS_KEY_ID", "BACKUP_AWS_KEY_ID"],
-    "github": ["GITHUB_TOKEN", "GH_TOKEN", "CI_GITHUB_TOKEN"],
-    "stripe": ["STRIPE_SECRET_KEY", "STRIPE_API_KEY", "PAYMENTS_KEY"],
-    "password": ["DB_PASSWORD", "SMTP_PASSWORD", "ADMIN_PASSWORD", "REDIS_PASSWORD"],
-}
+_KEYS = phrase_table("secret_scan", "keys")
 _PLACEHOLDERS = {
     "aws": [
         "AKIAIOSFODNN7EXAMPLE",
@@ -55,119 +51,28 @@ _PLACEHOLDERS = {
     "stripe": ["sk_live_" + "x" * 24, "<stripe-secret-key>", "${STRIPE_SECRET_KEY}"],
     "password": ["changeme", "", "<db-password>", "${DB_PASSWORD}", "xxxxxxxx", "********"],
 }
-_FILLER = {
-    "env": ["APP_ENV=production", "DEBUG=false", "LOG_LEVEL=info", "DB_HOST=db.internal"],
-    "sh": ['BUCKET="s3://{proj}-backups"', 'echo "syncing {proj}"'],
-    "py": ["DEBUG = False", "TIMEOUT = 30", 'DB_HOST = "db.internal"'],
-    "yaml": ["replicas: 2", "image: registry.local/{proj}:1.4.2", "logLevel: info"],
-    "ini": ["host = db.internal", "port = 5432", "timeout = 30"],
-}
+_FILLER = phrase_table("secret_scan", "filler")
 _FILLER["env"] += ["DB_PORT=5432", "REDIS_URL=redis://cache:6379/0", "WORKERS=4", "TZ=UTC"]
 _FILLER["sh"] += ['tar czf "/tmp/{proj}.tgz" ./out', 'cd "$(dirname "$0")/.."', "DATE=$(date +%F)"]
 _FILLER["py"] += ['DB_NAME = "{proj}"', "RETRIES = 3", 'ALLOWED_HOSTS = ["*"]']
 _FILLER["yaml"] += ["port: 8080", "region: eu-west-1", "host: db.internal", "user: {proj}"]
 _FILLER["ini"] += ["debug = false", "name = {proj}", "pool_size = 8"]
 _FIRST = {"sh": ["#!/bin/bash", "set -euo pipefail"], "py": ["import os"], "ini": ["[main]"]}
-_FIXTURE_HEADERS = [
-    "# TEST FIXTURE - fake credentials for unit tests, not real",
-    "# Fake data for tests only: these credentials are not real",
-    "# test fixture: dummy secrets used by the test suite (fake)",
-]
+_FIXTURE_HEADERS = phrases("secret_scan", "fixture_headers")
 _PEM_PATHS = ["keys/deploy_key.pem", ".ssh/id_rsa", "certs/server.key", "config/jwt-signing.key"]
 _PEM_TYPES = ["RSA PRIVATE KEY", "PRIVATE KEY", "EC PRIVATE KEY", "OPENSSH PRIVATE KEY"]
 _MARKERS = ["[REDACTED]", "REDACTED", "***REDACTED***", "<redacted>", "[SECRET-REMOVED]"]
 _REPORTS = ["leaks.txt", "secret_report.txt", "audit/secrets.txt", "findings.txt"]
 _REPORTS += ["reports/leaked.txt"]
 
-_OPENERS = [
-    "Before we open-source `{proj}/`, it has to be scrubbed of credentials.",
-    "A scanner alerted on leaked credentials somewhere in the repository at `{proj}/`.",
-    "We suspect secrets were committed to the project in `{proj}/`.",
-    "Security asked for a credential sweep of `{proj}/` (the project in /app).",
-    "Audit the project tree `{proj}/` for hard-coded secrets.",
-]
-_KIND_DESC = {
-    "aws": [
-        "AWS access key ids (`AKIA` followed by 16 upper-case letters or digits)",
-        "AWS-style access keys: `AKIA` plus 16 characters from A-Z and 0-9",
-        "access key ids of the form `AKIA[0-9A-Z]{{16}}`",
-    ],
-    "github": [
-        "GitHub personal access tokens (`ghp_` plus 36 letters or digits)",
-        "GitHub tokens matching `ghp_[A-Za-z0-9]{{36}}`",
-        "`ghp_...` GitHub tokens (40 characters long)",
-    ],
-    "stripe": [
-        "live Stripe secret keys (`sk_live_` plus 24 letters or digits)",
-        "Stripe keys of the form `sk_live_[A-Za-z0-9]{{24}}`",
-        "`sk_live_...` payment API keys",
-    ],
-    "password": [
-        "hard-coded passwords (a setting whose name contains `PASSWORD` set to a literal value)",
-        "passwords written directly into config or code, e.g. `DB_PASSWORD=...`",
-        "literal values of password settings (`*_PASSWORD`)",
-    ],
-    "pem": [
-        "PEM private keys (`-----BEGIN ... PRIVATE KEY-----` blocks); public keys and "
-        "certificates are fine",
-        "private key blocks in PEM form (not public keys, not certificates)",
-        "PEM-encoded private keys; a certificate or a public key is not a leak",
-    ],
-}
-_LOOK_FOR = [
-    "Treat these as secrets:",
-    "The kinds of credential to look for:",
-    "What counts as a leak:",
-    "Look for:",
-]
-_NOT_SECRET = [
-    "Placeholders are not secrets: empty values, angle-bracket templates like `<your-token>`, "
-    "runs of `x` or `*`, dummies like `changeme`, values containing `EXAMPLE`, and "
-    "references to environment variables (`${{VAR}}`, `os.environ`, `os.getenv`).",
-    "Ignore placeholders and indirections: `changeme`, `<...>` templates, `xxxx` or `****` "
-    "fillers, AWS's documented `...EXAMPLE` key, empty values and anything read from the "
-    "environment (`${{...}}`, `os.environ[...]`, `os.getenv(...)`).",
-    "Do not flag values that are obviously not real: empty strings, `<placeholder>` text, "
-    "`xxxxxxxx`/`********`, `changeme`, keys with `EXAMPLE` in them, or environment "
-    "variable references such as `${{DB_PASSWORD}}`.",
-    "Values that merely stand in for a secret do not count: blanks, `<...>`, strings of "
-    "`x`/`*`, `changeme`, `...EXAMPLE` keys, and `${{VAR}}` / `os.environ` / `os.getenv` "
-    "lookups.",
-]
-_FIXTURE = [
-    "Files whose first line says they hold fake data for tests are out of scope.",
-    "Anything in a file marked (on its first line) as a fake test fixture is not a leak.",
-    "Test fixtures whose header says the data is fake must be left alone and not reported.",
-    "Skip files that declare themselves fake test fixtures in their first line.",
-]
-_REPORT = [
-    "Write each real leak to `{report}` as `path:line`, one per line, with paths relative to "
-    "`{proj}/` and line numbers as they are before you edit anything.",
-    "List the leaks in `{report}`: one `relative/path:line_number` entry per line (relative "
-    "to `{proj}/`, original line numbers).",
-    "Record every finding in `{report}`, one per line, formatted `file:line` where file is "
-    "relative to the project root `{proj}/` and line is the original line number.",
-    "Put a report at `{report}` with one line per leaked secret, `path:line` (path relative "
-    "to `{proj}/`, numbering from 1 as in the untouched files).",
-]
-_REDACT = [
-    "Then redact each leak in place: replace just the secret value with `{marker}`, keeping "
-    "the key, any quotes and the rest of the line.",
-    "Afterwards overwrite every leaked value in its file with `{marker}` (only the value: the "
-    "setting name, quotes and everything else on the line stay).",
-    "Also scrub them: each secret value becomes the literal text `{marker}`; do not change "
-    "anything else in the files.",
-    "Finally replace the secret values themselves with `{marker}` and leave all other text, "
-    "including the placeholders and fixtures, untouched.",
-]
-_PEM_REDACT = [
-    "A private key is redacted by replacing its whole block, from the BEGIN line through the "
-    "END line, with a single line `{marker}`.",
-    "For a PEM private key, swap the entire block (BEGIN to END, inclusive) for one line "
-    "holding `{marker}`; report the BEGIN line.",
-    "Private keys: report the line of the `-----BEGIN` header, and replace the block "
-    "(BEGIN..END lines) with one `{marker}` line.",
-]
+_OPENERS = phrases("secret_scan", "openers")
+_KIND_DESC = phrase_table("secret_scan", "kind_desc")
+_LOOK_FOR = phrases("secret_scan", "look_for")
+_NOT_SECRET = phrases("secret_scan", "not_secret")
+_FIXTURE = phrases("secret_scan", "fixture")
+_REPORT = phrases("secret_scan", "report")
+_REDACT = phrases("secret_scan", "redact")
+_PEM_REDACT = phrases("secret_scan", "pem_redact")
 
 _TOKEN = {
     "aws": re.compile(r"AKIA[0-9A-Z]{16}"),
@@ -266,14 +171,7 @@ class SecretScan(Family):
     def generate(self, rng: random.Random, difficulty: str) -> TaskDraft:
         proj = rng.choice(_PROJECTS)
         pkg = rng.choice(_PKGS)
-        n_kinds, n_real, n_decoy = {"easy": (2, 2, 2), "medium": (3, 4, 4), "hard": (4, 6, 6)}[
-            difficulty
-        ]
-        token_kinds = sorted(_KEYS)
-        kinds = rng.sample(token_kinds, n_kinds - (difficulty == "hard"))
-        if difficulty == "hard":
-            kinds.append("pem")
-        n_real += rng.randint(0, 1)
+        kinds, n_real, n_decoy = _draw_kinds(rng, difficulty)
         hosts = rng.sample(_HOSTS, {"easy": 3, "medium": 4, "hard": 6}[difficulty])
         hosts = [(p.format(pkg=pkg), f) for p, f in hosts]
         flat_kinds = [k for k in kinds if k != "pem"]
@@ -282,12 +180,7 @@ class SecretScan(Family):
         marker = rng.choice(_MARKERS)
         files, redacted, report, secrets = _host_files(rng, proj, hosts, slots, marker)
         if "pem" in kinds:
-            path, block, pub, pub_text = _draw_pem_pair(rng)
-            files[path] = "\n".join(block) + "\n"
-            redacted[path] = marker + "\n"
-            report.append(f"{path}:1")
-            secrets[path] = block[1:-1]
-            files[pub] = pub_text
+            _add_pem_pair(rng, marker, files, (redacted, report, secrets))
         if difficulty != "easy":
             files.update(_fixture_files(rng, flat_kinds))
         files["README.md"] = (
@@ -330,6 +223,37 @@ class SecretScan(Family):
             ],
             tags=["secrets", "grep", "sed"],
         )
+
+
+def _draw_kinds(rng: random.Random, difficulty: str) -> tuple[list[str], int, int]:
+    """The kinds of secret leaked (hard drafts add a private key), how many real leaks and
+    how many decoys."""
+    n_kinds, n_real, n_decoy = {"easy": (2, 2, 2), "medium": (3, 4, 4), "hard": (4, 6, 6)}[
+        difficulty
+    ]
+    token_kinds = sorted(_KEYS)
+    kinds = rng.sample(token_kinds, n_kinds - (difficulty == "hard"))
+    if difficulty == "hard":
+        kinds.append("pem")
+    n_real += rng.randint(0, 1)
+    return kinds, n_real, n_decoy
+
+
+def _add_pem_pair(
+    rng: random.Random,
+    marker: str,
+    files: dict[str, str],
+    found: tuple[dict[str, str], list[str], dict[str, list[str]]],
+) -> None:
+    """Put a private key (a leak) and its public half (not one) into ``files``, and the key
+    into what the tests expect: its redacted text, its report line and its secret lines."""
+    redacted, report, secrets = found
+    path, block, pub, pub_text = _draw_pem_pair(rng)
+    files[path] = "\n".join(block) + "\n"
+    redacted[path] = marker + "\n"
+    report.append(f"{path}:1")
+    secrets[path] = block[1:-1]
+    files[pub] = pub_text
 
 
 def _place_secrets(
@@ -501,25 +425,7 @@ def _expert(proj: str, out: str, marker: str) -> Callable[[], ExpertProgram]:
 
 def _redactor(real: list[list[Any]], marker: str) -> str:
     """A script that redacts the hits (bottom-up per file, so line numbers hold)."""
-    return textwrap.dedent(
-        f"""\
-        import json
-        from pathlib import Path
-
-        HITS = json.loads({json.dumps(real)!r})
-        MARK = {marker!r}
-        for name, line, kind, value in sorted(HITS, key=lambda h: (h[0], -h[1])):
-            path = Path("/app") / name
-            lines = path.read_text().split("\\n")
-            i = line - 1
-            if kind == "pem":
-                end = next(j for j in range(i, len(lines)) if lines[j].startswith("-----END"))
-                lines[i : end + 1] = [MARK]
-            else:
-                lines[i] = lines[i].replace(value, MARK)
-            path.write_text("\\n".join(lines))
-        """
-    )
+    return fill("secret_scan", "redact", hits=json.dumps(real), mark=marker)
 
 
 def _solution(
@@ -558,58 +464,14 @@ def _tests(
     secrets: dict[str, list[str]],
     untouched: dict[str, str],
 ) -> str:
-    return textwrap.dedent(
-        f"""\
-        import hashlib
-        import json
-        from pathlib import Path
-
-        PROJ = {proj_dir!r}
-        REPORT = {out!r}
-        MARK = {marker!r}
-        LEAKS = json.loads({json.dumps(report)!r})
-        REDACTED = json.loads({json.dumps(redacted)!r})
-        SECRETS = json.loads({json.dumps(secrets)!r})
-        UNTOUCHED = json.loads({json.dumps(untouched)!r})
-
-
-        def _entry(line):
-            line = line.strip()
-            if line.startswith(PROJ + "/"):
-                line = line[len(PROJ) + 1 :]
-            while line.startswith("./"):
-                line = line[2:]
-            return line
-
-
-        def _norm(text):
-            out = []
-            for line in text.rstrip("\\n").split("\\n"):
-                line = line.rstrip().replace('"' + MARK + '"', MARK).replace("'" + MARK + "'", MARK)
-                out.append(line)
-            return out
-
-
-        def test_report_lists_exactly_the_leaks():
-            got = [_entry(ln) for ln in Path(REPORT).read_text().splitlines() if ln.strip()]
-            assert sorted(set(got)) == sorted(LEAKS)
-
-
-        def test_secret_values_are_gone():
-            for name, values in SECRETS.items():
-                text = (Path(PROJ) / name).read_text()
-                for value in values:
-                    assert value not in text, (name, value[:12])
-
-
-        def test_files_redacted_with_marker():
-            for name, want in REDACTED.items():
-                got = (Path(PROJ) / name).read_text()
-                assert _norm(got) == _norm(want), name
-
-
-        def test_other_files_untouched():
-            for path, digest in UNTOUCHED.items():
-                assert hashlib.sha256(Path(path).read_bytes()).hexdigest() == digest, path
-        """
+    return fill(
+        "secret_scan",
+        "test_outputs",
+        proj_dir=proj_dir,
+        out=out,
+        marker=marker,
+        report=json.dumps(report),
+        redacted=json.dumps(redacted),
+        secrets=json.dumps(secrets),
+        untouched=json.dumps(untouched),
     )

@@ -17,41 +17,18 @@ import json
 import random
 import re
 import textwrap
+from collections.abc import Callable
+from dataclasses import dataclass
 
 from ale.synth.expert import Observation, shell
 from ale.synth.family import ExpertProgram, Family, TaskDraft, register
+from task_families._sources import fill, phrase_table, phrases
 
-_SERVICES = [
-    "ledgerd",
-    "pixelcache",
-    "quillsync",
-    "harborq",
-    "tallyd",
-    "beaconsrv",
-    "mosaicd",
-    "relayhub",
-    "inkwell",
-    "fernstore",
-    "orbitd",
-    "lanternapi",
-    "cobaltmq",
-    "driftlog",
-]
+_SERVICES = phrases("service_config", "services")
 _LAUNCHERS = ["bin/start.sh", "bin/{svc}ctl", "run.sh", "bin/launch", "scripts/start-{svc}.sh"]
 _CONF_VARS = ["CONFIG", "CONF_FILE", "CFG_PATH", "{SVC}_CONF", "SETTINGS_FILE"]
 _ENV_FILES = ["/etc/default/{svc}", "/etc/sysconfig/{svc}", "{root}/launcher.env"]
-_CANDIDATES = [
-    "/etc/{svc}/{svc}.conf",
-    "/etc/{svc}/{svc}.conf.bak",
-    "/etc/{svc}/{svc}.conf.example",
-    "/etc/{svc}/{svc}.conf.orig",
-    "/etc/{svc}/production.conf",
-    "/etc/{svc}/staging.conf",
-    "/etc/{svc}/conf.d/local.conf",
-    "{root}/etc/{svc}.conf",
-    "{root}/config/default.conf",
-    "{root}/config/{svc}.conf",
-]
+_CANDIDATES = phrases("service_config", "candidates")
 _HEADERS = {
     ".bak": "# backup copy taken before the last upgrade",
     ".example": "# example configuration: copy it and edit the copy",
@@ -59,15 +36,7 @@ _HEADERS = {
     "staging": "# staging settings",
     "production": "# production settings",
 }
-_SETTINGS: dict[str, list[str]] = {
-    "port": ["port", "listen_port", "http_port"],
-    "workers": ["workers", "worker_count", "num_workers"],
-    "log_level": ["log_level", "loglevel", "log_verbosity"],
-    "data_dir": ["data_dir", "storage_path", "state_dir"],
-    "max_connections": ["max_connections", "max_clients"],
-    "timeout": ["request_timeout", "timeout_seconds"],
-    "cache_mb": ["cache_size_mb", "cache_mb"],
-}
+_SETTINGS: dict[str, list[str]] = phrase_table("service_config", "settings")
 _MEANING = {
     "port": "the port it listens on",
     "workers": "the number of worker processes",
@@ -80,43 +49,11 @@ _MEANING = {
 _LEVELS = ["debug", "info", "warning", "error"]
 _FORMATS = {"ini": " = ", "env": "=", "colon": ": "}
 
-_OPENERS = [
-    "The `{svc}` service on this box is started by `{launcher}`.",
-    "We run a small daemon called `{svc}`; its launcher script is `{launcher}`.",
-    "`{launcher}` is the script that brings up our `{svc}` service.",
-    "Ops handed over the `{svc}` service. It gets launched via `{launcher}`.",
-    "On this machine `{svc}` is started with the bash launcher `{launcher}`.",
-]
-_CLUTTER = [
-    "Over time several copies of its configuration have piled up on disk.",
-    "Beware: there are a few look-alike config files for it (backups, examples, copies).",
-    "Several config files for it exist, but only one of them is actually used.",
-    "People have left old and example configs next to the real one.",
-    "",
-]
-_ASKS = [
-    "Change {changes} in the configuration file that the launcher actually reads.",
-    "Please set {changes}, editing only the config file the service really uses.",
-    "I need {changes}; make the change in the config the launcher loads, nowhere else.",
-    "Update the live configuration so that {changes}.",
-    "Find the config file the launcher uses and in it set {changes}.",
-]
-_NOTES = [
-    "Do not touch the other config files or the launcher, and keep every other line of the "
-    "active file (comments included) exactly as it is.",
-    "Leave the remaining config copies and the launcher byte-for-byte unchanged; in the live "
-    "file, edit only the line(s) for the setting(s) mentioned.",
-    "Only the requested setting should change: the other lines of the file, the launcher and all other "
-    "config files must stay the same.",
-    "Edit the existing line in place and change nothing else on disk: other config files, the "
-    "launcher and the rest of the active file stay as they are.",
-]
-_VERIFY = [
-    "The launcher has a `--print-config` mode if you want to check your work.",
-    "Tip: `{launcher} --print-config` shows the settings the service would start with.",
-    "You can confirm the result with the launcher's `--print-config` option.",
-    "",
-]
+_OPENERS = phrases("service_config", "openers")
+_CLUTTER = phrases("service_config", "clutter")
+_ASKS = phrases("service_config", "asks")
+_NOTES = phrases("service_config", "notes")
+_VERIFY = phrases("service_config", "verify")
 
 
 def _sha(text: str) -> str:
@@ -232,152 +169,220 @@ class ServiceConfig(Family):
     multi_turn = True
 
     def generate(self, rng: random.Random, difficulty: str) -> TaskDraft:
-        svc = rng.choice(_SERVICES)
-        root = f"{rng.choice(['/opt', '/srv'])}/{svc}"
-        launcher = f"{root}/" + rng.choice(_LAUNCHERS).format(svc=svc)
-        var = rng.choice(_CONF_VARS).format(SVC=svc.upper())
-        fmt = rng.choice(sorted(_FORMATS))
-        n_files = {"easy": 3, "medium": 4, "hard": rng.randint(5, 6)}[difficulty]
-        paths = [p.format(svc=svc, root=root) for p in rng.sample(_CANDIDATES, n_files)]
-        active = paths[0]
-        decoy_paths = paths[1:]
-        settings = rng.sample(sorted(_SETTINGS), k=rng.randint(4, 6))
-        keys = {s: rng.choice(_SETTINGS[s]) for s in settings}
-        n_targets = 2 if difficulty == "hard" else 1
-        targets = rng.sample(settings, n_targets)
-        comment_key = targets[0] if difficulty == "hard" else None
-
-        files: dict[str, str] = {}
-        active_values: dict[str, str] = {}
-        for path in paths:
-            values = {s: _value(rng, s, svc) for s in settings}
-            tag = next((t for t in _HEADERS if t in path.rsplit("/", 1)[-1]), "")
-            header = _HEADERS.get(tag, f"# {svc} settings")
-            if path == active:
-                active_values = values
-            old = {}
-            if path == active and comment_key is not None:
-                old[comment_key] = _value(rng, comment_key, svc)
-            files[path] = _render_config(fmt, header, keys, values, old)
-        new: dict[str, str] = {}
-        for s in targets:
-            value = _value(rng, s, svc)
-            while value == active_values[s]:
-                value = _value(rng, s, svc)
-            new[s] = value
-
-        env_file = None
-        if difficulty == "hard":
-            env_file = rng.choice(_ENV_FILES).format(svc=svc, root=root)
-            env_var = f"{svc.upper()}_CONFIG"
-            assign = f'"${{{env_var}:-{decoy_paths[0]}}}"'
-            files[env_file] = (
-                f"# environment for the {svc} launcher\n{svc.upper()}_USER={svc}\n"
-                f'{env_var}="{active}"\n{svc.upper()}_OPTS="--no-color"\n'
-            )
-        else:
-            assign = f'"{active}"'
-        old_path = decoy_paths[-1] if difficulty != "easy" else None
-        files[launcher] = _launcher(svc, var, assign, env_file, old_path)
-
-        file_keys = {s: (keys[s].upper() if fmt == "env" else keys[s]) for s in targets}
-        changes = " and ".join(
-            f"`{file_keys[s]}` ({_MEANING[s]}) to `{new[s]}`"
-            if rng.random() < 0.5
-            else f"`{file_keys[s]}` to `{new[s]}`"
-            for s in targets
-        )
-        ask = rng.choice(_ASKS)
-        if "so that" in ask:
-            changes = " and ".join(f"`{file_keys[s]}` is `{new[s]}`" for s in targets)
-        parts = [
-            rng.choice(_OPENERS).format(svc=svc, launcher=launcher),
-            rng.choice(_CLUTTER),
-            ask.format(changes=changes),
-            rng.choice(_NOTES),
-            rng.choice(_VERIFY).format(launcher=launcher),
-        ]
-        instruction = " ".join(p for p in parts if p)
-
-        sep = _FORMATS[fmt].strip()
-        key_re = {file_keys[s]: rf"^\s*{re.escape(file_keys[s])}\s*{sep}" for s in targets}
-        others = [
-            ln
-            for ln in files[active].splitlines()
-            if not any(re.match(r, ln) for r in key_re.values())
-        ]
-        untouched = {p: _sha(files[p]) for p in sorted(files) if p != active}
-        want = {file_keys[s]: new[s] for s in targets}
-        printed = {keys[s].lower(): new[s] for s in targets}
-        tests = _tests(active, sep, want, others, untouched, launcher, printed)
+        s = _draw_setup(rng, difficulty)
+        files, new = _draw_configs(rng, s)
+        env_file = _add_launcher(rng, s, files, difficulty)
+        file_keys = {k: (s.keys[k].upper() if s.fmt == "env" else s.keys[k]) for k in s.targets}
+        instruction = _instruction(rng, s, file_keys, new)
+        sep = _FORMATS[s.fmt].strip()
+        want = {file_keys[k]: new[k] for k in s.targets}
+        printed = {s.keys[k].lower(): new[k] for k in s.targets}
         solution = "".join(
             f'sed -i -E \'s|^([[:space:]]*{k}[[:space:]]*{sep}[[:space:]]*"?)[^"]*'
-            f"(\"?[[:space:]]*)$|\\1{v}\\2|' {active}\n"
+            f"(\"?[[:space:]]*)$|\\1{v}\\2|' {s.active}\n"
             for k, v in want.items()
         )
-
-        def expert() -> ExpertProgram:
-            seen: Observation = yield shell(
-                f"cat {launcher}", "First I read the launcher to see which config it loads."
-            )
-            path, sourced = find_config(seen.output)
-            if sourced:
-                env: Observation = yield shell(
-                    f"cat {sourced}",
-                    f"The launcher sources {sourced} before choosing its config path; "
-                    "that file may override the default.",
-                )
-                path, _ = find_config(seen.output, env.output)
-            if path is None:
-                return "I could not tell which config file the launcher reads."
-            conf: Observation = yield shell(
-                f"grep -n '' {path}", f"The launcher reads {path}. Let me look at it."
-            )
-            edits, notes = [], []
-            for key, value in want.items():
-                m = re.search(rf"^\d+:\s*{re.escape(key)}\s*{sep}\s*(.*)$", conf.output, re.M)
-                current = m.group(1).strip() if m else "?"
-                edits.append(
-                    f'sed -i -E \'s|^([[:space:]]*{key}[[:space:]]*{sep}[[:space:]]*"?)[^"]*'
-                    f"(\"?[[:space:]]*)$|\\1{value}\\2|' {path}"
-                )
-                edits.append(f"grep -nE '^[[:space:]]*{key}[[:space:]]*{sep}' {path}")
-                notes.append(f"`{key}` is currently {current}")
-            note = "; ".join(notes) + ". I change only the uncommented line(s)."
-            yield shell(" && ".join(edits), note[0].upper() + note[1:])
-            check: Observation = yield shell(
-                f"{launcher} --print-config 2>&1", "Now I check what the launcher would use."
-            )
-            good = all(f"{k.lower()}={v}" in check.output for k, v in printed.items())
-            if not good:
-                return "The launcher does not show the new value yet; see the output above."
-            done = ", ".join(f"{k}={v}" for k, v in want.items())
-            return (
-                f"Set {done} in {path}, the file {launcher} reads; the other copies are untouched."
-            )
-
         return TaskDraft(
             instruction=instruction,
             files=dict(files),
-            modes={launcher: 0o755},
-            tests=tests,
+            modes={s.launcher: 0o755},
+            tests=_tests_of(s, files, sep, want, printed),
             solution=solution,
-            expert=expert,
+            expert=_expert(s.launcher, sep, want, printed),
             params={
-                "service": svc,
-                "launcher": launcher,
-                "format": fmt,
-                "active": active,
-                "decoys": decoy_paths,
+                "service": s.svc,
+                "launcher": s.launcher,
+                "format": s.fmt,
+                "active": s.active,
+                "decoys": s.decoys,
                 "env_file": env_file,
                 "changes": want,
             },
             mistakes=[
-                shell(f"cat /etc/{svc}/config.yaml", "Let me look at the service's config."),
-                shell(f"grep -n {file_keys[targets[0]]} /etc/{svc}.conf", "Where is the key set?"),
+                shell(f"cat /etc/{s.svc}/config.yaml", "Let me look at the service's config."),
+                shell(
+                    f"grep -n {file_keys[s.targets[0]]} /etc/{s.svc}.conf", "Where is the key set?"
+                ),
             ],
             tags=["config", "bash"],
         )
+
+
+@dataclass(frozen=True)
+class _Setup:
+    """What a draft is made around: the service, its launcher and its config files."""
+
+    svc: str
+    root: str
+    launcher: str
+    var: str
+    """The launcher's variable holding the config path."""
+    fmt: str
+    active: str
+    """The config file the launcher reads."""
+    decoys: list[str]
+    settings: list[str]
+    keys: dict[str, str]
+    """The key each setting has in the files."""
+    targets: list[str]
+    """The settings to change."""
+    comment_key: str | None
+    """The setting the active file also holds as a commented-out old line (hard drafts)."""
+
+
+def _draw_setup(rng: random.Random, difficulty: str) -> _Setup:
+    svc = rng.choice(_SERVICES)
+    root = f"{rng.choice(['/opt', '/srv'])}/{svc}"
+    launcher = f"{root}/" + rng.choice(_LAUNCHERS).format(svc=svc)
+    var = rng.choice(_CONF_VARS).format(SVC=svc.upper())
+    fmt = rng.choice(sorted(_FORMATS))
+    n_files = {"easy": 3, "medium": 4, "hard": rng.randint(5, 6)}[difficulty]
+    paths = [p.format(svc=svc, root=root) for p in rng.sample(_CANDIDATES, n_files)]
+    settings = rng.sample(sorted(_SETTINGS), k=rng.randint(4, 6))
+    keys = {s: rng.choice(_SETTINGS[s]) for s in settings}
+    n_targets = 2 if difficulty == "hard" else 1
+    targets = rng.sample(settings, n_targets)
+    return _Setup(
+        svc=svc,
+        root=root,
+        launcher=launcher,
+        var=var,
+        fmt=fmt,
+        active=paths[0],
+        decoys=paths[1:],
+        settings=settings,
+        keys=keys,
+        targets=targets,
+        comment_key=targets[0] if difficulty == "hard" else None,
+    )
+
+
+def _draw_configs(rng: random.Random, s: _Setup) -> tuple[dict[str, str], dict[str, str]]:
+    """The config files (path -> text) and the new value of each target setting."""
+    files: dict[str, str] = {}
+    active_values: dict[str, str] = {}
+    for path in [s.active, *s.decoys]:
+        values = {k: _value(rng, k, s.svc) for k in s.settings}
+        tag = next((t for t in _HEADERS if t in path.rsplit("/", 1)[-1]), "")
+        header = _HEADERS.get(tag, f"# {s.svc} settings")
+        if path == s.active:
+            active_values = values
+        old = {}
+        if path == s.active and s.comment_key is not None:
+            old[s.comment_key] = _value(rng, s.comment_key, s.svc)
+        files[path] = _render_config(s.fmt, header, s.keys, values, old)
+    new: dict[str, str] = {}
+    for k in s.targets:
+        value = _value(rng, k, s.svc)
+        while value == active_values[k]:
+            value = _value(rng, k, s.svc)
+        new[k] = value
+    return files, new
+
+
+def _add_launcher(
+    rng: random.Random, s: _Setup, files: dict[str, str], difficulty: str
+) -> str | None:
+    """Put the launcher (and, in hard drafts, the environment file it sources, which names the
+    active file) into ``files``; return the environment file's path."""
+    env_file = None
+    if difficulty == "hard":
+        env_file = rng.choice(_ENV_FILES).format(svc=s.svc, root=s.root)
+        env_var = f"{s.svc.upper()}_CONFIG"
+        assign = f'"${{{env_var}:-{s.decoys[0]}}}"'
+        files[env_file] = (
+            f"# environment for the {s.svc} launcher\n{s.svc.upper()}_USER={s.svc}\n"
+            f'{env_var}="{s.active}"\n{s.svc.upper()}_OPTS="--no-color"\n'
+        )
+    else:
+        assign = f'"{s.active}"'
+    old_path = s.decoys[-1] if difficulty != "easy" else None
+    files[s.launcher] = _launcher(s.svc, s.var, assign, env_file, old_path)
+    return env_file
+
+
+def _instruction(
+    rng: random.Random, s: _Setup, file_keys: dict[str, str], new: dict[str, str]
+) -> str:
+    changes = " and ".join(
+        f"`{file_keys[k]}` ({_MEANING[k]}) to `{new[k]}`"
+        if rng.random() < 0.5
+        else f"`{file_keys[k]}` to `{new[k]}`"
+        for k in s.targets
+    )
+    ask = rng.choice(_ASKS)
+    if "so that" in ask:
+        changes = " and ".join(f"`{file_keys[k]}` is `{new[k]}`" for k in s.targets)
+    parts = [
+        rng.choice(_OPENERS).format(svc=s.svc, launcher=s.launcher),
+        rng.choice(_CLUTTER),
+        ask.format(changes=changes),
+        rng.choice(_NOTES),
+        rng.choice(_VERIFY).format(launcher=s.launcher),
+    ]
+    return " ".join(p for p in parts if p)
+
+
+def _tests_of(
+    s: _Setup, files: dict[str, str], sep: str, want: dict[str, str], printed: dict[str, str]
+) -> str:
+    """The tests: the active file has the new values and its other lines as they were, the
+    other files are untouched and the launcher prints the new values."""
+    key_re = {key: rf"^\s*{re.escape(key)}\s*{sep}" for key in want}
+    others = [
+        ln
+        for ln in files[s.active].splitlines()
+        if not any(re.match(r, ln) for r in key_re.values())
+    ]
+    untouched = {p: _sha(files[p]) for p in sorted(files) if p != s.active}
+    return _tests(s.active, sep, want, others, untouched, s.launcher, printed)
+
+
+def _expert(
+    launcher: str, sep: str, want: dict[str, str], printed: dict[str, str]
+) -> Callable[[], ExpertProgram]:
+    """Read the launcher (and what it sources), edit the file it reads, check with the
+    launcher's dry run."""
+
+    def expert() -> ExpertProgram:
+        seen: Observation = yield shell(
+            f"cat {launcher}", "First I read the launcher to see which config it loads."
+        )
+        path, sourced = find_config(seen.output)
+        if sourced:
+            env: Observation = yield shell(
+                f"cat {sourced}",
+                f"The launcher sources {sourced} before choosing its config path; "
+                "that file may override the default.",
+            )
+            path, _ = find_config(seen.output, env.output)
+        if path is None:
+            return "I could not tell which config file the launcher reads."
+        conf: Observation = yield shell(
+            f"grep -n '' {path}", f"The launcher reads {path}. Let me look at it."
+        )
+        edits, notes = [], []
+        for key, value in want.items():
+            m = re.search(rf"^\d+:\s*{re.escape(key)}\s*{sep}\s*(.*)$", conf.output, re.M)
+            current = m.group(1).strip() if m else "?"
+            edits.append(
+                f'sed -i -E \'s|^([[:space:]]*{key}[[:space:]]*{sep}[[:space:]]*"?)[^"]*'
+                f"(\"?[[:space:]]*)$|\\1{value}\\2|' {path}"
+            )
+            edits.append(f"grep -nE '^[[:space:]]*{key}[[:space:]]*{sep}' {path}")
+            notes.append(f"`{key}` is currently {current}")
+        note = "; ".join(notes) + ". I change only the uncommented line(s)."
+        yield shell(" && ".join(edits), note[0].upper() + note[1:])
+        check: Observation = yield shell(
+            f"{launcher} --print-config 2>&1", "Now I check what the launcher would use."
+        )
+        good = all(f"{k.lower()}={v}" in check.output for k, v in printed.items())
+        if not good:
+            return "The launcher does not show the new value yet; see the output above."
+        done = ", ".join(f"{k}={v}" for k, v in want.items())
+        return f"Set {done} in {path}, the file {launcher} reads; the other copies are untouched."
+
+    return expert
 
 
 def _tests(
@@ -389,53 +394,14 @@ def _tests(
     launcher: str,
     printed: dict[str, str],
 ) -> str:
-    return textwrap.dedent(
-        f"""\
-        import hashlib
-        import json
-        import re
-        import subprocess
-        from pathlib import Path
-
-        ACTIVE = {active!r}
-        SEP = {sep!r}
-        WANT = json.loads({json.dumps(want)!r})
-        OTHERS = json.loads({json.dumps(others)!r})
-        UNTOUCHED = json.loads({json.dumps(untouched)!r})
-        LAUNCHER = {launcher!r}
-        PRINTED = json.loads({json.dumps(printed)!r})
-
-
-        def _is_key(line):
-            return any(re.match(r"^\\s*" + re.escape(k) + r"\\s*" + SEP, line) for k in WANT)
-
-
-        def test_active_has_new_values():
-            lines = Path(ACTIVE).read_text().splitlines()
-            for key, value in WANT.items():
-                hits = [ln for ln in lines if re.match(r"^\\s*" + re.escape(key) + r"\\s*" + SEP, ln)]
-                assert len(hits) == 1, (key, hits)
-                got = hits[0].split(SEP, 1)[1].strip().strip('"').strip("'")
-                assert got == value, (key, got)
-
-
-        def test_rest_of_active_unchanged():
-            lines = Path(ACTIVE).read_text().splitlines()
-            rest = [ln.rstrip() for ln in lines if not _is_key(ln)]
-            assert rest == [ln.rstrip() for ln in OTHERS]
-
-
-        def test_other_files_untouched():
-            for path, digest in UNTOUCHED.items():
-                assert hashlib.sha256(Path(path).read_bytes()).hexdigest() == digest, path
-
-
-        def test_launcher_reports_new_values():
-            out = subprocess.run(
-                ["bash", LAUNCHER, "--print-config"], capture_output=True, text=True, timeout=30
-            ).stdout
-            seen = dict(ln.split("=", 1) for ln in out.splitlines() if "=" in ln)
-            for key, value in PRINTED.items():
-                assert seen.get(key) == value, (key, seen.get(key))
-        """
+    return fill(
+        "service_config",
+        "test_outputs",
+        active=active,
+        sep=sep,
+        want=json.dumps(want),
+        others=json.dumps(others),
+        untouched=json.dumps(untouched),
+        launcher=launcher,
+        printed=json.dumps(printed),
     )

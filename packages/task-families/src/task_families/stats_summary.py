@@ -13,12 +13,12 @@ from __future__ import annotations
 import json
 import random
 import statistics
-import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from ale.synth.expert import Observation, shell, write
 from ale.synth.family import ExpertProgram, Family, TaskDraft, register
+from task_families._sources import Code, fill, phrase_table, phrases
 
 _STATS: dict[str, Callable[[list[float]], float]] = {
     "mean": statistics.mean,
@@ -105,80 +105,14 @@ _PAIR_STYLES = [
     {"slope": "{y}_vs_{x}_slope", "intercept": "{y}_vs_{x}_intercept", "r": "{y}_vs_{x}_r"},
     {"slope": "b1", "intercept": "b0", "r": "correlation"},
 ]
-_DESCRIBE = {
-    "mean": ["the arithmetic mean of `{c}`", "the mean of `{c}`", "the average value of `{c}`"],
-    "median": ["the median of `{c}`", "the median value of `{c}`"],
-    "stdev": [
-        "the sample standard deviation of `{c}` (n - 1 denominator)",
-        "the standard deviation of `{c}`, sample version (divide by n-1)",
-    ],
-    "min": ["the smallest `{c}` value", "the minimum of `{c}`"],
-    "max": ["the largest `{c}` value", "the maximum of `{c}`"],
-    "slope": [
-        "the slope of the ordinary least-squares line `{y} = slope * {x} + intercept`",
-        "the slope from a least-squares regression of `{y}` on `{x}`",
-    ],
-    "intercept": [
-        "the intercept of the least-squares line of `{y}` on `{x}`",
-        "the intercept from the ordinary least-squares fit of `{y}` against `{x}`",
-    ],
-    "r": [
-        "Pearson's correlation coefficient between `{x}` and `{y}`",
-        "the Pearson r of `{x}` and `{y}`",
-    ],
-}
-_OPENERS = [
-    "A lab bench logger wrote its readings to `{src}`.",
-    "The measurements from this week's {domain} run are in `{src}`.",
-    "I have a table of {domain} measurements at `{src}` (one row per reading).",
-    "Our {domain} experiment produced the data file `{src}` in /app.",
-    "Take a look at `{src}`: it holds raw {domain} readings with a header row.",
-]
-_ASKS = [
-    "Compute the statistics below and save them as a JSON object in `{out}`, one key each:",
-    "Write a JSON object to `{out}` with exactly these keys:",
-    "Please produce `{out}`, a JSON file whose keys and values are as follows:",
-    "I need a small summary in `{out}` (JSON object) containing:",
-    "Summarise the data into `{out}` as JSON with these entries:",
-]
-_ROUNDING = [
-    "Round every value to {d} decimal places.",
-    "Values must be rounded to {d} decimals.",
-    "Use {d}-decimal rounding for all numbers.",
-    "Give each number rounded to {d} digits after the decimal point.",
-]
-_FORMAT = {
-    "csv": [
-        "The file is comma-separated with a header line.",
-        "Columns are separated by commas; the first line names them.",
-    ],
-    "ws": [
-        "Columns are separated by runs of spaces; the first line is the header.",
-        "It is a whitespace-aligned table whose first line holds the column names.",
-    ],
-}
-_COMMENTS = [
-    "Lines beginning with `#` are comments and must be ignored.",
-    "Skip the comment lines (they start with `#`).",
-    "Ignore any line that starts with `#`.",
-    "The logger adds `#` comment lines; they are not data.",
-]
-_NA = [
-    "Missing readings are written as `NA`: leave them out of every statistic of that "
-    "column, and for the fit and the correlation use only rows where both columns are present.",
-    "Some cells hold `NA` (no reading). Skip those values; paired statistics use only the rows "
-    "that have both values.",
-    "`NA` marks a missing value. Ignore it per column, and drop a row from the paired "
-    "statistics when either of the two columns is NA.",
-    "Where a cell says `NA` the sensor failed: exclude it (for the two-column statistics, "
-    "exclude the whole row).",
-]
-_CONVERT = [
-    "Report everything about `{c}` in {unit} ({formula}), including the fit.",
-    "The `{c}` column must be converted to {unit} ({formula}) before computing anything.",
-    "All results involving `{c}` should be in {unit}, not the file's unit; use {formula}.",
-    "Convert `{c}` to {unit} first ({formula}); every statistic that uses it is in {unit}.",
-]
+_DESCRIBE = phrase_table("stats_summary", "describe")
+_OPENERS = phrases("stats_summary", "openers")
+_ASKS = phrases("stats_summary", "asks")
+_ROUNDING = phrases("stats_summary", "rounding")
+_FORMAT = phrase_table("stats_summary", "format")
+_COMMENTS = phrases("stats_summary", "comments")
+_NA = phrases("stats_summary", "na")
+_CONVERT = phrases("stats_summary", "convert")
 
 
 def _fmt(value: float, decimals: int) -> str:
@@ -205,14 +139,9 @@ class StatsSummary(Family):
         # Hard: NA cells and one converted column (one the statistics use).
         unit: _Unit | None = None
         if hard:
-            used = {c.name for _, c in singles}
-            if pairs:
-                used |= {xcol.name, ycol.name}
+            used = {c.name for _, c in singles} | ({xcol.name, ycol.name} if pairs else set())
             unit = _draw_na_and_unit(rng, cols, table, used)
-
-        conv = {c.name: (1.0, 0.0) for c in cols}
-        if unit is not None:
-            conv[unit.column] = (unit.factor, unit.offset)
+        conv = _conversions(cols, unit)
 
         decimals = rng.choice([2, 3, 4])
         alias = rng.choice(_ALIASES)
@@ -222,12 +151,7 @@ class StatsSummary(Family):
             rng, (table, conv), singles, (pairs, xcol, ycol), decimals, (alias, style, pstyle)
         )
 
-        # The file.
-        stem = rng.choice(["readings", "measurements", "log", "samples", "run", domain])
-        ext = rng.choice([".csv", ".txt"] if fmt == "csv" else [".dat", ".txt", ".ssv"])
-        sub = rng.choice(["", "", "data/", "raw/"])
-        src = f"{sub}{stem}{ext}"
-        out = rng.choice(["stats.json", "summary.json", f"{domain}_stats.json", "out/summary.json"])
+        src, out = _draw_paths(rng, domain, fmt)
         comments = difficulty != "easy"
         content = _data_text(rng, domain, cols, table, fmt, comments)
 
@@ -248,13 +172,11 @@ class StatsSummary(Family):
             "comments": comments,
         }
         script = _script_body(src, out, spec, conv, decimals, fmt)
-        tests = _tests(out, expected, decimals)
         wrong = "data.csv" if src != "data.csv" else "input.csv"
-
         return TaskDraft(
             instruction=instruction,
             files={f"/app/{src}": content},
-            tests=tests,
+            tests=_tests(out, expected, decimals),
             solution="python3 - <<'PY'\n" + script + "PY\n",
             expert=_expert(src, out, spec, conv, decimals),
             params=params,
@@ -264,6 +186,24 @@ class StatsSummary(Family):
             ],
             tags=["statistics", "json"],
         )
+
+
+def _conversions(cols: list[_Col], unit: _Unit | None) -> dict[str, tuple[float, float]]:
+    """Column -> (factor, offset) that turns its values into the asked unit."""
+    conv = {c.name: (1.0, 0.0) for c in cols}
+    if unit is not None:
+        conv[unit.column] = (unit.factor, unit.offset)
+    return conv
+
+
+def _draw_paths(rng: random.Random, domain: str, fmt: str) -> tuple[str, str]:
+    """The data file's path (under /app) and the output's."""
+    stem = rng.choice(["readings", "measurements", "log", "samples", "run", domain])
+    ext = rng.choice([".csv", ".txt"] if fmt == "csv" else [".dat", ".txt", ".ssv"])
+    sub = rng.choice(["", "", "data/", "raw/"])
+    src = f"{sub}{stem}{ext}"
+    out = rng.choice(["stats.json", "summary.json", f"{domain}_stats.json", "out/summary.json"])
+    return src, out
 
 
 def _draw_table(rng: random.Random, cols: list[_Col], n_rows: int) -> dict[str, list[str]]:
@@ -475,72 +415,24 @@ def _script_body(
 ) -> str:
     """A stdlib script computing ``spec`` from ``src`` (comments and NA skipped)."""
     split = "line.split(',')" if fmt == "csv" else "line.split()"
-    return textwrap.dedent(
-        f"""\
-        import json, os, statistics
-
-        CONVERT = {conv!r}
-        SPEC = {spec!r}
-        rows = []
-        with open({src!r}) as fh:
-            for line in fh:
-                line = line.strip()
-                if line and not line.startswith("#"):
-                    rows.append([cell.strip() for cell in {split}])
-        header, data = rows[0], rows[1:]
-
-
-        def column(name):
-            fac, off = CONVERT.get(name, (1.0, 0.0))
-            i = header.index(name)
-            return [None if r[i] == "NA" else float(r[i]) * fac + off for r in data]
-
-
-        FUNCS = {{"mean": statistics.mean, "median": statistics.median,
-                 "stdev": statistics.stdev, "min": min, "max": max}}
-        result = {{}}
-        for key, stat, a, b in SPEC:
-            if stat in FUNCS:
-                result[key] = FUNCS[stat]([v for v in column(a) if v is not None])
-                continue
-            pairs = [(x, y) for x, y in zip(column(a), column(b)) if x is not None and y is not None]
-            xs, ys = [p[0] for p in pairs], [p[1] for p in pairs]
-            if stat == "r":
-                result[key] = statistics.correlation(xs, ys)
-            else:
-                fit = statistics.linear_regression(xs, ys)
-                result[key] = fit.slope if stat == "slope" else fit.intercept
-        os.makedirs(os.path.dirname({out!r}) or ".", exist_ok=True)
-        with open({out!r}, "w") as fh:
-            json.dump({{k: round(v, {decimals}) for k, v in result.items()}}, fh, indent=2)
-        """
+    return fill(
+        "stats_summary",
+        "compute",
+        conv=conv,
+        spec=spec,
+        src=src,
+        split=Code(split),
+        out=out,
+        decimals=Code(decimals),
     )
 
 
 def _tests(out: str, expected: dict[str, float], decimals: int) -> str:
     path = "/app/" + out
-    return textwrap.dedent(
-        f"""\
-        import json
-        from pathlib import Path
-
-        EXPECTED = json.loads({json.dumps(expected)!r})
-        TOLERANCE = {10.0**-decimals * 1.01!r}
-
-
-        def test_output_is_json_object():
-            got = json.loads(Path({path!r}).read_text())
-            assert isinstance(got, dict)
-
-
-        def test_keys():
-            got = json.loads(Path({path!r}).read_text())
-            assert set(EXPECTED) <= set(got), sorted(set(EXPECTED) - set(got))
-
-
-        def test_values():
-            got = json.loads(Path({path!r}).read_text())
-            for key, want in EXPECTED.items():
-                assert abs(float(got[key]) - want) <= TOLERANCE, (key, got[key], want)
-        """
+    return fill(
+        "stats_summary",
+        "test_outputs",
+        expected=json.dumps(expected),
+        tol=10.0 ** (-decimals) * 1.01,
+        path=path,
     )

@@ -15,24 +15,13 @@ import hashlib
 import inspect
 import random
 import textwrap
+from collections.abc import Callable
 
 from ale.synth.expert import Observation, shell, write
 from ale.synth.family import ExpertProgram, Family, TaskDraft, register
+from task_families._sources import fill, phrases
 
-_MONTHS = [
-    "January",
-    "February",
-    "March",
-    "April",
-    "May",
-    "June",
-    "July",
-    "August",
-    "September",
-    "October",
-    "November",
-    "December",
-]
+_MONTHS = phrases("text_rewrite", "months")
 _FORMATS = {
     "iso": "`YYYY-MM-DD` (like `{iso}`)",
     "us": "`MM/DD/YYYY` (like `{us}`)",
@@ -43,143 +32,23 @@ _FORMATS = {
 _NAMES = ["Nimbus", "Atlas", "Orion", "Beacon", "Quartz", "Falcon", "Juniper", "Harbor"]
 _NEW_NAMES = ["Stratus", "Zenith", "Meridian", "Polaris", "Cobalt", "Kestrel", "Sequoia"]
 _TOPICS = ["runbook", "design note", "operations guide", "service handbook", "release notes"]
-_SENTENCES = [
-    "{T} handles the nightly batch jobs for the billing team.",
-    "The last full audit of {T} finished on {D}.",
-    "Since {D} every request passes through the {T} gateway.",
-    "Operators should check the dashboard before restarting {T}.",
-    "A new retention policy takes effect on {D}.",
-    "Most alerts come from disk pressure on the storage nodes.",
-    "The cluster runs {N} replicas in each zone.",
-    "Backups are written to the cold tier every {N} hours.",
-    "Keep this document open while you work through the steps.",
-    "{T} stores its state in a replicated database.",
-    "Latency stayed under {N} milliseconds during the last load test.",
-    "The migration window closes on {D}, so plan the work early.",
-    "If {T} stops responding, page the engineer on call.",
-    "Configuration changes are reviewed by two people before rollout.",
-    "The previous release of {T} was tagged on {D}.",
-    "Capacity was last reviewed on {D} and found sufficient.",
-    "Every node reports its health to {T} once a minute.",
-    "Old log files are compressed after {N} days and deleted later.",
-]
-_DECOYS = [
-    "Use the {T}ctl command line tool for manual steps.",
-    "Metrics are exported to {T}DB every minute.",
-    "The {L} service account owns the data directory.",
-    "Temporary files live under the {L} home directory.",
-]
-_ITEMS = [
-    "Confirm that {T} is healthy on every node.",
-    "Drain traffic before {D}.",
-    "Rotate the access keys.",
-    "Record the change in the ticket.",
-    "Notify the {T} channel when done.",
-    "Check free disk space on the data volumes.",
-    "Review the error budget for {N} minutes.",
-]
-_TITLES = [
-    "Overview",
-    "Architecture",
-    "Deployment",
-    "Monitoring",
-    "Backups",
-    "Incident response",
-    "Upgrades",
-    "Access control",
-    "Capacity planning",
-    "Known issues",
-    "{T} configuration",
-]
+_SENTENCES = phrases("text_rewrite", "sentences")
+_DECOYS = phrases("text_rewrite", "decoys")
+_ITEMS = phrases("text_rewrite", "items")
+_TITLES = phrases("text_rewrite", "titles")
 _SUBTITLES = ["Prerequisites", "Steps", "Rollback", "Verification", "Notes"]
 
-_OPENERS = [
-    "The {topic} in `{src}` needs a round of edits.",
-    "Please clean up `{src}`, our {topic}.",
-    "I have a Markdown {topic} at `{src}` that must be updated.",
-    "`{src}` is a {topic} written before some recent changes.",
-    "Edit the document `{src}` (a {topic}) according to the rules below.",
-]
-_RULES_INTRO = [
-    "Apply these rules, in this order:",
-    "The edits, applied one after another:",
-    "Rules (apply them in the order listed):",
-    "Do the following, in order:",
-]
-_RENAME = [
-    "Rename `{old}` to `{new}` everywhere it appears as a whole word (case-sensitive).",
-    "Replace every whole-word, exact-case occurrence of `{old}` with `{new}`.",
-    "The product is now called `{new}`: change each standalone `{old}` (same capitalisation, "
-    "not part of a longer word) to `{new}`.",
-    "Substitute `{new}` for `{old}` wherever `{old}` is a complete word with exactly that "
-    "capitalisation.",
-]
-_DATES = [
-    "Rewrite every date from {src} to {dst}.",
-    "Dates are written as {src}; change all of them to {dst}.",
-    "Normalise the dates: each one is currently {src} and must become {dst}.",
-    "Convert each date in {src} form to {dst}.",
-]
-_RENUMBER = [
-    "Renumber the section headings of the form `## <number>. <title>` sequentially from 1 "
-    "in document order; the titles stay as they are.",
-    "The `## N. Title` section numbers are out of order: number them 1, 2, 3, ... from the top.",
-    "Fix the numbering of the `##` headings (`## N. Title`) so they run 1, 2, 3, ... in the "
-    "order they appear.",
-    "Give the numbered `##` sections consecutive numbers starting at 1 (keep each title).",
-]
-_SUBSECTIONS = [
-    "Subsection headings `### N.M Title` follow their section: N becomes the new number of "
-    "the section they are in and M counts 1, 2, ... within that section.",
-    "Also renumber the `### N.M Title` subsections: N is the number of the enclosing section "
-    "(after renumbering), M restarts at 1 in each section.",
-    "The `### N.M` subsection headings get the enclosing section's new number as N and a "
-    "count from 1 within the section as M.",
-    "For `### N.M Title` subsections, set N to the section's (new) number and number M "
-    "consecutively from 1 inside each section.",
-]
-_TABLE = [
-    "Replace the Markdown table with CSV lines in the same place: one line per row (header "
-    "first), cells trimmed of spaces and joined by commas, without the `|---|` separator line.",
-    "Turn the pipe table into plain CSV where it stands: header row then data rows, each cell "
-    "stripped of padding, separated by `,`; drop the dashed separator row.",
-    "Convert the table to comma-separated lines in place (no pipes, no padding, no separator "
-    "row; the header stays as the first line).",
-    "Rewrite the table as CSV at the same position: the header and the data rows, trimmed "
-    "cells joined with commas, and the alignment row removed.",
-]
-_WRAP = [
-    "Re-wrap each paragraph to at most {n} characters per line: join its lines with single "
-    "spaces, then fill greedily with as many words per line as fit. Headings, list items "
-    "(`- `), table rows and code blocks are not paragraphs.",
-    "Reflow the paragraphs (runs of plain text lines; not headings, `- ` list items, table "
-    "rows or code) so that no line is longer than {n} characters, packing words greedily.",
-    "Wrap paragraph text at {n} columns: each paragraph becomes the fewest lines of at most "
-    "{n} characters obtained by greedy filling of its words (like Python's `textwrap.fill`). "
-    "Leave headings, list items, table rows and code alone.",
-    "Paragraphs must be re-filled to a width of {n}: put words on a line while it stays at "
-    "most {n} characters long. This applies only to plain paragraphs, not headings, list "
-    "items, tables or code.",
-]
-_CODE = [
-    "Fenced code blocks (between ``` lines) must stay exactly as they are: no rule applies "
-    "inside them.",
-    "Do not touch anything inside ``` code fences.",
-    "Code blocks are off limits; leave them byte for byte unchanged.",
-    "None of these edits apply within fenced code blocks.",
-]
-_OUT_NEW = [
-    "Write the edited document to `{out}` and leave `{src}` unchanged.",
-    "Save the result as `{out}`; the original file must not be modified.",
-    "Put the rewritten text in `{out}` (keep `{src}` as it is).",
-    "The output goes to `{out}`; do not edit `{src}` itself.",
-]
-_OUT_INPLACE = [
-    "Edit `{src}` in place.",
-    "Overwrite `{src}` with the edited version.",
-    "Save the changes back into `{src}` itself.",
-    "Modify the file in place; no other output file is needed.",
-]
+_OPENERS = phrases("text_rewrite", "openers")
+_RULES_INTRO = phrases("text_rewrite", "rules_intro")
+_RENAME = phrases("text_rewrite", "rename")
+_DATES = phrases("text_rewrite", "dates")
+_RENUMBER = phrases("text_rewrite", "renumber")
+_SUBSECTIONS = phrases("text_rewrite", "subsections")
+_TABLE = phrases("text_rewrite", "table")
+_WRAP = phrases("text_rewrite", "wrap")
+_CODE = phrases("text_rewrite", "code")
+_OUT_NEW = phrases("text_rewrite", "out_new")
+_OUT_INPLACE = phrases("text_rewrite", "out_inplace")
 
 
 # The tasks' oracle (and the expert's script) embed this function's source, so it stays
@@ -421,14 +290,7 @@ class TextRewrite(Family):
         term = rng.choice(_NAMES)
         new = rng.choice(_NEW_NAMES)
         src_fmt, dst_fmt = rng.sample(sorted(_FORMATS), k=2)
-        last = rng.choice(["table", "wrap"])
-        pool = ["rename", "dates", "renumber", last]
-        count = {"easy": 2, "medium": 3, "hard": 4}[difficulty]
-        if difficulty == "hard":
-            chosen = pool
-        else:
-            picked = rng.sample(pool, k=count)
-            chosen = [r for r in pool if r in picked]
+        chosen = _draw_rules(rng, difficulty)
         width = rng.choice([50, 60, 66, 72, 80])
         table = "table" in chosen or rng.random() < 0.5
         doc = _document(rng, difficulty, term, src_fmt, "renumber" in chosen, table)
@@ -442,31 +304,8 @@ class TextRewrite(Family):
         }
         expected = _rewrite(doc, cfg)
         assert expected.rstrip("\n") != doc.rstrip("\n")
-
-        stem = rng.choice(["README.md", "RUNBOOK.md", "notes.md", "guide.md", "handbook.md"])
-        src = rng.choice(["", "docs/", "doc/"]) + stem
-        in_place = rng.random() < 0.4
-        out = src if in_place else rng.choice(["edited.md", "out.md", "result.md", "docs/new.md"])
-        if out == src:
-            in_place = True
-
-        example = _date(rng)
-        shown = {k: v.format(**{k: _show(k, *example)}) for k, v in _FORMATS.items()}
-        rules: list[str] = []
-        for rule in chosen:
-            if rule == "rename":
-                rules.append(rng.choice(_RENAME).format(old=term, new=new))
-            elif rule == "dates":
-                rules.append(rng.choice(_DATES).format(src=shown[src_fmt], dst=shown[dst_fmt]))
-            elif rule == "renumber":
-                text = rng.choice(_RENUMBER)
-                if cfg["subsections"]:
-                    text += " " + rng.choice(_SUBSECTIONS)
-                rules.append(text)
-            elif rule == "table":
-                rules.append(rng.choice(_TABLE))
-            else:
-                rules.append(rng.choice(_WRAP).format(n=width))
+        src, out, in_place = _draw_paths(rng)
+        rules = _rule_texts(rng, chosen, cfg)
         topic = rng.choice(_TOPICS)
         ask = rng.choice(_OUT_INPLACE if in_place else _OUT_NEW).format(src=src, out=out)
         instruction = (
@@ -481,34 +320,14 @@ class TextRewrite(Family):
             + ask
         )
         original_sha = hashlib.sha256(doc.encode()).hexdigest()
-        tests = _tests(src, out, in_place, expected, original_sha)
         script = _script(src, out, cfg)
-
-        def expert() -> ExpertProgram:
-            seen: Observation = yield shell(f"cat {src}", "Read the document first.")
-            fences = sum(1 for ln in seen.output.splitlines() if ln.startswith("```"))
-            note = (
-                f"I see {fences // 2} code block(s) to protect; I write a script "
-                "that applies the rules line by line outside the fences."
-            )
-            backup = "/tmp/original.md"
-            yield shell(f"cp {src} {backup}", "Keep a copy of the original to compare against.")
-            yield write("/app/rewrite.py", script, note)
-            ran = yield shell(
-                f"python3 rewrite.py && (diff {backup} {out} | head -n 40)",
-                "Apply it and look at the changes.",
-            )
-            if not ran.ok:
-                return "The rewrite failed; see the error above."
-            return f"Applied {len(rules)} rule(s); the result is in {out}."
-
         wrong = "README.md" if src != "README.md" else "readme.txt"
         return TaskDraft(
             instruction=instruction,
             files={f"/app/{src}": doc},
-            tests=tests,
+            tests=_tests(src, out, in_place, expected, original_sha),
             solution="python3 - <<'PY'\n" + script + "PY\n",
-            expert=expert,
+            expert=_expert(src, out, script, len(rules)),
             params={
                 "rules": chosen,
                 "source": src,
@@ -524,6 +343,76 @@ class TextRewrite(Family):
             ],
             tags=["markdown", "text-editing"],
         )
+
+
+def _draw_rules(rng: random.Random, difficulty: str) -> list[str]:
+    """The rules to apply, in their fixed order (hard drafts get all four)."""
+    last = rng.choice(["table", "wrap"])
+    pool = ["rename", "dates", "renumber", last]
+    count = {"easy": 2, "medium": 3, "hard": 4}[difficulty]
+    if difficulty == "hard":
+        return pool
+    picked = rng.sample(pool, k=count)
+    return [r for r in pool if r in picked]
+
+
+def _draw_paths(rng: random.Random) -> tuple[str, str, bool]:
+    """The document's path, the output's path and whether that is the document itself."""
+    stem = rng.choice(["README.md", "RUNBOOK.md", "notes.md", "guide.md", "handbook.md"])
+    src = rng.choice(["", "docs/", "doc/"]) + stem
+    in_place = rng.random() < 0.4
+    out = src if in_place else rng.choice(["edited.md", "out.md", "result.md", "docs/new.md"])
+    if out == src:
+        in_place = True
+    return src, out, in_place
+
+
+def _rule_texts(rng: random.Random, chosen: list[str], cfg: dict) -> list[str]:
+    """How the instruction states each chosen rule (dates shown on one example date)."""
+    example = _date(rng)
+    shown = {k: v.format(**{k: _show(k, *example)}) for k, v in _FORMATS.items()}
+    rules: list[str] = []
+    for rule in chosen:
+        if rule == "rename":
+            old, new = cfg["rename"]
+            rules.append(rng.choice(_RENAME).format(old=old, new=new))
+        elif rule == "dates":
+            src_fmt, dst_fmt = cfg["dates"]
+            rules.append(rng.choice(_DATES).format(src=shown[src_fmt], dst=shown[dst_fmt]))
+        elif rule == "renumber":
+            text = rng.choice(_RENUMBER)
+            if cfg["subsections"]:
+                text += " " + rng.choice(_SUBSECTIONS)
+            rules.append(text)
+        elif rule == "table":
+            rules.append(rng.choice(_TABLE))
+        else:
+            rules.append(rng.choice(_WRAP).format(n=cfg["wrap"]))
+    return rules
+
+
+def _expert(src: str, out: str, script: str, n_rules: int) -> Callable[[], ExpertProgram]:
+    """Read the document, keep a copy, write and run the script, look at the diff."""
+
+    def expert() -> ExpertProgram:
+        seen: Observation = yield shell(f"cat {src}", "Read the document first.")
+        fences = sum(1 for ln in seen.output.splitlines() if ln.startswith("```"))
+        note = (
+            f"I see {fences // 2} code block(s) to protect; I write a script "
+            "that applies the rules line by line outside the fences."
+        )
+        backup = "/tmp/original.md"
+        yield shell(f"cp {src} {backup}", "Keep a copy of the original to compare against.")
+        yield write("/app/rewrite.py", script, note)
+        ran = yield shell(
+            f"python3 rewrite.py && (diff {backup} {out} | head -n 40)",
+            "Apply it and look at the changes.",
+        )
+        if not ran.ok:
+            return "The rewrite failed; see the error above."
+        return f"Applied {n_rules} rule(s); the result is in {out}."
+
+    return expert
 
 
 def _script(src: str, out: str, cfg: dict) -> str:
@@ -546,19 +435,7 @@ def _script(src: str, out: str, cfg: dict) -> str:
 
 
 def _tests(src: str, out: str, in_place: bool, expected: str, sha: str) -> str:
-    checks = textwrap.dedent(
-        f"""\
-        import hashlib
-        from pathlib import Path
-
-        EXPECTED = {expected!r}
-
-
-        def test_output_matches():
-            got = Path({"/app/" + out!r}).read_text()
-            assert got.rstrip("\\n") == EXPECTED.rstrip("\\n")
-        """
-    )
+    checks = fill("text_rewrite", "test_outputs", expected=expected, path="/app/" + out)
     if not in_place:
         checks += textwrap.dedent(
             f"""\
