@@ -15,8 +15,9 @@ initialised resampling, :mod:`roll.resample`), and groups with no positive episo
 imitation term on the expert prefix.
 
 With ``ray`` set, the run connects to that Ray cluster: environments live in env worker
-actors (:mod:`roll.ray_engine`), agentic episodes run in rollout worker actors with one
-generation actor (:mod:`roll.agentic.ray_workers`); the results are the same.
+actors (:mod:`roll.ray_engine`), agentic episodes run in rollout worker actors
+(:mod:`roll.agentic.ray_workers`) with one generation actor (:mod:`roll.agentic.ray_policy`);
+the results are the same.
 """
 
 from __future__ import annotations
