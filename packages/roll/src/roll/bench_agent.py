@@ -4,7 +4,7 @@ roll's batched generation, so a harness evaluates a policy exactly as ``roll tra
 ``rock bench run --agent iflow --agent-kwarg provider=local`` gives every trial a model of its
 own: loaded again for each trial and decoding alone. With ``--agent roll-policy`` every trial
 of a run shares one copy of the model behind one
-:class:`~roll.policy.GenerationQueue` (one per model, sampling setting and event
+:class:`~roll.generation.queue.GenerationQueue` (one per model, sampling setting and event
 loop), so the turns of concurrent trials are decoded in batches; and each episode is rendered
 and sampled by :class:`~roll.policy.PolicyModel`, as in training (same prompt tokens,
 same sampler). On the 2-core CPU of the README that made held-out evaluation 1.78x as fast
@@ -35,9 +35,10 @@ from iflow.models.directory import check_model_directory
 from roll.errors import RollError, first_line
 from roll.generation.base import GenerationBackend, SamplingParams
 from roll.generation.hf import HFBackend
+from roll.generation.queue import GenerationQueue
 from roll.generation.server import ServerBackend
 from roll.generation.vllm_server import VLLMServer
-from roll.policy import GenerationQueue, PolicyModel
+from roll.policy import PolicyModel
 
 
 @dataclass(frozen=True)

@@ -16,8 +16,8 @@ from typing import Any
 from roll.config import RayConfig
 from roll.errors import GenerationError
 from roll.generation.base import Generation, GenerationBackend, SamplingParams
+from roll.generation.queue import GenerationQueue
 from roll.generation.server import ServerBackend
-from roll.policy import GenerationQueue
 from roll.ray_engine import import_ray, kill_actors, remote_error, wait_started
 
 

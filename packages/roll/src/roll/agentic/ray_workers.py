@@ -10,8 +10,8 @@ daemon at its URL with its token (the private daemon's, or ``tasks.url``'s).
 
 The policy's generation requests from every worker go to one
 :class:`~roll.agentic.ray_policy.PolicyServer` actor, whose
-:class:`~roll.policy.GenerationQueue` batches them across episodes and workers. The trainer
-holds it as :class:`~roll.agentic.ray_policy.RayPolicyBackend`, a
+:class:`~roll.generation.queue.GenerationQueue` batches them across episodes and workers.
+The trainer holds it as :class:`~roll.agentic.ray_policy.RayPolicyBackend`, a
 :class:`~roll.generation.base.GenerationBackend`: ``Session.sync_rollout`` hands it the
 weights after each update (they load between two batches), and the workers learn the new
 policy version before their next turn, so trajectories record the version as in one process.
