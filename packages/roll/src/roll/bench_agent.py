@@ -102,6 +102,20 @@ def _backend(key: ServedModel) -> tuple[GenerationBackend, Any]:
     return ServerBackend(server.url), AutoTokenizer.from_pretrained(key.path)
 
 
+def _model_directory(path: str | None) -> str:
+    """``path`` when it is a model directory; otherwise the agent's one-sentence error."""
+    if not path:
+        raise AgentConfigError(
+            "the roll-policy agent needs a model directory: add --agent-kwarg "
+            "model_path=DIR (a save_pretrained directory, e.g. a roll run's model/)."
+        )
+    try:
+        check_model_directory(path)
+    except IflowConfigError as exc:
+        raise AgentConfigError(str(exc)) from None
+    return path
+
+
 class PolicyAgent:
     """The iflow agent whose model is a shared, batched policy (see the module docstring)."""
 
@@ -124,16 +138,7 @@ class PolicyAgent:
         server_url: str | None = None,
         **settings: Any,
     ) -> None:
-        path = model_path or model
-        if not path:
-            raise AgentConfigError(
-                "the roll-policy agent needs a model directory: add --agent-kwarg "
-                "model_path=DIR (a save_pretrained directory, e.g. a roll run's model/)."
-            )
-        try:
-            check_model_directory(path)
-        except IflowConfigError as exc:
-            raise AgentConfigError(str(exc)) from None
+        path = _model_directory(model_path or model)
         try:
             self.key = ServedModel(
                 path=str(Path(path).resolve()),
