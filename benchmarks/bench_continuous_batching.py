@@ -5,7 +5,7 @@ its next turn. This script plays that out without sandboxes: ``--episodes`` conc
 episodes, each ``--turns`` turns of "generate up to ``--max-new-tokens`` tokens, then a tool
 call of a random 0.2-1.5 s (seeded)", the prompt growing by the completion and a tool
 result each turn, all starting with one system prompt (as the iflow agent's do). The same
-episodes run twice through :class:`roll.policy.GenerationQueue` over one HF backend:
+episodes run twice through :class:`roll.generation.queue.GenerationQueue` over one HF backend:
 
 - baseline, whole batches: the backend wrapped so that it offers only ``generate`` (what
   every backend got before, and what backends without decode sessions still get): requests
@@ -44,7 +44,7 @@ import torch
 
 from roll.generation.base import Generation, SamplingParams
 from roll.generation.hf import HFBackend
-from roll.policy import GenerationQueue
+from roll.generation.queue import GenerationQueue
 
 BIN = Path(sys.executable).parent
 SYSTEM = (

@@ -11,7 +11,14 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 MODULES = [
-    "packages/roll/src/roll/config.py",
+    "packages/roll/src/roll/config/algorithm.py",
+    "packages/roll/src/roll/config/base.py",
+    "packages/roll/src/roll/config/commands.py",
+    "packages/roll/src/roll/config/episodes.py",
+    "packages/roll/src/roll/config/loading.py",
+    "packages/roll/src/roll/config/model.py",
+    "packages/roll/src/roll/config/rollout.py",
+    "packages/roll/src/roll/config/run.py",
     "packages/rock/src/rock/models.py",
     "packages/iflow-cli/src/iflow/settings.py",
     "packages/iflow-cli/src/iflow/config.py",

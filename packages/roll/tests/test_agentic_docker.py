@@ -21,7 +21,7 @@ from rock.synth.wiring import private_daemon
 from roll.agentic.episodes import AgenticEpisodes, AgentSettings
 from roll.gateway import Gateway, GatewayEpisodes
 from roll.generation.base import Generation, SamplingParams
-from roll.policy import GenerationQueue
+from roll.generation.queue import GenerationQueue
 
 pytestmark = pytest.mark.docker
 

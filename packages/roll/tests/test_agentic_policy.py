@@ -17,7 +17,8 @@ from iflow.runner import build_agent
 from iflow.settings import load_settings
 from iflow.workspace.local import LocalWorkspace
 from roll.generation.base import Generation, SamplingParams
-from roll.policy import GenerationQueue, PolicyModel
+from roll.generation.queue import GenerationQueue
+from roll.policy import PolicyModel
 
 
 @pytest.fixture(scope="module")

@@ -17,8 +17,8 @@ import pytest
 import torch
 from safetensors import safe_open
 
-from roll import checkpoint as ckpt
 from roll.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from roll.checkpoint import saving as ckpt
 from roll.errors import CheckpointError, ConfigError
 
 Parts = tuple[torch.nn.Module, torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR]

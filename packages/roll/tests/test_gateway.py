@@ -25,7 +25,8 @@ from iflow.workspace.local import LocalWorkspace
 from roll.gateway import Gateway, GatewayEpisodes
 from roll.generation import HFBackend
 from roll.generation.base import Generation, SamplingParams
-from roll.policy import GenerationQueue, PolicyModel
+from roll.generation.queue import GenerationQueue
+from roll.policy import PolicyModel
 
 
 @pytest.fixture(scope="module")

@@ -20,7 +20,7 @@ from safetensors.torch import load_file
 
 from ale.trajectory import Trajectory
 from iflow.models.tiny import build_tiny_model
-from roll.agentic.ray_workers import RayPolicyBackend
+from roll.agentic.ray_policy import RayPolicyBackend
 from roll.config import EnvConfig, RayConfig, TrainConfig, load_config
 from roll.envs import make_env
 from roll.errors import ConfigError, RollError

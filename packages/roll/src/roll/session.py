@@ -232,24 +232,8 @@ class Session:
             share_prefix=config.run.share_prefix,
             temperature=trained_temperature(config),
         )
-        if self.resume and self.existing is not None:
-            set_model = set_optimizer = None
-            if self.sharded:  # every process reads the whole states and keeps its slices
-                set_model = partial(load_full_model_state, self.lm)
-                set_optimizer = partial(load_full_optimizer_state, self.updater.optimizer)
-            self.state = load_checkpoint(
-                self.existing,
-                model=self.lm,
-                optimizer=self.updater.optimizer,
-                scheduler=self.updater.scheduler,
-                set_model_state=set_model,
-                set_optimizer_state=set_optimizer,
-            )
-            self.start_step = int(self.state["step"])
-            self.updater.load_state(self.state.get("updater", {}))
-            self.say(f"resumed {self.run_dir} from step {self.start_step} ({self.existing.name})")
-        elif self.resume:
-            self.say(f"no checkpoint in {self.run_dir} yet; starting from step 0")
+        if self.resume:
+            self._resume()
         if self.world.is_main:
             self.run_dir.mkdir(parents=True, exist_ok=True)
             (self.run_dir / "config.yaml").write_text(
@@ -264,6 +248,28 @@ class Session:
         )
         self.progress.__enter__()
         self.progress.update(self.start_step, {})
+
+    def _resume(self) -> None:
+        """Load the newest checkpoint of the run directory, when there is one, into the
+        policy, the optimiser and the updater, and continue from its step."""
+        if self.existing is None:
+            self.say(f"no checkpoint in {self.run_dir} yet; starting from step 0")
+            return
+        set_model = set_optimizer = None
+        if self.sharded:  # every process reads the whole states and keeps its slices
+            set_model = partial(load_full_model_state, self.lm)
+            set_optimizer = partial(load_full_optimizer_state, self.updater.optimizer)
+        self.state = load_checkpoint(
+            self.existing,
+            model=self.lm,
+            optimizer=self.updater.optimizer,
+            scheduler=self.updater.scheduler,
+            set_model_state=set_model,
+            set_optimizer_state=set_optimizer,
+        )
+        self.start_step = int(self.state["step"])
+        self.updater.load_state(self.state.get("updater", {}))
+        self.say(f"resumed {self.run_dir} from step {self.start_step} ({self.existing.name})")
 
     def __enter__(self) -> Session:
         return self

@@ -18,7 +18,8 @@ from typing import Any, Protocol, Self
 
 from ale.trajectory import Trajectory
 from roll.agentic.collector import TaskRollouts
-from roll.agentic.ray_workers import RayPolicyBackend, RayTaskRollouts
+from roll.agentic.ray_policy import RayPolicyBackend
+from roll.agentic.ray_workers import RayTaskRollouts
 from roll.config import TrainConfig
 from roll.distributed import World
 from roll.envs.base import Env

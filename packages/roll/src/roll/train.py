@@ -15,8 +15,9 @@ initialised resampling, :mod:`roll.resample`), and groups with no positive episo
 imitation term on the expert prefix.
 
 With ``ray`` set, the run connects to that Ray cluster: environments live in env worker
-actors (:mod:`roll.ray_engine`), agentic episodes run in rollout worker actors with one
-generation actor (:mod:`roll.agentic.ray_workers`); the results are the same.
+actors (:mod:`roll.ray_engine`), agentic episodes run in rollout worker actors
+(:mod:`roll.agentic.ray_workers`) with one generation actor (:mod:`roll.agentic.ray_policy`);
+the results are the same.
 """
 
 from __future__ import annotations
@@ -135,19 +136,7 @@ def run_train(config: TrainConfig, *, resume: bool = False, log: Any = None) -> 
             if world.is_main:
                 rollouts_dir.mkdir(parents=True, exist_ok=True)
                 write_jsonl(rollouts_dir / f"step-{step + 1:06d}.jsonl", trajectories)
-            # a rewritten history (compression, a sub-agent, a forked gateway call) is a
-            # separate sample from where its prompt stops extending the tokens before it
-            samples = [sample_from_trajectory(p) for t in trajectories for p in split_segments(t)]
-            metrics["rollout/extra_segments"] = float(len(samples) - len(trajectories))
-            groups = _group_rewards(samples)
-            uniform = {g for g, r in groups.items() if len(set(r)) <= 1}
-            metrics["rollout/uniform_groups"] = float(len(uniform))
-            if experts is not None:
-                _advance_anchors(experts, config, groups)
-                metrics["resample/anchor_mean"] = sum(experts.state()) / len(experts.state())
-            imitate = {g for g, r in groups.items() if needs_imitation(r)} if experts else set()
-            if config.rollout.drop_uniform_groups:
-                samples = [s for s in samples if s.group not in uniform or s.group in imitate]
+            samples, imitate = _samples(trajectories, config, experts, metrics)
             update_began = time.perf_counter()
             result_metrics = _update(session, config, samples, reference, imitate, norm_length)
             update_s = time.perf_counter() - update_began
@@ -167,6 +156,31 @@ def run_train(config: TrainConfig, *, resume: bool = False, log: Any = None) -> 
             session.checkpoint(step + 1, state, force=step + 1 == config.run.steps)
         backend.close()
         return session.finish()
+
+
+def _samples(
+    trajectories: list[Trajectory],
+    config: TrainConfig,
+    experts: Experts | None,
+    metrics: dict[str, float],
+) -> tuple[list[Sample], set[Any]]:
+    """The step's samples (without the groups of equal rewards when they are dropped) and the
+    groups that get the imitation term; moves the resampling anchors by the groups' rewards
+    and adds the figures about them to ``metrics``."""
+    # a rewritten history (compression, a sub-agent, a forked gateway call) is a
+    # separate sample from where its prompt stops extending the tokens before it
+    samples = [sample_from_trajectory(p) for t in trajectories for p in split_segments(t)]
+    metrics["rollout/extra_segments"] = float(len(samples) - len(trajectories))
+    groups = _group_rewards(samples)
+    uniform = {g for g, r in groups.items() if len(set(r)) <= 1}
+    metrics["rollout/uniform_groups"] = float(len(uniform))
+    if experts is not None:
+        _advance_anchors(experts, config, groups)
+        metrics["resample/anchor_mean"] = sum(experts.state()) / len(experts.state())
+    imitate = {g for g, r in groups.items() if needs_imitation(r)} if experts else set()
+    if config.rollout.drop_uniform_groups:
+        samples = [s for s in samples if s.group not in uniform or s.group in imitate]
+    return samples, imitate
 
 
 def _advance_anchors(experts: Experts, config: TrainConfig, groups: dict[Any, list[float]]) -> None:
@@ -209,22 +223,7 @@ def _update(
     count = config.updates_per_batch
     parts = [samples[part::count] for part in range(count)]
     for part in parts:  # before any update: old log-probs are the policy's as sampled
-        mine = world.shard(part)
-        if reference is not None:
-            refs = scored_logprobs_of(
-                reference,
-                mine,
-                updater.pad_id,
-                updater.micro_batch_tokens,
-                session.device,
-                updater.autocast,
-                temperature=updater.temperature,
-            )
-            for sample, ref in zip(mine, refs, strict=True):
-                sample.ref = ref
-        if count > 1:
-            for sample, old in zip(mine, updater.logprobs(mine), strict=True):
-                sample.old = old
+        _score(session, world.shard(part), reference, old=count > 1)
     metrics: dict[str, float] = {}
     for part in parts:
         set_weights(
@@ -242,3 +241,24 @@ def _update(
                 metrics[key] = metrics.get(key, 0.0) + value / count
     metrics["train/tokenless_samples"] = float(tokenless)
     return metrics
+
+
+def _score(session: Session, mine: list[Sample], reference: Any, *, old: bool) -> None:
+    """Set the reference's log-probs of this process's samples (with a reference) and, with
+    ``old``, the current policy's as their old log-probs."""
+    updater = session.updater
+    if reference is not None:
+        refs = scored_logprobs_of(
+            reference,
+            mine,
+            updater.pad_id,
+            updater.micro_batch_tokens,
+            session.device,
+            updater.autocast,
+            temperature=updater.temperature,
+        )
+        for sample, ref in zip(mine, refs, strict=True):
+            sample.ref = ref
+    if old:
+        for sample, logprobs in zip(mine, updater.logprobs(mine), strict=True):
+            sample.old = logprobs

@@ -156,6 +156,39 @@ class Updater:
         running = [s for s in samples if carries_gradient(s, self.spec)]
         idle, samples = len(samples) - len(running), running
         batches = self._micro_batches(samples)
+        totals, log_ratios, tokens = self._backward(batches)
+        grad_norm = torch.nn.utils.clip_grad_norm_(
+            self.lm.parameters(), self.max_grad_norm or float("inf")
+        )
+        if hasattr(grad_norm, "full_tensor"):  # sharded: a DTensor, the same on every process
+            grad_norm = grad_norm.full_tensor()
+        metrics, finite = self._reduce(totals, grad_norm)
+        metrics["train/lr"] = float(self.scheduler.get_last_lr()[0])
+        metrics["train/micro_batches"] = float(sum(1 for b in batches if b))
+        metrics["train/tokens"] = float(tokens)
+        metrics["train/zero_gradient_samples"] = float(idle)
+        every = self.world.gather(torch.cat(log_ratios).tolist() if log_ratios else [])
+        mismatch = mismatch_summary(
+            torch.tensor(every, dtype=torch.float64),
+            metrics.get("train/masked_tokens", 0.0),
+            metrics.get("train/rl_tokens", 0.0),
+        )
+        metrics |= {f"train/mismatch/{k}": v for k, v in mismatch.items()}
+        if not finite:
+            self._skip(metrics)
+            return UpdateResult(skipped=True, metrics=metrics)
+        self.optimizer.step()
+        self.scheduler.step()
+        self.updates += 1
+        metrics["train/skipped_steps"] = float(self.bad_steps)
+        return UpdateResult(skipped=False, metrics=metrics)
+
+    def _backward(
+        self, batches: list[Any]
+    ) -> tuple[dict[str, torch.Tensor], list[torch.Tensor], int]:
+        """Forward and backward every micro-batch, the gradients adding up; returns the sums
+        of the loss statistics, each micro-batch's train-inference log-ratios and the tokens
+        the model ran on."""
         entropy = bool(self.spec.entropy_coef)
         totals: dict[str, torch.Tensor] = {}
         log_ratios: list[torch.Tensor] = []
@@ -173,11 +206,13 @@ class Updater:
             stats["loss"] = loss.detach()
             for key, value in stats.items():
                 totals[key] = totals.get(key, torch.zeros((), device=value.device)) + value.float()
-        grad_norm = torch.nn.utils.clip_grad_norm_(
-            self.lm.parameters(), self.max_grad_norm or float("inf")
-        )
-        if hasattr(grad_norm, "full_tensor"):  # sharded: a DTensor, the same on every process
-            grad_norm = grad_norm.full_tensor()
+        return totals, log_ratios, tokens
+
+    def _reduce(
+        self, totals: dict[str, torch.Tensor], grad_norm: torch.Tensor
+    ) -> tuple[dict[str, float], bool]:
+        """The statistics summed over the processes (``train/...``) with the gradient norm,
+        and whether every process's sums and norm are finite."""
         # a statistic only some processes have (imitation, KL) counts as 0 on the others
         keys = sorted(set(self.world.gather(sorted(totals))))
         zero = torch.zeros((), device=self.device)
@@ -190,33 +225,20 @@ class Updater:
         finite = self.world.sum(finite.clone()) == self.world.size
         metrics = {f"train/{k}": float(v) for k, v in zip(keys, packed[:-1].tolist(), strict=True)}
         metrics["train/grad_norm"] = float(packed[-1])
-        metrics["train/lr"] = float(self.scheduler.get_last_lr()[0])
-        metrics["train/micro_batches"] = float(sum(1 for b in batches if b))
-        metrics["train/tokens"] = float(tokens)
-        metrics["train/zero_gradient_samples"] = float(idle)
-        every = self.world.gather(torch.cat(log_ratios).tolist() if log_ratios else [])
-        mismatch = mismatch_summary(
-            torch.tensor(every, dtype=torch.float64),
-            metrics.get("train/masked_tokens", 0.0),
-            metrics.get("train/rl_tokens", 0.0),
-        )
-        metrics |= {f"train/mismatch/{k}": v for k, v in mismatch.items()}
-        if not bool(finite):
-            self.optimizer.zero_grad(set_to_none=True)
-            self.bad_steps += 1
-            metrics["train/skipped_steps"] = float(self.bad_steps)
-            if self.bad_steps >= self.max_bad_steps:
-                raise TrainingAborted(
-                    f"{self.bad_steps} updates had a NaN/inf loss or gradient (the limit is "
-                    f"run.max_bad_steps={self.max_bad_steps}); lower optim.lr, check the rewards, "
-                    "or raise the limit"
-                )
-            return UpdateResult(skipped=True, metrics=metrics)
-        self.optimizer.step()
-        self.scheduler.step()
-        self.updates += 1
+        return metrics, bool(finite)
+
+    def _skip(self, metrics: dict[str, float]) -> None:
+        """Drop this update's NaN/inf gradients and count the step as bad; too many in all
+        end the run."""
+        self.optimizer.zero_grad(set_to_none=True)
+        self.bad_steps += 1
         metrics["train/skipped_steps"] = float(self.bad_steps)
-        return UpdateResult(skipped=False, metrics=metrics)
+        if self.bad_steps >= self.max_bad_steps:
+            raise TrainingAborted(
+                f"{self.bad_steps} updates had a NaN/inf loss or gradient (the limit is "
+                f"run.max_bad_steps={self.max_bad_steps}); lower optim.lr, check the rewards, "
+                "or raise the limit"
+            )
 
     def _collate(self, batch: list[Any]) -> Any:
         if batch and self.share_prefix:

@@ -3,7 +3,7 @@
 With ``tasks:`` in the config, a step draws ``rollout.groups_per_step`` tasks of the dataset
 (seeded by (seed, step)), runs each as a group of ``rollout.group_size`` concurrent episodes
 of the iflow agent with the policy (:mod:`roll.agentic.episodes`), their generation requests
-batched by one :class:`~roll.policy.GenerationQueue`, and hands the scored
+batched by one :class:`~roll.generation.queue.GenerationQueue`, and hands the scored
 trajectories to the trainer. Sandboxes come from a warm pool of a private ``rock serve``
 started for the run (or the daemon at ``tasks.url``), from the synthesis pool image. That
 daemon may restart under the run: the episodes it broke run again (``infra/daemon_unavailable``)
@@ -28,7 +28,7 @@ from roll.config import TasksConfig
 from roll.errors import ConfigError, RollError, TrainingAborted
 from roll.gateway import Gateway, GatewayEpisodes
 from roll.generation.base import GenerationBackend, SamplingParams
-from roll.policy import GenerationQueue
+from roll.generation.queue import GenerationQueue
 from roll.resample import Experts
 from roll.schedule import Prompt, Round
 

@@ -38,7 +38,8 @@ from roll.agentic.admission import EpisodeGate, GroupGate
 from roll.errors import RollError
 from roll.gateway import Gateway
 from roll.gateway.openai_api import MODEL_NAME
-from roll.policy import GenerationQueue, PolicyModel
+from roll.generation.queue import GenerationQueue
+from roll.policy import PolicyModel
 
 
 @dataclass

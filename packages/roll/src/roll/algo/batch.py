@@ -232,34 +232,9 @@ def collate(batch: Sequence[Sample], *, pad_id: int, device: Any = "cpu") -> Col
     }
     chunk_base = 0
     for r, s in enumerate(batch):
-        n = len(s)
-        seq_ids = torch.tensor(s.input_ids, dtype=torch.long)
-        ids[r, :n] = seq_ids
-        attn[r, :n] = 1
-        rl = torch.tensor(s.rl_mask, dtype=torch.bool)
-        imit = torch.tensor(s.imitation, dtype=f32) if s.imitation else torch.zeros(n, dtype=f32)
-        scored = rl | (imit != 0)
-        scored[0] = False  # the first token has no context to predict it from
-        cols = scored.nonzero().squeeze(-1)
-        chunks = torch.tensor(s.chunk_ids, dtype=torch.long)[cols]
-        k = int(chunks.max().item()) + 1 if len(chunks) else 0
-        lone = chunks < 0  # prefix tokens: each its own segment
-        chunks[lone] = k + torch.arange(int(lone.sum().item()))
-        parts["rows"].append(torch.full_like(cols, r))
-        parts["cols"].append(cols)
-        parts["chunk"].append(chunks + chunk_base)
-        chunk_base += int(chunks.max().item()) + 1 if len(chunks) else 0
-        parts["adv"].append(_pick(s.advantages, cols, n))
-        parts["weight"].append(_pick(s.weight, cols, n))
-        parts["rl"].append(rl[cols])
-        positive = s.positive if s.positive is not None else s.reward > 0
-        parts["pos"].append(torch.full((len(cols),), positive, dtype=torch.bool))
-        parts["mu"].append(_pick(s.mu, cols, n, math.nan))
-        if has_old:
-            parts["old"].append(_pick(s.old, cols, n))
-        if has_ref:
-            parts["ref"].append(_pick(s.ref, cols, n))
-        parts["imit"].append(imit[cols])
+        ids[r, : len(s)] = torch.tensor(s.input_ids, dtype=torch.long)
+        attn[r, : len(s)] = 1
+        chunk_base += _gather_row(s, r, chunk_base, parts, old=has_old, ref=has_ref)
 
     def cat(name: str, dtype: Any = None) -> Any:
         out = torch.cat(parts[name]) if parts[name] else torch.zeros(0)
@@ -289,6 +264,42 @@ def collate(batch: Sequence[Sample], *, pad_id: int, device: Any = "cpu") -> Col
         targets=ids[rows, cols],
         tokens=tokens,
     )
+
+
+def _gather_row(
+    s: Sample, r: int, chunk_base: int, parts: dict[str, list[Any]], *, old: bool, ref: bool
+) -> int:
+    """Append the scored tokens of row ``r`` (RL-masked or with an imitation weight, never the
+    first) to ``parts``, their chunks numbered from ``chunk_base``; returns how many chunk ids
+    the row used (its chunks, then one for each prefix token)."""
+    import torch
+
+    f32 = torch.float32
+    n = len(s)
+    rl = torch.tensor(s.rl_mask, dtype=torch.bool)
+    imit = torch.tensor(s.imitation, dtype=f32) if s.imitation else torch.zeros(n, dtype=f32)
+    scored = rl | (imit != 0)
+    scored[0] = False  # the first token has no context to predict it from
+    cols = scored.nonzero().squeeze(-1)
+    chunks = torch.tensor(s.chunk_ids, dtype=torch.long)[cols]
+    k = int(chunks.max().item()) + 1 if len(chunks) else 0
+    lone = chunks < 0  # prefix tokens: each its own segment
+    chunks[lone] = k + torch.arange(int(lone.sum().item()))
+    parts["rows"].append(torch.full_like(cols, r))
+    parts["cols"].append(cols)
+    parts["chunk"].append(chunks + chunk_base)
+    parts["adv"].append(_pick(s.advantages, cols, n))
+    parts["weight"].append(_pick(s.weight, cols, n))
+    parts["rl"].append(rl[cols])
+    positive = s.positive if s.positive is not None else s.reward > 0
+    parts["pos"].append(torch.full((len(cols),), positive, dtype=torch.bool))
+    parts["mu"].append(_pick(s.mu, cols, n, math.nan))
+    if old:
+        parts["old"].append(_pick(s.old, cols, n))
+    if ref:
+        parts["ref"].append(_pick(s.ref, cols, n))
+    parts["imit"].append(imit[cols])
+    return int(chunks.max().item()) + 1 if len(chunks) else 0
 
 
 def _pick(values: Sequence[float] | None, cols: Any, n: int, fill: float = 0.0) -> Any:

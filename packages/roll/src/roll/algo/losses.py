@@ -209,28 +209,10 @@ def policy_loss(
     else:
         masked = torch.zeros_like(rl)
     weight = torch.where(rl, tokens.weight, tokens.weight.new_zeros(()))
-    adv = tokens.advantage
     log_ratio = _ratio_log(logp - old, tokens, spec.ratio_level, rl)
     ratio = torch.exp(log_ratio)
 
-    if spec.loss == "ppo":
-        clipped_ratio = torch.clamp(ratio, 1.0 - spec.clip_low, 1.0 + spec.clip_high)
-        per_token = -torch.minimum(ratio * adv, clipped_ratio * adv)
-        clipped = (ratio * adv > clipped_ratio * adv).to(logp.dtype)
-    elif spec.loss == "ipa":
-        if spec.ratio_level == "chunk":
-            chunk_ratio = ratio.detach()
-        else:
-            chunk_ratio = torch.exp(
-                segment_mean((logp - old).detach(), tokens.chunk, tokens.num_chunks)
-            )
-        is_weight = torch.where(
-            tokens.positive, torch.ones_like(chunk_ratio), chunk_ratio.clamp(0.0, 1.0)
-        )
-        per_token = -is_weight * adv * logp
-        clipped = ((~tokens.positive) & (chunk_ratio > 1.0)).to(logp.dtype)
-    else:
-        raise ValueError(f"unknown loss {spec.loss!r}")
+    per_token, clipped = _surrogate(logp, old, ratio, tokens, spec)
 
     terms = torch.where(rl, per_token, per_token.new_zeros(()))
     total = (weight * terms).sum()
@@ -257,3 +239,35 @@ def policy_loss(
         total = total + nll
         stats["imitation_loss"] = nll.detach()
     return total, stats
+
+
+def _surrogate(
+    logp: torch.Tensor,
+    old: torch.Tensor,
+    ratio: torch.Tensor,
+    tokens: ScoredTokens,
+    spec: LossSpec,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each token's policy-gradient loss under ``spec.loss`` (``ppo``: the clipped surrogate;
+    ``ipa``: REINFORCE weighted by the clipped chunk ratio on non-positive trajectories) and
+    whether its ratio was clipped (1) or not (0)."""
+    adv = tokens.advantage
+    if spec.loss == "ppo":
+        clipped_ratio = torch.clamp(ratio, 1.0 - spec.clip_low, 1.0 + spec.clip_high)
+        per_token = -torch.minimum(ratio * adv, clipped_ratio * adv)
+        clipped = (ratio * adv > clipped_ratio * adv).to(logp.dtype)
+    elif spec.loss == "ipa":
+        if spec.ratio_level == "chunk":
+            chunk_ratio = ratio.detach()
+        else:
+            chunk_ratio = torch.exp(
+                segment_mean((logp - old).detach(), tokens.chunk, tokens.num_chunks)
+            )
+        is_weight = torch.where(
+            tokens.positive, torch.ones_like(chunk_ratio), chunk_ratio.clamp(0.0, 1.0)
+        )
+        per_token = -is_weight * adv * logp
+        clipped = ((~tokens.positive) & (chunk_ratio > 1.0)).to(logp.dtype)
+    else:
+        raise ValueError(f"unknown loss {spec.loss!r}")
+    return per_token, clipped

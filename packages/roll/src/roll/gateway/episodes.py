@@ -24,7 +24,8 @@ from typing import Any
 from ale.trajectory import Role, Step
 from iflow.errors import ContextTooLong
 from iflow.models.base import ModelResponse
-from roll.policy import GenerationQueue, PolicyModel
+from roll.generation.queue import GenerationQueue
+from roll.policy import PolicyModel
 
 
 class Refusal(StrEnum):

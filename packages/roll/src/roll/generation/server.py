@@ -64,7 +64,7 @@ class ServerBackend:
     batches_itself = True
     """Overlapping :meth:`generate` calls are fine (from any thread): the server batches
     their requests itself, so a generation queue sends requests as they come
-    (:class:`roll.policy.GenerationQueue`)."""
+    (:class:`roll.generation.queue.GenerationQueue`)."""
 
     def __init__(
         self,

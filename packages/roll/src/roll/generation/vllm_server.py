@@ -155,67 +155,20 @@ class VLLMServer:
         port = _free_port() if port is None else _check_port(port)
         log = Path(log_path) if log_path is not None else _temp_log()
         log.parent.mkdir(parents=True, exist_ok=True)
-        command = [
-            str(exe),
-            "-m",
-            "vllm.entrypoints.openai.api_server",
-            "--model",
-            str(model),
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--dtype",
-            dtype,
-            "--seed",
-            str(seed),
-            "--max-num-seqs",
-            str(max_num_seqs),
-            "--kv-cache-memory-bytes",
-            str(int(kv_cache_gib * 2**30)),
-            "--enable-prefix-caching",
-            "--logprobs-mode",
-            "processed_logprobs",
-            "--generation-config",
-            "vllm",
-            "--disable-uvicorn-access-log",
-            "--worker-extension-cls",
-            "roll_vllm_worker.RollWorkerExtension",
-        ]
-        if max_model_len is not None:
-            command += ["--max-model-len", str(max_model_len)]
-        if enforce_eager:
-            command.append("--enforce-eager")
-        if not chunked_prefill:  # see CHUNKED_PREFILL
-            batched = max(max_model_len or 0, DEFAULT_BATCHED_TOKENS)
-            command += ["--no-enable-chunked-prefill", "--max-num-batched-tokens", str(batched)]
-        command += list(extra_args)
-        env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
-        env |= {
-            "PYTHONPATH": str(WORKER_EXTENSION_DIR),
-            "VLLM_SERVER_DEV_MODE": "1",
-            "VLLM_CPU_OMP_THREADS_BIND": "nobind",
-            "OMP_NUM_THREADS": str(threads or default_threads()),
-            "VLLM_NO_USAGE_STATS": "1",
-            "DO_NOT_TRACK": "1",
-            "HF_HUB_OFFLINE": "1",
-            "TRANSFORMERS_OFFLINE": "1",
-            LOG_ENV: str(log),  # marks the group's processes: whose server a stray one was
-        }
-        handle: IO[bytes] = log.open("wb")
-        handle.write(f"roll: starting vLLM's server: {' '.join(command)}\n".encode())
-        handle.flush()
-        try:
-            process = subprocess.Popen(
-                command,
-                stdin=subprocess.DEVNULL,
-                stdout=handle,
-                stderr=subprocess.STDOUT,
-                env=env,
-                start_new_session=True,  # its own process group: close() ends every child
-            )
-        finally:
-            handle.close()  # the child holds its own descriptor
+        command = _server_command(
+            exe,
+            model,
+            port,
+            dtype=dtype,
+            seed=seed,
+            max_num_seqs=max_num_seqs,
+            kv_cache_gib=kv_cache_gib,
+            max_model_len=max_model_len,
+            enforce_eager=enforce_eager,
+            chunked_prefill=chunked_prefill,
+            extra_args=extra_args,
+        )
+        process = _start(command, _server_env(log, threads), log)
         server = cls(f"http://127.0.0.1:{port}/v1", process=process, log_path=log)
         try:
             server._wait_ready(start_timeout)
@@ -389,6 +342,97 @@ def _check_port(port: int) -> int:
 
 def _temp_log() -> Path:
     return Path(tempfile.mkdtemp(prefix="roll-vllm-")) / "server.log"
+
+
+def _server_command(
+    exe: Path,
+    model: Path,
+    port: int,
+    *,
+    dtype: str,
+    seed: int,
+    max_num_seqs: int,
+    kv_cache_gib: float,
+    max_model_len: int | None,
+    enforce_eager: bool,
+    chunked_prefill: bool,
+    extra_args: Sequence[str],
+) -> list[str]:
+    """The command line of vLLM's OpenAI server for :meth:`VLLMServer.launch`."""
+    command = [
+        str(exe),
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        str(model),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--dtype",
+        dtype,
+        "--seed",
+        str(seed),
+        "--max-num-seqs",
+        str(max_num_seqs),
+        "--kv-cache-memory-bytes",
+        str(int(kv_cache_gib * 2**30)),
+        "--enable-prefix-caching",
+        "--logprobs-mode",
+        "processed_logprobs",
+        "--generation-config",
+        "vllm",
+        "--disable-uvicorn-access-log",
+        "--worker-extension-cls",
+        "roll_vllm_worker.RollWorkerExtension",
+    ]
+    if max_model_len is not None:
+        command += ["--max-model-len", str(max_model_len)]
+    if enforce_eager:
+        command.append("--enforce-eager")
+    if not chunked_prefill:  # see CHUNKED_PREFILL
+        batched = max(max_model_len or 0, DEFAULT_BATCHED_TOKENS)
+        command += ["--no-enable-chunked-prefill", "--max-num-batched-tokens", str(batched)]
+    command += list(extra_args)
+    return command
+
+
+def _server_env(log: Path, threads: int | None) -> dict[str, str]:
+    """The server's environment: ours without our virtualenv, plus roll's worker extension,
+    vLLM's dev-mode routes, the OpenMP threads, offline hubs and the log's mark."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    env |= {
+        "PYTHONPATH": str(WORKER_EXTENSION_DIR),
+        "VLLM_SERVER_DEV_MODE": "1",
+        "VLLM_CPU_OMP_THREADS_BIND": "nobind",
+        "OMP_NUM_THREADS": str(threads or default_threads()),
+        "VLLM_NO_USAGE_STATS": "1",
+        "DO_NOT_TRACK": "1",
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        LOG_ENV: str(log),  # marks the group's processes: whose server a stray one was
+    }
+    return env
+
+
+def _start(command: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    """Run ``command`` in its own process group, its output written to ``log`` after a
+    line saying what started."""
+    handle: IO[bytes] = log.open("wb")
+    handle.write(f"roll: starting vLLM's server: {' '.join(command)}\n".encode())
+    handle.flush()
+    try:
+        process = subprocess.Popen(
+            command,
+            stdin=subprocess.DEVNULL,
+            stdout=handle,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,  # its own process group: close() ends every child
+        )
+    finally:
+        handle.close()  # the child holds its own descriptor
+    return process
 
 
 def _group_members(group: int) -> list[int]:
