@@ -109,7 +109,9 @@ def test_demo_runs_end_to_end_quick(tmp_path: Path) -> None:
         low, high = r["greedy"]["interval"]
         assert 0 <= low <= r["greedy"]["accuracy"] <= high <= 1
     run = json.loads((out / "bench" / "sft-sampled" / "run.json").read_text())
-    assert run["timeout_multiplier"] == _demo().TIMEOUT_MULTIPLIER  # turns end a trial, not the clock
+    assert (
+        run["timeout_multiplier"] == _demo().TIMEOUT_MULTIPLIER
+    )  # turns end a trial, not the clock
     table = (out / "results.md").read_text()
     assert "| SFT |" in table and "| RL's gain over SFT |" in table
     # a second run reuses every finished stage
