@@ -36,8 +36,8 @@ from ale.synth.render import render_task
 from ale.task import Task, load_task
 from rock.backends.docker import DockerBackend
 from rock.bench.agents import NopAgent, OracleAgent
-from rock.synth.image import ensure_pool_image
-from rock.synth.runner import DaemonPool, FreshSandboxes, PoolRunner, sandbox_spec
+from rock.episode_runner import DaemonPool, FreshSandboxes, PoolRunner, sandbox_spec
+from rock.pool_image import ensure_pool_image
 from rock.synth.wiring import private_daemon
 
 ROOT = Path(__file__).resolve().parents[1]

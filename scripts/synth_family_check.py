@@ -12,7 +12,7 @@ from ale.task import load_task
 from rock.backends.docker import DockerBackend
 from rock.bench.agents import NopAgent, OracleAgent
 from rock.bench.images import ImageBuilder
-from rock.synth.runner import FreshSandboxes, PoolRunner
+from rock.episode_runner import FreshSandboxes, PoolRunner
 
 
 async def main(family, seeds, mistake):

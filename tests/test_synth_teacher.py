@@ -12,8 +12,8 @@ from ale.synth.config import parse_config
 from ale.synth.pipeline import Pipeline
 from ale.synth.plan import plan
 from rock.backends.docker import DockerBackend
-from rock.synth.image import ensure_pool_image
-from rock.synth.runner import FreshSandboxes, PoolRunner
+from rock.episode_runner import FreshSandboxes, PoolRunner
+from rock.pool_image import ensure_pool_image
 from rock.synth.wiring import SynthAgents
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "packages/iflow-cli/tests"))

@@ -17,9 +17,9 @@ from rock_daemons import Serve
 
 from rock.backends.base import PoolNotFound
 from rock.client import Client
+from rock.episode_runner import DaemonPool
 from rock.errors import DaemonLost, DaemonUnreachable
 from rock.models import SandboxSpec
-from rock.synth.runner import DaemonPool
 
 
 def _free_port() -> int:

@@ -301,7 +301,7 @@ def test_synth_run_stopped_by_a_signal_removes_its_sandboxes_and_keeps_its_journ
     sig: signal.Signals,
     sigint: signal.Handlers,
 ) -> None:
-    from rock.synth.image import ensure_pool_image
+    from rock.pool_image import ensure_pool_image
 
     ensure_pool_image(docker_client)
     config = tmp_path / "signals.yaml"
@@ -343,7 +343,7 @@ def test_a_run_killed_outright_leaves_no_private_daemon_and_no_sandbox(
 ) -> None:
     """SIGKILL (or a test's timeout) gives a run no chance to stop its private daemon: the
     daemon watches the process that started it, and stops, removing its sandboxes."""
-    from rock.synth.image import ensure_pool_image
+    from rock.pool_image import ensure_pool_image
 
     ensure_pool_image(docker_client)
     config = tmp_path / "killed.yaml"

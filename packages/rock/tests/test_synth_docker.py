@@ -21,9 +21,9 @@ from ale.task import load_task
 from ale.trajectory import FailureMode, StepMark
 from rock.backends.docker import DockerBackend
 from rock.bench.agents import NopAgent, OracleAgent
+from rock.episode_runner import FreshSandboxes, MaterializeError, PoolRunner, materialize
 from rock.errors import DaemonUnreachable
-from rock.synth.image import ensure_pool_image
-from rock.synth.runner import FreshSandboxes, MaterializeError, PoolRunner, materialize
+from rock.pool_image import ensure_pool_image
 
 pytestmark = pytest.mark.docker
 ROOT = Path(__file__).resolve().parents[3]

@@ -15,8 +15,8 @@ from ale.chunking import token_view
 from ale.task import load_task
 from iflow.models.tiny import build_tiny_model
 from rock.backends.base import LABEL_DAEMON
-from rock.synth.image import ensure_pool_image
-from rock.synth.runner import DaemonPool, PoolRunner
+from rock.episode_runner import DaemonPool, PoolRunner
+from rock.pool_image import ensure_pool_image
 from rock.synth.wiring import private_daemon
 from roll.agentic.episodes import AgenticEpisodes, AgentSettings
 from roll.gateway import Gateway, GatewayEpisodes

@@ -25,7 +25,7 @@ from transformers import AutoTokenizer
 
 from iflow.models.tiny import build_tiny_model
 from rock.backends.base import LABEL_DAEMON
-from rock.synth.image import ensure_pool_image
+from rock.pool_image import ensure_pool_image
 from rock.synth.wiring import wait_for_daemon
 from roll.agentic.collector import TaskRollouts
 from roll.config import TasksConfig

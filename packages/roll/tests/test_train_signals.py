@@ -19,7 +19,7 @@ import yaml
 
 from iflow.models.tiny import build_tiny_model
 from rock.backends.base import LABEL_DAEMON
-from rock.synth.image import ensure_pool_image
+from rock.pool_image import ensure_pool_image
 from rock.testing import PrivateDaemons, private_daemon_of
 from roll.metrics import read_metrics
 

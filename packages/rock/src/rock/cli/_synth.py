@@ -86,7 +86,7 @@ class _StageProgress:
 def _sandbox_source(
     mode: str, url: str | None, home: Path | None, size: int, name: str
 ) -> Iterator[Any]:
-    from rock.synth.runner import DaemonPool, FreshSandboxes
+    from rock.episode_runner import DaemonPool, FreshSandboxes
 
     if mode == "fresh":
         from rock.backends.docker import DockerBackend
@@ -181,7 +181,7 @@ def synth_run(
 
     import docker
 
-    from rock.synth.image import ensure_pool_image
+    from rock.pool_image import ensure_pool_image
 
     config, agents = _load_config(config_path, concurrency, held_out)
     out = output or config.output_dir()
@@ -243,8 +243,8 @@ def _run_pipeline(
     """The pipeline run on its sandboxes, its manifest; one interrupted (Ctrl+C, SIGTERM,
     SIGHUP) says how to resume and exits with the signal's status."""
     from ale.synth.pipeline import Pipeline, WorkDirError
+    from rock.episode_runner import PoolRunner
     from rock.interrupt import Interruptible
-    from rock.synth.runner import PoolRunner
 
     interrupts = Interruptible()  # SIGTERM and SIGHUP clean up as Ctrl+C does
     try:

@@ -147,8 +147,8 @@ class TaskRollouts:
 
     def __enter__(self) -> Self:
         from rock.episode import episode_threads
-        from rock.synth.image import ensure_pool_image
-        from rock.synth.runner import PoolRunner
+        from rock.episode_runner import PoolRunner
+        from rock.pool_image import ensure_pool_image
 
         ensure_pool_image()
         try:
@@ -172,8 +172,8 @@ class TaskRollouts:
         """The run's warm pool, ready, on the daemon of ``tasks.url`` or ``tasks.home`` (else
         on a private one); a daemon that cannot serve it is an error of one sentence."""
         from rock.client import Client
+        from rock.episode_runner import DaemonPool
         from rock.errors import DaemonUnreachable, RockError, Unauthorized
-        from rock.synth.runner import DaemonPool
         from rock.synth.wiring import private_daemon
 
         home = Path(self.config.home).expanduser() if self.config.home else None

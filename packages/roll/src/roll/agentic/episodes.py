@@ -389,7 +389,7 @@ class _Started:
     """A group's prepared start: the forks' source and the turns its episodes continue from."""
 
     starts: Any
-    """A :class:`rock.synth.runner.ForkedStarts`."""
+    """A :class:`rock.episode_runner.ForkedStarts`."""
     prefix: list[Step]
     anchor: int
     expert_index: int

@@ -118,7 +118,7 @@ class EpisodeWorker:
         version: int,
     ) -> None:
         from rock.client import Client
-        from rock.synth.runner import DaemonPool, PoolRunner
+        from rock.episode_runner import DaemonPool, PoolRunner
 
         self.queue = _RemoteQueue(policy, params, version)
         self.tokenizer = tokenizer

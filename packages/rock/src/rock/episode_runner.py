@@ -1,4 +1,5 @@
-"""Episodes of generated tasks on rock sandboxes: the runner the synthesis stages are given.
+"""Episodes of generated tasks on rock sandboxes: the :class:`ale.episode.EpisodeRunner`
+that the synthesis stages and roll's RL rollouts are given.
 
 Generated tasks build ``FROM`` the local base image with only ``COPY``, ``RUN`` and
 ``WORKDIR`` on top, so instead of building an image per task the runner takes a started
@@ -52,9 +53,9 @@ class MaterializeError(RockError):
 
 
 def sandbox_spec(*, image: str | None = None, labels: dict[str, str] | None = None) -> SandboxSpec:
-    """The sandboxes generated tasks run in: the pool image (:mod:`rock.synth.image`), no
+    """The sandboxes generated tasks run in: the pool image (:mod:`rock.pool_image`), no
     network, 1 CPU, 1 GiB, 512 pids, /app."""
-    from rock.synth.image import pool_image_tag
+    from rock.pool_image import pool_image_tag
 
     return SandboxSpec(
         image=image or pool_image_tag(),

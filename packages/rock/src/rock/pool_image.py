@@ -1,5 +1,5 @@
-"""The image of the synthesis pool: the tasks' base image plus the verifier toolchain,
-unpacked and compiled ahead of time.
+"""The image of the task pools (synthesis and RL episodes): the tasks' base image plus the
+verifier toolchain, unpacked and compiled ahead of time.
 
 Generated tasks build FROM ``rock/bench-base:bookworm``. Their sandboxes come from a pool
 of ``rock/synth-base:<toolchain digest>``, which is that image with one directory added,
