@@ -25,9 +25,10 @@ import asyncio
 import dataclasses
 import uuid
 from collections import Counter
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
 from ale.agents import BenchAgent, TaskContext, load_agent
 from ale.episode import EpisodeResult, EpisodeRunner
@@ -40,6 +41,32 @@ from roll.gateway import Gateway
 from roll.gateway.openai_api import MODEL_NAME
 from roll.generation.queue import GenerationQueue
 from roll.policy import PolicyModel
+
+if TYPE_CHECKING:
+    from rock.episode_runner import ForkedStarts
+
+T = TypeVar("T")
+
+
+@runtime_checkable
+class ForkingRunner(EpisodeRunner, Protocol):
+    """An episode runner that also starts episodes from forks of a prepared sandbox (rock's
+    pool runner, :class:`rock.episode_runner.PoolRunner`): what a group needs that starts
+    after an expert's first turns."""
+
+    async def episode(
+        self,
+        task: Task,
+        agent: BenchAgent,
+        *,
+        logs_dir: Path | None = None,
+        before_verifier: Callable[[], Awaitable[None]] | None = None,
+        starts: ForkedStarts | None = None,
+    ) -> EpisodeResult: ...
+
+    async def prepared(
+        self, task: Task, prepare: Callable[[Any, str], Awaitable[T]], count: int
+    ) -> tuple[ForkedStarts, T]: ...
 
 
 @dataclass
@@ -201,11 +228,10 @@ class AgenticEpisodes:
         gateway = self.agent.gateway
         if started is not None:  # (the config keeps resampling to the in-process agent)
             continuing = _Continuing(self._agent(), started.prefix)
-            episode = getattr(self.runner, "episode")  # noqa: B009  (a PoolRunner's)
-            outcome: EpisodeResult = await episode(
+            assert isinstance(self.runner, ForkingRunner)  # (_prepare made started with it)
+            return await self.runner.episode(
                 task, continuing, before_verifier=hold, starts=started.starts
             )
-            return outcome
         if gateway is None:
             return await self.runner.episode(task, self._agent(), before_verifier=hold)
         key = gateway.episodes.open(f"{group_id}/{task.id}")
@@ -294,8 +320,7 @@ class AgenticEpisodes:
 
     async def _prepare(self, task: Task, size: int, start: Start) -> _Started | None:
         """The prepared sandbox and its forks, or None (counted) when it could not be made."""
-        prepared = getattr(self.runner, "prepared", None)
-        if prepared is None:
+        if not isinstance(self.runner, ForkingRunner):
             raise RollError(
                 "episodes that start from an expert's turns need rock's pool runner (forks "
                 "of a daemon's sandboxes); this runner has none."
@@ -305,7 +330,7 @@ class AgenticEpisodes:
             return await self._replay(task, start, sandbox, workdir)
 
         try:
-            starts, prefix = await prepared(task, replay, size)
+            starts, prefix = await self.runner.prepared(task, replay, size)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # the sandbox or the replay failed: no episode ran
@@ -388,8 +413,7 @@ class AgenticEpisodes:
 class _Started:
     """A group's prepared start: the forks' source and the turns its episodes continue from."""
 
-    starts: Any
-    """A :class:`rock.episode_runner.ForkedStarts`."""
+    starts: ForkedStarts
     prefix: list[Step]
     anchor: int
     expert_index: int
