@@ -33,16 +33,12 @@ MESSAGES = [
 ]
 
 
-@pytest.fixture(scope="module")
-def running() -> Iterator[FakeOpenAI]:
+@pytest.fixture
+def server() -> Iterator[FakeOpenAI]:
+    """A server of each test's own: on one shared by the module, a late retry of an earlier
+    test's request took the behaviour queued for the next test (a 400, an endless answer)."""
     with serve_openai() as server:
         yield server
-
-
-@pytest.fixture
-def server(running: FakeOpenAI) -> FakeOpenAI:
-    running.reset()
-    return running
 
 
 def make(server: FakeOpenAI, **kw: object) -> OpenAIModel:
