@@ -642,7 +642,8 @@ def test_a_paused_sandbox_keeps_its_processes_refuses_calls_and_outlives_its_ttl
     after resume), calls refused in one sentence, kept past its TTL; resumed, its TTL
     starts again."""
     box = client.create(ttl_sec=4)
-    loop = "i=0; while :; do i=$((i+1)); echo $i > /tmp/n; sleep 0.1; done"
+    # written then renamed, as a read between truncate and write would see ""
+    loop = "i=0; while :; do i=$((i+1)); echo $i >/tmp/n.w; mv /tmp/n.w /tmp/n; sleep 0.1; done"
     box.exec(f"sh -c '{loop}' >/dev/null 2>&1 &")
     time.sleep(0.5)
     box.pause()

@@ -303,7 +303,8 @@ def test_pause_then_connect_resumes_where_it_was(e2b_env: Running) -> None:
     all (Docker's pause keeps memory: a counting loop goes on from its count)."""
     sandbox = Sandbox.create(timeout=60)
     try:
-        loop = "i=0; while :; do i=$((i+1)); echo $i > /tmp/n; sleep 0.1; done"
+        # written then renamed, as a read between truncate and write would see ""
+        loop = "i=0; while :; do i=$((i+1)); echo $i >/tmp/n.w; mv /tmp/n.w /tmp/n; sleep 0.1; done"
         sandbox.commands.run(f"sh -c '{loop}' >/dev/null 2>&1", background=True)
         time.sleep(0.5)
         assert sandbox.pause() is True
