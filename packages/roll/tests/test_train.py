@@ -202,6 +202,32 @@ def test_two_gloo_processes_match_one(tmp_path: Path, tiny: Path) -> None:
     assert not _same(one, _weights(tiny))
 
 
+@pytest.mark.parametrize("world_size", ["1", "2"])
+def test_a_torchrun_worker_ends_without_the_interpreter_s_teardown(
+    tmp_path: Path, world_size: str
+) -> None:
+    """Under torchrun (``WORLD_SIZE`` > 1) a finished command ends the process at once, with
+    its status, before any finalization (gloo's threads outlive the process group and could
+    abort it there); a single process exits as usual."""
+    marker = tmp_path / "finalized"
+    code = (
+        "import atexit, sys, torch.distributed\n"
+        "atexit.register(lambda: open(sys.argv[1], 'w').write('yes'))\n"
+        "from roll.cli import _end_torchrun_worker\n"
+        "print('flushed', end='')\n"
+        "_end_torchrun_worker(7)\n"
+    )
+    env = {**os.environ, "WORLD_SIZE": world_size}
+    result = subprocess.run(
+        [sys.executable, "-c", code, str(marker)], capture_output=True, text=True, env=env
+    )
+    assert result.stdout == "flushed"
+    if world_size == "2":
+        assert (result.returncode, marker.exists()) == (7, False)
+    else:
+        assert (result.returncode, marker.read_text()) == (0, "yes")
+
+
 def _guess_experts(path: Path) -> None:
     """Binary-search experts of the guess env (n=4), seeds 11 and 12, as message-level steps."""
     from ale.jsonl import write_jsonl
