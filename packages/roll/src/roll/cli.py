@@ -28,7 +28,8 @@ def _guard(run: Callable[[], Any]) -> Any:
     try:
         result = _guarded(run)
     except SystemExit as exc:
-        _end_torchrun_worker(exc.code if isinstance(exc.code, int) else 1)
+        code = exc.code
+        _end_torchrun_worker(0 if code is None else code if isinstance(code, int) else 1)
         raise
     _end_torchrun_worker(0)
     return result
