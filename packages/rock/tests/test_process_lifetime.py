@@ -108,10 +108,16 @@ def test_the_issue_s_fork_bomb_leaves_nothing_behind(sandbox: DockerSandbox) -> 
     once, leaving the bomb on the command's output, and the wrapper ends it then, not at the
     timeout (under gVisor its scans of /proc, each slower than the last while the bomb grew,
     took 50 s and more until it freezes the sandbox and kills the bomb's process group as
-    soon as it sees more than 16 processes there); no process of it is left."""
+    soon as it sees more than 16 processes there); no process of it is left.
+
+    The command's own status is 0 or 124: the top shell forks the pipeline's two sides one
+    after the other, and on a busy machine the first side's bomb can take all 128 pids
+    before the second fork, which bash then retries with pauses of 1, 2, 4 and 8 s, so
+    `timeout 10` ends it (seen in CI; 5 of 15 runs beside three CPU burners here)."""
     assert sandbox.exec(KEPT).exit_code == 0
     result = sandbox.exec('timeout 10 bash -c ":(){ :|:& };:"', timeout=40)
-    assert (result.exit_code, result.timed_out) == (0, False)
+    assert result.exit_code in (0, 124), result.stderr_text[-500:]
+    assert not result.timed_out
     assert not _gone(sandbox)
     assert _settled(sandbox) == []
     assert kept(sandbox)
