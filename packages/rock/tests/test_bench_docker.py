@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
+import sys
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -239,6 +240,28 @@ def test_named_rewards_are_kept_and_decide_as_the_task_s_rule_says(
     assert half["is_resolved"] is False and half["failure_mode"] == "none"
     saved = json.loads((out / "half-met.1-of-1" / "agent" / "trajectory.jsonl").read_text())
     assert saved["verifier"]["detail"]["rewards"] == {"correctness": 1.0, "style": 0.5}
+
+
+BYTECODE = """#!/bin/bash
+python3 -c 'import _pytest.python as m; print(m.__file__)' > /logs/verifier/pytest-file.txt
+grep -q '^/opt/rock-verifier/site.zip/_pytest/python.pyc$' /logs/verifier/pytest-file.txt \
+  && echo 1 > /logs/verifier/reward.txt || echo 0 > /logs/verifier/reward.txt
+"""
+
+
+def test_the_toolchain_s_pytest_is_imported_compiled_in_a_python_3_11_image(
+    docker_client: Any, tmp_path: Path
+) -> None:
+    """In an image whose python3 is this interpreter's version (rock's bench base, Debian's
+    3.11), pytest comes from the toolchain's bytecode, not compiled again for every run."""
+    if sys.version_info[:2] != (3, 11):
+        pytest.skip("the toolchain carries the bytecode of the interpreter that built it")
+    root = tmp_path / "tasks"
+    _tb2(root, "compiled", test_sh=BYTECODE)
+    out = tmp_path / "run"
+    asyncio.run(_harness(docker_client).run(root, out, agent="oracle"))
+    shown = (out / "compiled.1-of-1" / "verifier" / "logs" / "pytest-file.txt").read_text()
+    assert _trial(out, "compiled")["is_resolved"] is True, shown
 
 
 PIP_MIXED = """#!/bin/bash

@@ -271,3 +271,63 @@ def test_add_wheels_fills_the_wheelhouse_or_says_what_to_give(
     (tmp_path / "w" / "demo-1.0-py3-none-any.whl").write_bytes(b"PK")
     assert toolchain.add_wheels(tmp_path / "w") == ["demo-1.0-py3-none-any.whl"]
     assert toolchain.info()["wheelhouse"] == ["demo-1.0-py3-none-any.whl"]
+
+
+def _import_from(archive: Path, module: str, expr: str) -> str:
+    code = (
+        f"import sys; sys.path.insert(0, {str(archive)!r}); import {module} as m; print(({expr}))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+def _rewrite(archive: Path, changes: dict[str, bytes]) -> None:
+    import zipfile
+
+    with zipfile.ZipFile(archive) as zf:
+        entries = {name: zf.read(name) for name in zf.namelist()}
+    entries.update(changes)
+    with zipfile.ZipFile(archive, "w") as zf:
+        for name, data in entries.items():
+            zf.writestr(name, data)
+
+
+def test_the_zipped_packages_carry_bytecode_that_python_imports_unchecked(tmp_path: Path) -> None:
+    """Each module goes in with its .pyc beside it; python imports the bytecode without
+    checking it against the source (the zip's times are fixed), passes over bytecode of
+    another python for the source, and a module this python cannot compile goes in alone."""
+    tree = tmp_path / "site"
+    (tree / "pkg").mkdir(parents=True)
+    (tree / "pkg" / "__init__.py").write_text("X = 1\n")
+    (tree / "newer.py").write_text("match = (\n")  # not python at all: no bytecode
+    archive = tmp_path / "site.zip"
+    toolchain._zip_tree(tree, archive)
+    import zipfile
+
+    names = zipfile.ZipFile(archive).namelist()
+    assert sorted(names) == ["newer.py", "pkg/__init__.py", "pkg/__init__.pyc"]
+    shown = f"{toolchain.TOOLCHAIN_DIR}/site.zip/pkg/__init__.py"
+    assert _import_from(archive, "pkg", "m.__file__, m.X, m.__spec__.loader.get_code('pkg')"
+                        ".co_filename") == str((f"{archive}/pkg/__init__.pyc", 1, shown))  # fmt: skip
+
+    _rewrite(archive, {"pkg/__init__.py": b"X = 2\n"})  # the bytecode is what runs
+    assert _import_from(archive, "pkg", "m.X") == "1"
+    with zipfile.ZipFile(archive) as zf:
+        compiled = bytearray(zf.read("pkg/__init__.pyc"))
+    compiled[0] ^= 0xFF  # another python's magic number: the source runs
+    _rewrite(archive, {"pkg/__init__.pyc": bytes(compiled)})
+    assert _import_from(archive, "pkg", "m.X, m.__file__") == str((2, f"{archive}/pkg/__init__.py"))
+
+
+def test_the_digest_names_the_bytecode_it_carries() -> None:
+    """A toolchain built by another python (another bytecode) is another toolchain."""
+    assert toolchain.ZIP_FORMAT and sys.implementation.cache_tag
+    import hashlib
+
+    h = hashlib.sha256()
+    h.update(toolchain.ZIP_FORMAT.encode())
+    h.update(b"cpython-0")
+    h.update("\n".join(toolchain.REQUIREMENTS).encode())
+    h.update(toolchain.SHIM_SOURCE.read_bytes())
+    assert h.hexdigest()[:16] != toolchain.digest()
