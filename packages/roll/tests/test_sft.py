@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 from safetensors.torch import load_file
 from transformers import AutoTokenizer
@@ -173,6 +174,27 @@ def test_sft_resume_continues_the_same_data_order(tmp_path: Path, tiny: Path) ->
     a = load_file(str(tmp_path / "a" / "model" / "model.safetensors"))
     b = load_file(str(tmp_path / "b" / "model" / "model.safetensors"))
     assert all(bool((a[k] == b[k]).all()) for k in a)
+
+
+def test_sft_runs_the_shared_prompt_once_and_learns_the_same(tmp_path: Path, tiny: Path) -> None:
+    """The trajectories' common start (system prompt and tools) runs once per micro-batch:
+    fewer positions through the model, the same weights as running every row whole."""
+    trajectories = list(read_jsonl(SYNTH, Trajectory))[:6]
+    write_jsonl(tmp_path / "six.jsonl", trajectories)
+    data = [str(tmp_path / "six.jsonl")]
+    weights, tokens = [], []
+    for share in (False, True):
+        run = tmp_path / f"share-{share}"
+        config = load_config(
+            SFTConfig, _sft_config(tmp_path, tiny, data, tools="iflow-brief"),
+            [f"run_dir={run}", f"run.share_prefix={str(share).lower()}"],
+        )  # fmt: skip
+        run_sft(config, log=lambda _m: None)
+        weights.append(load_file(str(run / "model" / "model.safetensors")))
+        tokens.append(sum(r["train/tokens"] for r in read_metrics(run)))
+    for name, plain in weights[0].items():
+        torch.testing.assert_close(weights[1][name], plain, rtol=1e-4, atol=1e-5)
+    assert tokens[1] < 0.8 * tokens[0], tokens
 
 
 def test_bad_data_is_one_sentence(tmp_path: Path, tiny: Path) -> None:

@@ -16,6 +16,7 @@ from roll.algo.losses import LossSpec
 from roll.config import OptimConfig
 from roll.errors import TrainingAborted
 from roll.models import load_policy, scored_logprobs
+from roll.prefix import pack_groups, shared_cost
 from roll.update import Updater, carries_gradient
 
 
@@ -244,6 +245,27 @@ def test_shared_prefix_forward_gives_the_same_gradient(tiny: Path, spec: LossSpe
     ran = Counter(s.group for s in samples if carries_gradient(s, spec))
     saved = sum((n - 1) * 24 for n in ran.values() if n > 1)
     assert saved and stats[0]["train/tokens"] - stats[1]["train/tokens"] == saved
+
+
+def test_a_group_too_large_for_a_micro_batch_is_split_to_fit_and_keeps_sharing() -> None:
+    """A group whose rows with their shared prompt exceed the budget runs as several pieces,
+    each sharing the prompt within the budget, not as one oversized micro-batch."""
+    prompt = list(range(100, 140))
+    group = [
+        Sample(input_ids=prompt + [k + 1] * (10 + k), rl_mask=[False] * 40 + [True] * (10 + k),
+               chunk_ids=[-1] * (50 + k), group="g")
+        for k in range(8)
+    ]  # fmt: skip
+    assert pack_groups([group], 10_000) == [[group]]
+    batches = pack_groups([group], 40 + 3 * 18)  # the prompt and three of the longest suffixes
+    pieces = [piece for batch in batches for piece in batch]
+    assert sorted(len(s) for p in pieces for s in p) == [len(s) for s in group]
+    assert sorted(len(p) for p in pieces) == [2, 3, 3]
+    for batch in batches:
+        longest_prefix = max(shared_cost(p)[0] for p in batch)
+        longest_suffix = max(shared_cost(p)[1] for p in batch)
+        assert longest_prefix * len(batch) + longest_suffix * sum(map(len, batch)) <= 94
+        assert all(shared_cost(p)[0] >= 40 for p in batch if len(p) > 1)
 
 
 @pytest.mark.parametrize("spec", SPECS[:2], ids=["ppo", "ipa"])

@@ -67,10 +67,23 @@ def shared_cost(group: Sequence[Sample]) -> tuple[int, int]:
     return shared, max(len(s) for s in group) - shared
 
 
+def fit_group(group: list[Sample], token_budget: int) -> list[list[Sample]]:
+    """``group`` as runs of consecutive rows, each within the budget when it shares its prefix
+    (prefix + rows x longest suffix); a group that fits stays whole, and a row too long for
+    any company is a run of its own."""
+    prefix, suffix = shared_cost(group)
+    if len(group) == 1 or prefix + len(group) * suffix <= token_budget:
+        return [group]
+    rows = max(1, (token_budget - prefix) // max(suffix, 1))
+    return [group[i : i + rows] for i in range(0, len(group), rows)]
+
+
 def pack_groups(groups: list[list[Sample]], token_budget: int) -> list[list[list[Sample]]]:
     """Pack prefix groups into micro-batches whose padded cost (groups x longest prefix +
-    rows x longest suffix) stays within the budget; an oversized group goes alone."""
-    ordered = sorted(groups, key=lambda g: sum(len(s) for s in g), reverse=True)
+    rows x longest suffix) stays within the budget; a group too large for it is split first
+    (:func:`fit_group`), and what is still oversized goes alone."""
+    pieces = [piece for group in groups for piece in fit_group(group, token_budget)]
+    ordered = sorted(pieces, key=lambda g: sum(len(s) for s in g), reverse=True)
     batches: list[list[list[Sample]]] = []
     current: list[list[Sample]] = []
     longest_prefix = longest_suffix = rows = 0

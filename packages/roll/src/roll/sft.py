@@ -84,6 +84,13 @@ def tokenize_trajectory(
     return Tokenized(sample=sample, truncated_turns=len(assistant) - kept)
 
 
+SHARED_PROMPT = "sft"
+"""The group of every SFT sample: trajectories rendered with one system prompt and one set of
+tools start with the same tokens (192 of the demo's 348 on average), which the update then
+runs once per micro-batch instead of once per row (:mod:`roll.prefix`; the gradient is the
+same). Samples with no long enough common start are run one by one, as before."""
+
+
 def sft_samples(
     trajectories: list[Trajectory],
     tokenizer: Any,
@@ -114,6 +121,7 @@ def sft_samples(
             counts["too_long"] += 1
             continue
         counts["cut"] += tokenized.truncated_turns > 0
+        tokenized.sample.group = SHARED_PROMPT
         samples.append(tokenized.sample)
     return samples, counts
 
