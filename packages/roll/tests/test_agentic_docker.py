@@ -551,3 +551,48 @@ def test_roll_train_on_tasks_resamples_from_expert_turns_in_forked_sandboxes(
     marked = json.loads(rows.splitlines()[0])
     prefix = [s for s in marked["steps"] if s.get("prefix")]
     assert len(prefix) == 5 and all(s["token_ids"] for s in prefix)
+
+
+def test_roll_train_on_tasks_imitates_the_whole_expert_of_a_group_without_a_success(
+    tmp_path: Path, tiny: Path
+) -> None:
+    """`resample.mode: start`: the group runs the task from its beginning in real sandboxes;
+    the tiny policy solves nothing, so the step adds the expert's whole trajectory (rendered
+    as the agent's episode, its prompt matching the episodes') with an imitation term."""
+    import shutil
+
+    from roll.config import TrainConfig, load_config
+    from roll.metrics import read_metrics
+    from roll.train import run_train
+
+    task = sorted(TASKS.iterdir())[0]
+    shutil.copytree(task, tmp_path / "data" / "tasks" / task.name)
+    experts = tmp_path / "experts.jsonl"
+    lines = (TASKS.parent / "trajectories.jsonl").read_text().splitlines()
+    experts.write_text("".join(f"{x}\n" for x in lines if f'"{task.name}"' in x))
+    config = load_config(
+        TrainConfig,
+        None,
+        [
+            f"run_dir={tmp_path / 'run'}",
+            f"model.path={tiny}",
+            f"tasks.dataset={tmp_path / 'data'}",
+            "tasks.pool_size=1",
+            "tasks.max_turns=2",
+            "tasks.context_limit=100000",
+            "rollout.groups_per_step=1",
+            "rollout.group_size=2",
+            "rollout.max_new_tokens=8",
+            f"resample.experts={experts}",
+            "resample.mode=start",
+            "algorithm.name=ipa",
+            "run.steps=1",
+            "run.progress=false",
+            "run.tensorboard=false",
+        ],
+    )
+    run_train(config, log=lambda _m: None)
+    (record,) = read_metrics(tmp_path / "run")
+    assert record["rollout/reward_mean"] == 0.0
+    assert (record["resample/whole_experts"], record["resample/whole_experts_unmatched"]) == (1, 0)
+    assert record["train/imitation_loss"] > 0

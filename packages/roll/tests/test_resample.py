@@ -313,3 +313,71 @@ def test_self_sampling_takes_a_first_success_of_a_task_without_an_expert(tmp_pat
     off = TrainConfig.model_validate({**base, "resample": {"experts": str(tmp_path / "e.jsonl")}})
     (tmp_path / "e.jsonl").write_text(episode("t1", 1.0, 2).model_dump_json() + "\n")
     assert Experts(off).learn_from([episode("t2", 1.0, 2)]) == 0  # self-sampling is off
+
+
+def test_a_group_from_the_start_without_a_success_imitates_its_whole_expert(
+    tmp_path: Path, tokenizer: Any
+) -> None:
+    """`resample.mode: start` with tasks: groups run from the beginning (anchor 0); one that
+    gets no positive episode imitates the expert's whole trajectory, rendered as the agent
+    sees the task (the episode's own prompt, then the expert's turns as targets), in a group
+    of its own with no RL token; a group that succeeded, or whose rendering opens with
+    another prompt, gets none. Misused (environments), one sentence."""
+    from pydantic import ValidationError
+
+    from roll.config import TrainConfig
+    from roll.resample import Experts, whole_expert_samples
+    from roll.train import expert_renderer
+
+    def trajectory(task: str, command: str, reward: float, group: str) -> Trajectory:
+        return Trajectory(
+            agent=AgentInfo(name="iflow"),
+            task_id=task,
+            trajectory_id=f"{task}-{group}-{command}",
+            group_id=group,
+            reward=reward,
+            steps=[
+                Step(role=Role.SYSTEM, content="You are iflow (working directory /app)."),
+                Step(role=Role.USER, content=f"Task {task}: sort the lines."),
+                Step(role=Role.ASSISTANT, content=command),
+            ],
+        )
+
+    expert = trajectory("t1", "sort in.txt > out.txt", 1.0, "expert")
+    (tmp_path / "experts.jsonl").write_text(expert.model_dump_json() + "\n")
+    base = {"model": {"path": str(tmp_path)}, "tasks": {"dataset": str(tmp_path)}}
+    config = TrainConfig.model_validate(
+        {**base, "resample": {"experts": str(tmp_path / "experts.jsonl"), "mode": "start"}}
+    )
+    experts = Experts(config)
+    assert [experts.start("t1", n) for n in range(3)] == [(0, 0)] * 3  # always the beginning
+    render = expert_renderer(config, tokenizer)
+    assert render is not None
+
+    def episode(command: str, reward: float, group: str) -> Any:
+        shown = render(trajectory("t1", command, reward, group))  # as the policy sampled it
+        assert shown is not None
+        shown.rl_mask, shown.expert_mask = shown.expert_mask, [False] * len(shown)
+        shown.reward, shown.group = reward, group
+        return shown
+
+    failed = [episode("sort -u in.txt", 0.0, "g-fail"), episode("uniq in.txt", 0.0, "g-fail")]
+    solved = [episode("sort in.txt", 1.0, "g-ok"), episode("head in.txt", 0.0, "g-ok")]
+    for group in ("g-fail", "g-ok", "g-other"):
+        experts.group_expert[group] = 0
+    other = episode("sort -u in.txt", 0.0, "g-other")
+    other.input_ids = [other.input_ids[0] + 1, *other.input_ids[1:]]  # another prompt
+    imitate = {"g-fail", "g-other"}
+    added, unmatched = whole_expert_samples([*failed, *solved, other], imitate, experts, render)
+    assert unmatched == 1 and len(added) == 1 and imitate == {"g-fail", "g-other", "g-fail/expert"}
+    whole = added[0]
+    assert whole.group == "g-fail/expert" and whole.reward == 0.0 and not any(whole.rl_mask)
+    opening = whole.expert_mask.index(True)
+    assert whole.input_ids[:opening] == failed[0].input_ids[:opening]
+    targets = [t for t, m in zip(whole.input_ids, whole.expert_mask, strict=True) if m]
+    assert "sort in.txt > out.txt" in tokenizer.decode(targets)
+    with pytest.raises(ValidationError, match=r"resample.mode: start .* needs tasks:"):
+        TrainConfig.model_validate(
+            {"model": {"path": str(tmp_path)}, "env": {"name": "guess"},
+             "resample": {"experts": str(tmp_path / "experts.jsonl"), "mode": "start"}}
+        )  # fmt: skip

@@ -15,17 +15,21 @@ steps carry token ids (tokenised with the same template scheme as sampled turns,
 Two schedules choose anchors: :class:`SequentialRollback` starts at the last chunk and moves
 the anchor back one chunk whenever the group at the current anchor succeeds often enough;
 :class:`ParallelAnchors` starts rollouts at several anchors spread over the trajectory in the
-same step. A group with no positive reward (:func:`needs_imitation`) gets an imitation (NLL)
-term on the expert's replayed tokens, which :func:`prefix_token_mask` marks.
+same step (``start``: every group from the beginning, the experts kept for imitation alone).
+A group with no positive reward (:func:`needs_imitation`) gets an imitation (NLL) term on the
+expert's replayed tokens, which :func:`prefix_token_mask` marks; a group of tasks that started
+from the beginning has none, and imitates the expert's whole trajectory instead
+(:func:`whole_expert_samples`), rendered as the agent sees the task.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Hashable, Sequence
 
 from ale.chunking import Loss, loss_of, token_view
 from ale.jsonl import read_jsonl
 from ale.trajectory import AgentInfo, Role, Step, Trajectory
+from roll.algo.batch import Sample
 from roll.config import TrainConfig
 from roll.envs.registry import make_env
 from roll.errors import ConfigError, RollError
@@ -261,6 +265,8 @@ class Experts:
         )
 
     def anchors(self, index: int) -> list[int]:
+        if self.config.mode == "start":
+            return [0]
         if self.config.mode == "parallel":
             return list(self.parallel[index].anchors)
         return [self.rollback[index].current]
@@ -281,3 +287,50 @@ class Experts:
     def load_state(self, anchors: list[int]) -> None:
         for rollback, anchor in zip(self.rollback, anchors, strict=False):
             rollback.current = anchor
+
+
+def whole_expert_samples(
+    samples: Sequence[Sample],
+    imitate: set[Hashable],
+    experts: Experts,
+    render: Callable[[Trajectory], Sample | None],
+) -> tuple[list[Sample], int]:
+    """For each group in ``imitate`` that started from an expert's anchor 0 (no prefix to
+    imitate), the expert's whole trajectory as one more sample of imitation only, in a group
+    of its own (so it moves no advantage), and the number of experts left out because their
+    rendering could not be matched to the group's episodes (it opens with another prompt or
+    tool format, and a term on it would teach the wrong prompt; or no episode spoke).
+
+    ``render`` gives the trajectory's tokens as the policy sees an episode, its assistant
+    turns in ``expert_mask``; the new groups are added to ``imitate``."""
+    members: dict[Hashable, list[Sample]] = {}
+    for sample in samples:
+        members.setdefault(sample.group, []).append(sample)
+    added: list[Sample] = []
+    mismatched = 0
+    for group in sorted(imitate & members.keys(), key=str):
+        index = experts.group_expert.get(str(group))
+        rows = members[group]
+        if index is None or any(any(s.expert_mask) for s in rows):
+            continue  # no expert, or its prefix already carries the term
+        whole = render(experts.trajectories[index])
+        if whole is None or not _opens_as(whole, rows):
+            mismatched += 1
+            continue
+        whole.group = f"{group}/expert"
+        whole.reward = 0.0
+        added.append(whole)
+    imitate.update(s.group for s in added)
+    return added, mismatched
+
+
+def _opens_as(expert: Sample, episodes: list[Sample]) -> bool:
+    """Whether the expert's tokens before its first target are the prompt of the group's
+    episodes (of one that the policy spoke in: the others cannot tell)."""
+    spoke = next((e for e in episodes if True in e.rl_mask), None)
+    if spoke is None or True not in expert.expert_mask:
+        return False
+    opening = expert.expert_mask.index(True)
+    return opening == spoke.rl_mask.index(True) and (
+        expert.input_ids[:opening] == spoke.input_ids[:opening]
+    )

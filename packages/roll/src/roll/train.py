@@ -25,6 +25,7 @@ from __future__ import annotations
 import copy
 import time
 from collections import Counter, defaultdict
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +36,7 @@ from roll.algo.batch import Sample, assign_advantages, sample_from_trajectory, s
 from roll.algo.losses import LossSpec
 from roll.config import TrainConfig
 from roll.ray_engine import ray_session
-from roll.resample import Experts, needs_imitation
+from roll.resample import Experts, needs_imitation, whole_expert_samples
 from roll.session import Session
 from roll.sources import make_backend, open_source
 from roll.update import scored_logprobs_of
@@ -53,6 +54,35 @@ def loss_spec(config: TrainConfig) -> LossSpec:
         kl_coef=algo.kl_coef,
         entropy_coef=algo.entropy_coef,
     )
+
+
+def expert_renderer(
+    config: TrainConfig, tokenizer: Any
+) -> Callable[[Trajectory], Sample | None] | None:
+    """With ``tasks:``, how an expert trajectory reads as the iflow agent's episode of its
+    task (the prompt profile and tool format of ``tasks``, cut at its context limit): the
+    tokens SFT trains on (:func:`roll.sft.tokenize_trajectory`); None for environments."""
+    if config.tasks is None:
+        return None
+    from roll.demonstrations import as_compact, iflow_tool_schemas
+    from roll.sft import tokenize_trajectory
+
+    compact = config.tasks.prompt_profile == "compact"
+    tools = iflow_tool_schemas(compact=compact)
+    limit = config.tasks.context_limit
+    fmt = config.tasks.tool_format
+    cache: dict[str, Sample | None] = {}
+
+    def render(trajectory: Trajectory) -> Sample | None:
+        key = trajectory.trajectory_id
+        if key not in cache:
+            shown = as_compact(trajectory) if compact else trajectory
+            done = tokenize_trajectory(shown, tokenizer, tools, max_seq_len=limit, tool_format=fmt)
+            cache[key] = done.sample if done is not None else None
+        kept = cache[key]
+        return copy.deepcopy(kept) if kept is not None else None
+
+    return render
 
 
 def _group_rewards(samples: list[Sample]) -> dict[Any, list[float]]:
@@ -119,6 +149,7 @@ def run_train(config: TrainConfig, *, resume: bool = False, log: Any = None) -> 
         )
         world = session.world
         experts = Experts(config) if config.resample is not None else None
+        render = expert_renderer(config, session.tokenizer) if experts is not None else None
         if experts is not None and "experts" in session.state:
             experts.load_state(session.state["experts"])
         backend = make_backend(config, session)
@@ -136,7 +167,7 @@ def run_train(config: TrainConfig, *, resume: bool = False, log: Any = None) -> 
             if world.is_main:
                 rollouts_dir.mkdir(parents=True, exist_ok=True)
                 write_jsonl(rollouts_dir / f"step-{step + 1:06d}.jsonl", trajectories)
-            samples, imitate = _samples(trajectories, config, experts, metrics)
+            samples, imitate = _samples(trajectories, config, experts, metrics, render)
             update_began = time.perf_counter()
             result_metrics = _update(session, config, samples, reference, imitate, norm_length)
             update_s = time.perf_counter() - update_began
@@ -163,10 +194,12 @@ def _samples(
     config: TrainConfig,
     experts: Experts | None,
     metrics: dict[str, float],
+    render: Callable[[Trajectory], Sample | None] | None = None,
 ) -> tuple[list[Sample], set[Any]]:
     """The step's samples (without the groups of equal rewards when they are dropped) and the
-    groups that get the imitation term; moves the resampling anchors by the groups' rewards
-    and adds the figures about them to ``metrics``."""
+    groups that get the imitation term, with ``render`` (tasks) the whole expert of each such
+    group that started from the beginning; moves the resampling anchors by the groups'
+    rewards and adds the figures about them to ``metrics``."""
     # a rewritten history (compression, a sub-agent, a forked gateway call) is a
     # separate sample from where its prompt stops extending the tokens before it
     samples = [sample_from_trajectory(p) for t in trajectories for p in split_segments(t)]
@@ -174,23 +207,28 @@ def _samples(
     groups = _group_rewards(samples)
     uniform = {g for g, r in groups.items() if len(set(r)) <= 1}
     metrics["rollout/uniform_groups"] = float(len(uniform))
-    if experts is not None:
-        _advance_anchors(experts, config, groups)
-        metrics["resample/anchor_mean"] = sum(experts.state()) / len(experts.state())
     imitate = {g for g, r in groups.items() if needs_imitation(r)} if experts else set()
+    whole: list[Sample] = []
+    if experts is not None:
+        if render is not None:
+            whole, unmatched = whole_expert_samples(samples, imitate, experts, render)
+            metrics["resample/whole_experts"] = float(len(whole))
+            metrics["resample/whole_experts_unmatched"] = float(unmatched)
+        _advance_anchors(experts, config, groups)
+        if experts.state():
+            metrics["resample/anchor_mean"] = sum(experts.state()) / len(experts.state())
     if config.rollout.drop_uniform_groups:
         samples = [s for s in samples if s.group not in uniform or s.group in imitate]
-    return samples, imitate
+    return samples + whole, imitate
 
 
 def _advance_anchors(experts: Experts, config: TrainConfig, groups: dict[Any, list[float]]) -> None:
-    if experts.config.mode != "sequential":
-        return
-    for group, rewards in groups.items():
-        index = experts.group_expert.get(group)  # (a task without an expert: none)
-        if index is not None:
-            experts.rollback[index].update(rewards)
-    experts.group_expert.clear()
+    if experts.config.mode == "sequential":
+        for group, rewards in groups.items():
+            index = experts.group_expert.get(group)  # (a task without an expert: none)
+            if index is not None:
+                experts.rollback[index].update(rewards)
+    experts.group_expert.clear()  # (this step's groups)
 
 
 def _update(

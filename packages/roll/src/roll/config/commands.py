@@ -88,6 +88,11 @@ class TrainConfig(_Section):
                 "self_experts: true (the policy's own successes become the experts)"
             )
         if self.tasks is None:
+            if self.resample.mode == "start":
+                raise ValueError(
+                    "resample.mode: start imitates whole expert trajectories rendered as the "
+                    "iflow agent sees a task; it needs tasks: (or choose sequential or parallel)"
+                )
             return self
         if self.tasks.agent.transport == "gateway":
             raise ValueError(

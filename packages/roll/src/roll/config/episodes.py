@@ -108,12 +108,16 @@ class ResampleConfig(_Section):
     self_experts: bool = False
     """With ``tasks:``: a task without an expert takes the policy's first successful
     trajectory of it as its expert (self-sampling); with no ``experts`` file, every task."""
-    mode: Literal["sequential", "parallel"] = "sequential"
+    mode: Literal["sequential", "parallel", "start"] = "sequential"
     """``sequential``: start from the last expert chunk and roll back as groups succeed;
-    ``parallel``: start groups at ``anchors`` evenly spread anchors at once."""
+    ``parallel``: start groups at ``anchors`` evenly spread anchors at once; ``start``
+    (``tasks:`` only): every group from the task's beginning, nothing replayed, so the
+    experts serve the imitation term alone."""
     anchors: int = Field(default=3, ge=1)
     """``parallel``: how many anchors, spread evenly over the expert's chunks (1: the last)."""
     threshold: float = Field(default=0.5, gt=0, le=1)
     """Share of positive episodes at the current anchor that moves it one chunk back."""
     imitation_coef: float = Field(default=0.1, ge=0)
-    """Weight of the NLL term on the expert prefix of groups without a positive episode."""
+    """Weight of the NLL term for groups without a positive episode: on the expert prefix
+    they were started from, or (``tasks:``) on the expert's whole trajectory when they
+    started from the task's beginning."""
