@@ -30,7 +30,7 @@ from rock.bench.images import BENCH_BASE
 from rock.engine import connect
 from rock.verifier import toolchain
 
-TESTS = '''
+TESTS = """
 from pathlib import Path
 
 def test_source_untouched():
@@ -38,7 +38,7 @@ def test_source_untouched():
 
 def test_output():
     assert Path("/app/answer.txt").read_text().strip() == "3"
-'''
+"""
 """The shape of a demo task's tests (text-count): two checks of files in /app."""
 
 
@@ -99,7 +99,7 @@ def main() -> None:
         box.put_archive("/opt/tc", _tar({"bytecode.zip": site, "sources.zip": _sources_only(site)}))
         _time(box, "/opt/tc/bytecode.zip", 2)  # warm the page cache for both
         _time(box, "/opt/tc/sources.zip", 2)
-        rows = {}
+        rows: dict[str, list[float]] = {}
         for name in ("sources", "bytecode", "sources", "bytecode"):  # interleaved, twice
             wall, cpu = _time(box, f"/opt/tc/{name}.zip", args.runs // 2)
             got = rows.setdefault(name, [0.0, 0.0])
