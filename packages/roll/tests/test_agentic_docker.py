@@ -497,18 +497,12 @@ async def test_a_group_starts_from_forks_of_a_sandbox_the_expert_s_turns_ran_in(
     assert left == [] or all(b.state == "deleted" for b in left)
 
 
-def test_roll_train_on_tasks_resamples_from_expert_turns_in_forked_sandboxes(
-    tmp_path: Path, tiny: Path
-) -> None:
-    """`roll train` with `tasks:` and `resample:` (parallel anchors): each step's group of
-    the task starts at the expert's anchors in turn (0, then the last chunk), its episodes
-    in forks of the sandbox the expert's turns were replayed in; the anchor reaches the
-    rollouts, and the expert's turns carry their token ids (the imitation term's, not RL's)."""
-    import json
+def _train_on_one_task_with_its_expert(tmp_path: Path, tiny: Path, *overrides: str) -> None:
+    """`roll train` (IPA, the tiny policy, one group of 2 a step) on the first synth-mini task
+    with its expert trajectory as `resample.experts`, in `tmp_path / "run"`."""
     import shutil
 
     from roll.config import TrainConfig, load_config
-    from roll.metrics import read_metrics
     from roll.train import run_train
 
     task = sorted(TASKS.iterdir())[0]
@@ -520,25 +514,31 @@ def test_roll_train_on_tasks_resamples_from_expert_turns_in_forked_sandboxes(
         TrainConfig,
         None,
         [
-            f"run_dir={tmp_path / 'run'}",
-            f"model.path={tiny}",
-            f"tasks.dataset={tmp_path / 'data'}",
-            "tasks.pool_size=1",
-            "tasks.max_turns=6",
-            "tasks.context_limit=100000",
-            "rollout.groups_per_step=1",
-            "rollout.group_size=2",
-            "rollout.max_new_tokens=16",
-            f"resample.experts={experts}",
-            "resample.mode=parallel",
-            "resample.anchors=2",
-            "algorithm.name=ipa",
-            "run.steps=2",
-            "run.progress=false",
-            "run.tensorboard=false",
+            f"run_dir={tmp_path / 'run'}", f"model.path={tiny}",
+            f"tasks.dataset={tmp_path / 'data'}", "tasks.pool_size=1",
+            "tasks.context_limit=100000", "rollout.groups_per_step=1", "rollout.group_size=2",
+            f"resample.experts={experts}", "algorithm.name=ipa", "run.progress=false",
+            "run.tensorboard=false", *overrides,
         ],
-    )
+    )  # fmt: skip
     run_train(config, log=lambda _m: None)
+
+
+def test_roll_train_on_tasks_resamples_from_expert_turns_in_forked_sandboxes(
+    tmp_path: Path, tiny: Path
+) -> None:
+    """`roll train` with `tasks:` and `resample:` (parallel anchors): each step's group of
+    the task starts at the expert's anchors in turn (0, then the last chunk), its episodes
+    in forks of the sandbox the expert's turns were replayed in; the anchor reaches the
+    rollouts, and the expert's turns carry their token ids (the imitation term's, not RL's)."""
+    import json
+
+    from roll.metrics import read_metrics
+
+    _train_on_one_task_with_its_expert(
+        tmp_path, tiny, "tasks.max_turns=6", "rollout.max_new_tokens=16",
+        "resample.mode=parallel", "resample.anchors=2", "run.steps=2",
+    )  # fmt: skip
     records = read_metrics(tmp_path / "run")
     assert [r["rollout/episodes"] for r in records] == [2, 2]
     anchors = []
@@ -559,39 +559,12 @@ def test_roll_train_on_tasks_imitates_the_whole_expert_of_a_group_without_a_succ
     """`resample.mode: start`: the group runs the task from its beginning in real sandboxes;
     the tiny policy solves nothing, so the step adds the expert's whole trajectory (rendered
     as the agent's episode, its prompt matching the episodes') with an imitation term."""
-    import shutil
-
-    from roll.config import TrainConfig, load_config
     from roll.metrics import read_metrics
-    from roll.train import run_train
 
-    task = sorted(TASKS.iterdir())[0]
-    shutil.copytree(task, tmp_path / "data" / "tasks" / task.name)
-    experts = tmp_path / "experts.jsonl"
-    lines = (TASKS.parent / "trajectories.jsonl").read_text().splitlines()
-    experts.write_text("".join(f"{x}\n" for x in lines if f'"{task.name}"' in x))
-    config = load_config(
-        TrainConfig,
-        None,
-        [
-            f"run_dir={tmp_path / 'run'}",
-            f"model.path={tiny}",
-            f"tasks.dataset={tmp_path / 'data'}",
-            "tasks.pool_size=1",
-            "tasks.max_turns=2",
-            "tasks.context_limit=100000",
-            "rollout.groups_per_step=1",
-            "rollout.group_size=2",
-            "rollout.max_new_tokens=8",
-            f"resample.experts={experts}",
-            "resample.mode=start",
-            "algorithm.name=ipa",
-            "run.steps=1",
-            "run.progress=false",
-            "run.tensorboard=false",
-        ],
-    )
-    run_train(config, log=lambda _m: None)
+    _train_on_one_task_with_its_expert(
+        tmp_path, tiny, "tasks.max_turns=2", "rollout.max_new_tokens=8", "resample.mode=start",
+        "run.steps=1",
+    )  # fmt: skip
     (record,) = read_metrics(tmp_path / "run")
     assert record["rollout/reward_mean"] == 0.0
     assert (record["resample/whole_experts"], record["resample/whole_experts_unmatched"]) == (1, 0)
