@@ -228,7 +228,8 @@ def _advance_anchors(experts: Experts, config: TrainConfig, groups: dict[Any, li
             index = experts.group_expert.get(group)  # (a task without an expert: none)
             if index is not None:
                 experts.rollback[index].update(rewards)
-    experts.group_expert.clear()  # (this step's groups)
+    for group in groups:  # this step's groups (others may be in flight, rollouts async)
+        experts.group_expert.pop(group, None)
 
 
 def _update(
