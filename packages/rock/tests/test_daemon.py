@@ -667,6 +667,31 @@ def test_a_paused_sandbox_keeps_its_processes_refuses_calls_and_outlives_its_ttl
     assert client.info(box.id).state == "deleted"
 
 
+def test_a_maintenance_pass_as_a_sandbox_resumes_does_not_reap_it(
+    daemon: Running, client: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A sandbox paused past its TTL and resumed gets its new TTL before it is in use again:
+    a maintenance pass landing in between (seen in CI: the next command was refused, "busy
+    (resumed by its client); create a new one") finds nothing due."""
+    box = client.create(ttl_sec=3)
+    box.pause()
+    time.sleep(4)  # past its TTL, paused
+    manager = daemon.daemon.manager
+    transition = manager.store.transition
+
+    def then_a_maintenance_pass(sandbox_id: str, to_state: object, *args: object, **kw: object):
+        record = transition(sandbox_id, to_state, *args, **kw)  # type: ignore[arg-type]
+        if sandbox_id == box.id and str(to_state) == "busy":
+            manager._reap()
+        return record
+
+    monkeypatch.setattr(manager.store, "transition", then_a_maintenance_pass)
+    box.resume()  # its TTL starts again: 3 s from here
+    assert box.exec("echo on").stdout == b"on\n"
+    assert client.info(box.id).state == "busy"
+    box.delete()
+
+
 # --- images built from a context -----------------------------------------------------------
 
 

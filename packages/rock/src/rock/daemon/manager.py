@@ -321,13 +321,17 @@ class SandboxManager(PoolsMixin, UpkeepMixin, ImagesMixin, VerbsMixin):
         if record.state != S.PAUSED or box is None:
             raise SandboxConflict(f"sandbox {sandbox_id} is {record.state}, not paused.")
         box.resume()
-        self.store.transition(sandbox_id, S.BUSY, "resumed by its client")
-        with self._lock:
-            self._paused.discard(sandbox_id)
         ttl = (
             ttl_sec if ttl_sec is not None else SandboxSpec.model_validate(record.spec_json).ttl_sec
         )
-        return self._info(self.store.set_expiry(sandbox_id, ttl))
+        # its new TTL and last use before it is busy (reapable) again: a maintenance pass in
+        # between would find it past the old TTL (or idle for the pause) and delete it
+        self.store.set_expiry(sandbox_id, ttl)
+        self.store.touch(sandbox_id)
+        done = self.store.transition(sandbox_id, S.BUSY, "resumed by its client")
+        with self._lock:
+            self._paused.discard(sandbox_id)
+        return self._info(done)
 
     def stop(self, sandbox_id: str) -> SandboxInfo:
         box = self._box(sandbox_id, allow_stopped=True)
