@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 from bench_fakes import (
@@ -176,3 +177,33 @@ def test_same_test_name_in_two_files_keeps_both_outcomes() -> None:
     assert got["tests/test_a.py::test_x"] == "passed"
     assert got["tests/test_b.py::test_x"] == "failed"
     assert got["tests/test_c.py:4"] == "skipped"
+
+
+@pytest.mark.docker
+def test_the_reward_is_read_from_the_logs_copied_out(tmp_path: Path, docker_client: Any) -> None:
+    """/logs/verifier is copied out whole, so the reward comes from that copy and not from
+    two more copies out (one exec or two each). A reward file that is a link points into the
+    sandbox: it counts as none, as a copy out of the sandbox refuses it, and never reads the
+    file of this machine it names."""
+    from rock.backends.docker import DockerBackend
+    from rock.models import SandboxSpec
+    from rock.verifier.run import stage
+
+    host_file = tmp_path / "host-reward.json"
+    host_file.write_text('{"reward": 1}')
+    task = tb2_task(tmp_path)
+    (task.tests_dir / "test.sh").write_text(
+        "#!/bin/bash\necho 0 > /logs/verifier/reward.txt\n"
+        f"ln -s {host_file} /logs/verifier/reward.json\n"
+    )
+    backend = DockerBackend(docker_client, daemon_id="pytest")
+    with backend.create(SandboxSpec(memory_mb=256, pids_limit=128)) as sandbox:
+        stage(task, sandbox)
+        reads: list[str] = []
+        real = sandbox.read_file
+        sandbox.read_file = lambda path: reads.append(path) or real(path)  # type: ignore[method-assign]
+        outcome = run_verifier(task, sandbox, tmp_path / "v", timeout_sec=30)
+    assert reads == []
+    assert outcome.failure_mode == FailureMode.NONE
+    assert outcome.reward == 0.0 and not outcome.is_resolved
+    assert (tmp_path / "v" / "logs" / "reward.txt").read_text() == "0\n"

@@ -311,6 +311,91 @@ def test_copies_without_sha256sum_or_python3_are_read_back(
     assert isolated.read_file("/work/x") == b"by the engine"
 
 
+def _counting(box: DockerSandbox, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The first word of each script the sandbox's copies run, as they run."""
+    scripts: list[str] = []
+    real = box.run
+
+    def run(request: Any) -> Any:
+        scripts.append(
+            str(request.command[2]).split()[0] if request.command[:2] == ["sh", "-c"] else ""
+        )
+        return real(request)
+
+    monkeypatch.setattr(box, "run", run)
+    return scripts
+
+
+def test_a_copy_is_one_exec_each_way(
+    sandbox: DockerSandbox, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each exec costs the engine about 50 ms of CPU, and an episode copies several times:
+    a copy in checks and merges in the exec that unpacks it, and a copy out sends its
+    digests after its tar; a copy of more digests than an environment holds takes two."""
+    tree = _tree(tmp_path / "tree")
+    scripts = _counting(sandbox, monkeypatch)
+    sandbox.upload(tree, "/srv/one")
+    assert len(scripts) == 1
+    sandbox.download("/srv/one", tmp_path / "back")
+    assert len(scripts) == 2
+    assert _local_listing(tmp_path / "back") == _local_listing(tree)
+    monkeypatch.setattr(_copy, "SUMS_MAX", 10)
+    sandbox.upload(tree, "/srv/two")
+    assert len(scripts) == 4
+    assert _listing(sandbox, "/srv/two") == _local_listing(tree)
+    assert sandbox.exec("ls -A /srv | grep -c rock-cp").stdout_text.strip() == "0"
+
+
+@pytest.mark.parametrize("sums_max", [_copy.SUMS_MAX, 0])
+def test_a_folder_of_no_files_copies_in(
+    sandbox: DockerSandbox, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sums_max: int
+) -> None:
+    """``sha256sum -c`` refuses an empty list: a tree of folders alone was refused as a file
+    that 'did not arrive whole'."""
+    monkeypatch.setattr(_copy, "SUMS_MAX", sums_max)
+    (tmp_path / "tree" / "a" / "b").mkdir(parents=True)
+    sandbox.upload(tmp_path / "tree", "/srv/dirs")
+    assert sandbox.exec("test -d /srv/dirs/a/b").exit_code == 0
+
+
+def test_odd_names_and_a_file_changed_under_the_copy_out(
+    sandbox: DockerSandbox, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Names with a newline or backslash come back checked (sha256sum escapes them); a file
+    whose digest in the sandbox differs from the one tar sent is read again, then refused."""
+    sandbox.exec(
+        "mkdir -p /srv/odd && printf a > '/srv/odd/new\nline' && printf b > '/srv/odd/b\\s'"
+    )
+    sandbox.download("/srv/odd", tmp_path / "odd")
+    assert sorted(p.name for p in (tmp_path / "odd").iterdir()) == ["b\\s", "new\nline"]
+    real = _copy.manifest
+    monkeypatch.setattr(
+        _copy,
+        "manifest",
+        lambda data, what: _copy.Manifest(
+            {name: "0" * 64 for name in real(data, what).digests}, len(data)
+        ),
+    )
+    with pytest.raises(
+        SandboxError, match=r"^/srv/odd/.* changed while it was copied out \(twice\)"
+    ):
+        sandbox.download("/srv/odd", tmp_path / "again")
+
+
+def test_copies_out_with_python3_but_no_sha256sum_are_checked(
+    sandbox: DockerSandbox, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert sandbox.exec("mv /usr/bin/sha256sum /usr/bin/sha256sum.off").exit_code == 0
+    tree = _tree(tmp_path / "tree")
+    sandbox.upload(tree, "/work/tree")
+    sandbox.download("/work/tree", tmp_path / "back")
+    assert _local_listing(tmp_path / "back") == _local_listing(tree)
+    assert sandbox.read_file("/work/tree/run.sh") == b"#!/bin/sh\necho ran\n"
+    monkeypatch.setattr(_copy, "listed_sums", lambda listed: {})
+    with pytest.raises(SandboxError, match="changed while it was copied out"):
+        sandbox.read_file("/work/tree/run.sh")
+
+
 def test_paths_outside_the_root_are_refused(sandbox: DockerSandbox) -> None:
     with pytest.raises(PathEscape, match=r"^/\.\./etc/x climbs above the root of sandbox sb-"):
         sandbox.write_file("/../etc/x", b"")

@@ -24,6 +24,7 @@ from rock.bench.agents import NopAgent, OracleAgent
 from rock.episode_runner import FreshSandboxes, MaterializeError, PoolRunner, materialize
 from rock.errors import DaemonUnreachable
 from rock.pool_image import ensure_pool_image
+from rock.verifier.run import AGENT_LOGS, VERIFIER_LOGS
 
 pytestmark = pytest.mark.docker
 ROOT = Path(__file__).resolve().parents[3]
@@ -73,6 +74,28 @@ def test_materialize_applies_copy_run_and_workdir(tmp_path: Path, fresh: FreshSa
         )
     finally:
         fresh.release(box)
+
+
+def test_materialize_makes_the_workdirs_before_any_run_with_the_log_folders(
+    tmp_path: Path, fresh: FreshSandboxes
+) -> None:
+    """One exec fewer per episode: a WORKDIR before the first RUN is made with the log
+    folders; one after a RUN is made in its turn, so that RUN does not see it early."""
+    task, _ = _task(tmp_path)
+    dockerfile = task.path / "environment" / "Dockerfile"
+    dockerfile.write_text(
+        dockerfile.read_text() + "RUN test ! -e /late && test -d /app\nWORKDIR /late\n"
+    )
+    box = fresh.acquire()
+    commands: list[object] = []
+    real = box.exec
+    box.exec = lambda command, **kw: commands.append(command) or real(command, **kw)  # type: ignore[method-assign]
+    try:
+        assert materialize(task, box) == "/late"
+    finally:
+        fresh.release(box)
+    assert commands[0] == ["mkdir", "-p", AGENT_LOGS, VERIFIER_LOGS, "/app"]
+    assert commands[1:] == ["test ! -e /late && test -d /app", ["mkdir", "-p", "/late"]]
 
 
 @pytest.mark.parametrize(

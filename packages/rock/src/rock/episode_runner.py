@@ -92,8 +92,10 @@ def materialize(task: Task, sandbox: Sandbox, *, image: str = SYNTH_IMAGE) -> st
     working directory it ends in."""
     workdir = "/"
     context = task.environment.build_context or task.path / "environment"
-    sandbox.exec(["mkdir", "-p", AGENT_LOGS, VERIFIER_LOGS], timeout=30)
-    for i, (word, arg) in enumerate(dockerfile_steps(task)):
+    steps = dockerfile_steps(task)
+    made = _early_workdirs(steps)  # made with the log folders, one exec fewer each
+    sandbox.exec(["mkdir", "-p", AGENT_LOGS, VERIFIER_LOGS, *made], timeout=30)
+    for i, (word, arg) in enumerate(steps):
         if word == "FROM":
             if i != 0 or arg.split()[0] != image:
                 raise MaterializeError(
@@ -112,7 +114,7 @@ def materialize(task: Task, sandbox: Sandbox, *, image: str = SYNTH_IMAGE) -> st
                 raise MaterializeError(
                     f"task {task.id}: COPY source {parts[0]} is not in its context"
                 )
-            dest = parts[1] if parts[1].startswith("/") else f"{workdir.rstrip('/')}/{parts[1]}"
+            dest = _workdir(workdir, parts[1])
             data, target = pack_upload(source, dest, mtime=FILE_MTIME)
             sandbox.put_archive(target, data)
         elif word == "RUN":
@@ -123,8 +125,9 @@ def materialize(task: Task, sandbox: Sandbox, *, image: str = SYNTH_IMAGE) -> st
                     f"{(result.stderr_text or result.stdout_text).strip()[-300:]}"
                 )
         elif word == "WORKDIR":
-            workdir = arg if arg.startswith("/") else f"{workdir.rstrip('/')}/{arg}"
-            sandbox.exec(["mkdir", "-p", workdir], timeout=30)
+            workdir = _workdir(workdir, arg)
+            if workdir not in made:
+                sandbox.exec(["mkdir", "-p", workdir], timeout=30)
         else:
             raise MaterializeError(
                 f"task {task.id}: the Dockerfile instruction {word} cannot be applied to a "
@@ -132,6 +135,25 @@ def materialize(task: Task, sandbox: Sandbox, *, image: str = SYNTH_IMAGE) -> st
                 "`rock bench`"
             )
     return workdir
+
+
+def _workdir(current: str, arg: str) -> str:
+    """Where ``arg`` (a WORKDIR's or a COPY's destination) is, from ``current``."""
+    return arg if arg.startswith("/") else f"{current.rstrip('/')}/{arg}"
+
+
+def _early_workdirs(steps: list[tuple[str, str]]) -> list[str]:
+    """The folders of the WORKDIRs before the first RUN: no command can see that they were
+    made before their turn (a COPY makes the folders it writes into anyway)."""
+    made: list[str] = []
+    workdir = "/"
+    for word, arg in steps:
+        if word == "RUN":
+            break
+        if word == "WORKDIR":
+            workdir = _workdir(workdir, arg)
+            made.append(workdir)
+    return made
 
 
 class SandboxSource(Protocol):

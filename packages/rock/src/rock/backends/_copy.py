@@ -6,9 +6,12 @@ and a /tmp of its own, and under either runtime a mount such as /dev/shm hides w
 writes beneath it; such a copy "succeeds" and never appears. So copies go through ``tar`` in
 the sandbox (fed and read over exec), land in a staging folder, are checked there against
 the digests computed here (``sha256sum -c``, else python3, else read back), and only then
-move into place: a copy that fails or does not match leaves nothing half-written. This
-module holds the shell run in the sandbox, the host's side of the check, and
-:class:`Copier`, which the docker backend's file verbs are.
+move into place: a copy that fails or does not match leaves nothing half-written. A copy
+is one exec each way where it can be (each exec costs the engine about 50 ms of CPU, and an
+episode copies several times): the digests travel in the copy-in's environment, and a
+copy-out's own digests follow its tar on stderr. This module holds the shell run in the
+sandbox, the host's side of the check, and :class:`Copier`, which the docker backend's file
+verbs are.
 """
 
 from __future__ import annotations
@@ -123,6 +126,86 @@ so no second copy of the data), or remove it and NEW when it does not match; ``c
 only check, in DIR (a download's source); ``merge``: move without checking; ``abort``:
 remove STAGE and NEW."""
 
+PUT = r"""
+dir=$1 stage=$2
+new= p=$dir
+while [ ! -e "$p" ] && [ ! -L "$p" ]; do new=$p; p=$(dirname -- "$p"); done
+[ -d "$p" ] || { printf '%s\n' "$p" >&2; exit 21; }
+mkdir -p -- "$stage" || exit 22
+printf '%s\0' "$new"
+command -v tar >/dev/null 2>&1 || exit 27
+abort() { cd / && rm -rf -- "$stage" ${new:+"$new"}; exit "$1"; }
+tar -x --no-same-owner -f - -C "$stage" || abort "$?"
+cd -- "$stage" || abort 30
+if [ -n "$ROCK_SUMS" ]; then
+  if command -v sha256sum >/dev/null 2>&1; then
+    printf '%s' "$ROCK_SUMS" | sha256sum -c --quiet - || abort 31
+  elif command -v python3 >/dev/null 2>&1; then
+    printf '%s' "$ROCK_SUMS" | python3 -c "$CHECK_PY" || abort 31
+  else
+    exit 40
+  fi
+fi
+for e in "$stage"/* "$stage"/.[!.]* "$stage"/..?*; do
+  [ -e "$e" ] || [ -L "$e" ] || continue
+  cp -alf -- "$e" "$dir"/ 2>/dev/null || cp -af -- "$e" "$dir"/ || abort 32
+done
+cd / && rm -rf -- "$stage"
+"""
+"""``sh -c PUT rock-cp DIR STAGE`` with the tar on stdin and its digests (``sha256sum -c``
+lines) in ``ROCK_SUMS``: PREPARE and FINISH's ``check-merge`` in one exec. It prints NEW
+and a NUL first; it exits as they do (40 with the copy left in STAGE, unchecked; 27 with
+STAGE made and nothing unpacked), and removes STAGE and NEW itself when the copy fails."""
+
+SUMS_MAX = 64 * 1024
+"""The most bytes of digests a copy-in carries in its environment (one string of the
+environment may hold 128 KiB); a copy of more files sends them on stdin, in a second exec."""
+
+SUMS_MARK = b"\n__ROCK_SUMS__\n"
+"""What a copy-out prints on stderr between tar's messages and the files' digests."""
+
+SUMS_PY = r"""
+import hashlib, os, sys
+out, base = sys.stdout.buffer, sys.argv[1]
+paths = [base] if os.path.isfile(base) else (
+    os.path.join(top, name) for top, dirs, files in os.walk(base) for name in files
+)
+for path in paths:
+    if os.path.islink(path) or not os.path.isfile(path):
+        continue
+    h = hashlib.sha256()
+    try:
+        with open(path, "rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                h.update(block)
+    except OSError:
+        continue
+    raw, lead = os.fsencode(path), b""
+    if b"\\" in raw or b"\n" in raw:  # sha256sum's escaped form
+        raw, lead = raw.replace(b"\\", b"\\\\").replace(b"\n", b"\\n"), b"\\"
+    out.write(lead + h.hexdigest().encode() + b"  " + raw + b"\n")
+"""
+
+GET = r"""
+parent=$1 base=$2
+cd -- "$parent" 2>/dev/null && { [ -e "$base" ] || [ -L "$base" ]; } || exit 44
+command -v tar >/dev/null 2>&1 || exit 27
+tar -c -f - -- "$base"
+st=$?
+printf '\n__ROCK_SUMS__\n' >&2
+if command -v sha256sum >/dev/null 2>&1 && command -v find >/dev/null 2>&1; then
+  find "./$base" -type f -exec sha256sum -- {} + >&2
+elif command -v python3 >/dev/null 2>&1; then
+  python3 -c "$SUMS_PY" "./$base" >&2
+else
+  printf 'unchecked\n' >&2
+fi
+exit "$st"
+"""
+"""``sh -c GET rock-cp PARENT BASE``: PACK, then (on stderr, after :data:`SUMS_MARK`) the
+digest of every regular file under PARENT/BASE as the sandbox sees it once tar is done, in
+``sha256sum``'s form, or ``unchecked`` where it has neither sha256sum nor python3."""
+
 PACK = r"""
 parent=$1 base=$2
 cd -- "$parent" 2>/dev/null && { [ -e "$base" ] || [ -L "$base" ]; } || exit 44
@@ -186,6 +269,34 @@ def first_failed(output: bytes) -> str | None:
         if sep:
             return name.removeprefix("\\")
     return None
+
+
+def listed_sums(listed: bytes) -> dict[str, str]:
+    """The digests a copy-out printed after :data:`SUMS_MARK` (``sha256sum``'s lines, a
+    name with a backslash or newline escaped), by member name; other lines are left out."""
+    sums: dict[str, str] = {}
+    for line in listed.split(b"\n"):
+        escaped = line.startswith(b"\\")
+        line = line[1:] if escaped else line
+        digest, gap, raw = line[:64], line[64:66], line[66:]
+        if gap != b"  " or not re.fullmatch(rb"[0-9a-f]{64}", digest):
+            continue  # (a message of sha256sum's: a file it could not read)
+        if escaped:
+            raw = re.sub(rb"\\(.)", lambda m: b"\n" if m.group(1) == b"n" else m.group(1), raw)
+        name = member_name(raw.decode("utf-8", "surrogateescape"))
+        sums[name] = digest.decode()
+    return sums
+
+
+def _env_text(sums: bytes) -> str | None:
+    """``sums`` as the value of an environment variable, or None when it does not fit
+    (:data:`SUMS_MAX`) or is no UTF-8 (a file name that is not)."""
+    if len(sums) > SUMS_MAX:
+        return None
+    try:
+        return sums.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
 
 
 def sandbox_path(path: str, sandbox_id: str) -> str:
@@ -260,13 +371,21 @@ class Copier:
 
     def put_archive(self, directory: str, data: bytes) -> None:
         """Unpack ``data`` in a staging folder in ``directory``, check every file against
-        its digest there, then move it into place; on any failure nothing is left."""
+        its digest there, then move it into place; on any failure nothing is left. One
+        exec when the digests fit in its environment (:data:`SUMS_MAX`), else two."""
         directory = sandbox_path(directory, self.box.id)
         expected = manifest(data, f"the archive sent for {directory}")
         stage = posixpath.join(directory, STAGE_PREFIX + secrets.token_hex(4))
         into = f"while copying {mb(expected.size)} into {directory}"
-        prepared = self._step(PREPARE, directory, stage, "1", stdin=data)
-        new = prepared.stdout.decode("utf-8", "surrogateescape")
+        sums = expected.check_lines()
+        one = _env_text(sums)
+        if one is not None:
+            prepared = self._step(PUT, directory, stage, stdin=data, env={"ROCK_SUMS": one})
+            printed, _, after = prepared.stdout.partition(b"\0")
+        else:
+            prepared = self._step(PREPARE, directory, stage, "1", stdin=data)
+            printed, after = prepared.stdout, b""
+        new = printed.decode("utf-8", "surrogateescape")
         try:
             if prepared.exit_code == NOT_A_DIRECTORY:
                 blocker = prepared.stderr_text.strip().splitlines()[-1]
@@ -276,11 +395,13 @@ class Copier:
                 )
             if prepared.exit_code == NO_TAR:
                 self._put_without_tar(stage, data, directory)
+                finished = self._finish(directory, stage, new, expected)
+            elif one is not None:  # the one exec checked and merged too
+                finished = prepared.model_copy(update={"stdout": after})
             elif prepared.exit_code != 0:
                 raise self._copy_failed(prepared, into, directory, expected.size)
-            finished = self._step(
-                FINISH, directory, stage, new, "check-merge", stdin=expected.check_lines()
-            )
+            else:
+                finished = self._finish(directory, stage, new, expected)
             if finished.exit_code == UNCHECKED:  # no sha256sum, no python3 there
                 self._read_back(stage, expected, directory)
                 finished = self._step(FINISH, directory, stage, new, "merge")
@@ -298,32 +419,78 @@ class Copier:
                 self._step(FINISH, directory, stage, new, "abort")
             raise
 
+    def _finish(self, directory: str, stage: str, new: str, expected: Manifest) -> ExecResult:
+        """FINISH's check-merge of a copy unpacked in ``stage`` (a plain merge when it holds
+        no regular file: ``sha256sum -c`` refuses an empty list)."""
+        if not expected.digests:
+            return self._step(FINISH, directory, stage, new, "merge")
+        return self._step(
+            FINISH, directory, stage, new, "check-merge", stdin=expected.check_lines()
+        )
+
     def get_archive(self, path: str) -> bytes:
         """A tar of ``path`` read by tar in the sandbox, checked against the sandbox's own
-        digests (once more when a file changed while it was read)."""
+        digests of its files once tar is done, in the same exec (read once more when a file
+        changed while it was read)."""
         path = sandbox_path(path, self.box.id)
         if path == "/":
             raise SandboxError(
                 f"the whole root of sandbox {self.box.id} cannot be copied out; name a folder in it."
             )
-        parent = posixpath.dirname(path)
+        parent, base = posixpath.split(path)
         failed = "a file"
         for _ in range(2):
-            archive = self._pack(path)
-            got = manifest(archive, f"the archive of {path} that sandbox {self.box.id} sent")
-            checked = self._step(FINISH, parent, "", "", "check", stdin=got.check_lines())
-            if checked.exit_code in (0, UNCHECKED):
-                return archive
-            if checked.exit_code != MISMATCH:
-                raise self._copy_failed(checked, f"while checking {path}", path, got.size)
-            failed = first_failed(checked.stdout) or failed
+            packed = self._step(GET, parent, base, max_output=1 << 62)
+            if packed.exit_code == MISSING:
+                raise PathMissing(f"{path} does not exist in sandbox {self.box.id}.")
+            if packed.exit_code == NO_TAR:
+                return self._get_checked_without_tar(path)
+            told, mark, listed = packed.stderr.partition(SUMS_MARK)
+            if not mark or (
+                packed.exit_code != 0 and not (packed.exit_code == 1 and packed.stdout)
+            ):
+                told = told if mark else packed.stderr  # (tar's 1: a file changed as it was read)
+                raise self._copy_failed(
+                    packed.model_copy(update={"stderr": told}), f"while copying {path} out", path, 0
+                )
+            got = manifest(packed.stdout, f"the archive of {path} that sandbox {self.box.id} sent")
+            if listed.strip() == b"unchecked":  # neither sha256sum nor python3 there
+                return packed.stdout
+            theirs = listed_sums(listed)
+            changed = [name for name, digest in got.digests.items() if theirs.get(name) != digest]
+            if not changed:
+                return packed.stdout
+            failed = changed[0]
         raise SandboxError(
             f"{posixpath.join(parent, failed)} in sandbox {self.box.id} changed while it was copied "
             "out (twice); copy it again when nothing writes to it."
         )
 
+    def _get_checked_without_tar(self, path: str) -> bytes:
+        """Docker's archive API for an image without tar, checked by FINISH in the sandbox."""
+        archive = self._get_without_tar(path)
+        got = manifest(archive, f"the archive of {path} that sandbox {self.box.id} sent")
+        if not got.digests:
+            return archive
+        parent = posixpath.dirname(path)
+        checked = self._step(FINISH, parent, "", "", "check", stdin=got.check_lines())
+        if checked.exit_code in (0, UNCHECKED):
+            return archive
+        if checked.exit_code != MISMATCH:
+            raise self._copy_failed(checked, f"while checking {path}", path, got.size)
+        failed = first_failed(checked.stdout) or "a file"
+        raise SandboxError(
+            f"{posixpath.join(parent, failed)} in sandbox {self.box.id} changed while it was copied "
+            "out; copy it again when nothing writes to it."
+        )
+
     def _step(
-        self, script: str, *args: str, stdin: bytes | None = None, max_output: int = 1 << 20
+        self,
+        script: str,
+        *args: str,
+        stdin: bytes | None = None,
+        max_output: int = 1 << 20,
+        env: dict[str, str] | None = None,
     ) -> ExecResult:
         """Run one of this module's scripts in the sandbox, as root."""
         return self.box.run(
@@ -332,7 +499,7 @@ class Copier:
                 stdin=stdin,
                 user="0",
                 cwd="/",
-                env={"CHECK_PY": CHECK_PY},
+                env={"CHECK_PY": CHECK_PY, "SUMS_PY": SUMS_PY, **(env or {})},
                 timeout=COPY_TIMEOUT,
                 max_output_bytes=max_output,
             )

@@ -10,10 +10,10 @@ Both run with the offline toolchain first on PATH (see :mod:`rock.verifier`).
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 import re
+import shutil
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -174,8 +174,8 @@ def run_verifier(
         return outcome
     if task.source_format == "tb1":
         return _tb1_verdict(outcome, parsed, result.exit_code)
-    _fetch_logs(sandbox, out_dir)
-    return _reward_verdict(outcome, sandbox, result.exit_code)
+    fetched = _fetch_logs(sandbox, out_dir)
+    return _reward_verdict(outcome, sandbox, result.exit_code, fetched)
 
 
 def _tb1_verdict(
@@ -196,15 +196,19 @@ def _tb1_verdict(
 
 
 def _reward_verdict(
-    outcome: VerifierOutcome, sandbox: SandboxVerbs, exit_code: int
+    outcome: VerifierOutcome, sandbox: SandboxVerbs, exit_code: int, fetched: Path | None
 ) -> VerifierOutcome:
     """A Harbor task's verdict, from the reward its test script wrote (reward.json first,
-    then reward.txt)."""
+    then reward.txt): read from ``fetched``, the copy of /logs/verifier just made, or from
+    the sandbox when that copy failed (each read there is an exec or two)."""
     for path, json_form in ((REWARD_JSON, True), (REWARD_TXT, False)):  # Harbor's order
         try:
-            text = sandbox.read_file(path).decode("utf-8", "replace")
+            data = _reward_file(sandbox, path, fetched)
         except Exception:
             continue
+        if data is None:
+            continue
+        text = data.decode("utf-8", "replace")
         try:
             outcome.rewards = read_rewards(text, json_form=json_form)
         except (ValueError, TypeError) as exc:
@@ -221,6 +225,25 @@ def _reward_verdict(
     return outcome
 
 
-def _fetch_logs(sandbox: SandboxVerbs, out_dir: Path) -> None:
-    with contextlib.suppress(Exception):  # empty or missing: the reward check says enough
-        download(sandbox, VERIFIER_LOGS, out_dir / "logs")
+def _reward_file(sandbox: SandboxVerbs, path: str, fetched: Path | None) -> bytes | None:
+    """The bytes of the reward file ``path``: a regular file in ``fetched`` (a link there
+    points into the sandbox, not at this machine's files, so it counts as none, as the
+    sandbox's copy-out refuses one), or None when there is none."""
+    if fetched is None:
+        return sandbox.read_file(path)
+    local = fetched / path.removeprefix(f"{VERIFIER_LOGS}/")
+    if local.is_symlink() or not local.is_file():
+        return None
+    return local.read_bytes()
+
+
+def _fetch_logs(sandbox: SandboxVerbs, out_dir: Path) -> Path | None:
+    """/logs/verifier copied to ``out_dir``/logs; None when it could not be (empty or
+    missing: the reward check says enough)."""
+    local = out_dir / "logs"
+    shutil.rmtree(local, ignore_errors=True)  # (an earlier try's, which must not be read)
+    try:
+        download(sandbox, VERIFIER_LOGS, local)
+    except Exception:
+        return None
+    return local if local.is_dir() else None
