@@ -187,7 +187,7 @@ class KillsItsFirstSandbox:
         KillsItsFirstSandbox.runs += 1
         if KillsItsFirstSandbox.runs == 1:
             engine = docker.from_env()
-            mine = {"label": "dev.ale.rock.bench.task=lost"}  # this test's task only
+            mine = {"label": f"dev.ale.rock.sandbox={sandbox.id}"}  # its own (not a test's beside)
             for container in engine.containers.list(filters=mine):
                 container.kill()
         sandbox.exec("echo hello > /app/out.txt", timeout=30)

@@ -207,3 +207,20 @@ def test_the_reward_is_read_from_the_logs_copied_out(tmp_path: Path, docker_clie
     assert outcome.failure_mode == FailureMode.NONE
     assert outcome.reward == 0.0 and not outcome.is_resolved
     assert (tmp_path / "v" / "logs" / "reward.txt").read_text() == "0\n"
+
+
+def test_staging_is_the_copies_and_one_exec(tmp_path: Path) -> None:
+    """The tests and the toolchain are copied in (each copy makes the folders it writes
+    into); one exec then makes the log folders and the toolchain importable."""
+    from rock.verifier import toolchain
+    from rock.verifier.run import AGENT_LOGS, TESTS_DIR, VERIFIER_LOGS, stage
+
+    sandbox = FakeSandbox(ExecResult(exit_code=0))
+    stage(tb2_task(tmp_path), sandbox)
+    assert [directory for directory, _ in sandbox.archives] == [TESTS_DIR, toolchain.TOOLCHAIN_DIR]
+    [(command, _)] = sandbox.commands
+    assert command.startswith(f"mkdir -p {TESTS_DIR} {VERIFIER_LOGS} {AGENT_LOGS}; ")
+    assert command.endswith(toolchain.PTH_SETUP)
+    strict = FakeSandbox(ExecResult(exit_code=0))
+    stage(tb2_task(tmp_path / "strict"), strict, stand_ins=False)
+    assert [c for c, _ in strict.commands] == [f"mkdir -p {TESTS_DIR} {VERIFIER_LOGS} {AGENT_LOGS}"]

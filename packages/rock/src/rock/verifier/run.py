@@ -130,14 +130,17 @@ def verdict_of(rewards: dict[str, float]) -> tuple[float, bool]:
 
 def stage(task: Task, sandbox: SandboxVerbs, *, stand_ins: bool = True) -> None:
     """Copy the tests in (and the verifier toolchain, unless ``stand_ins`` is false: the
-    strict check); make the log directories."""
-    sandbox.exec(f"mkdir -p {TESTS_DIR} {VERIFIER_LOGS} {AGENT_LOGS}", timeout=60)
+    strict check); make the log directories, in the exec that makes the toolchain
+    importable (a copy makes the folders it writes into)."""
     if task.tests_dir is not None and task.tests_dir.is_dir():
         upload(sandbox, task.tests_dir, TESTS_DIR)
     if task.source_format == "tb1":
         upload(sandbox, task.test_script, f"{TESTS_DIR}/run-tests.sh")
+    folders = f"mkdir -p {TESTS_DIR} {VERIFIER_LOGS} {AGENT_LOGS}"
     if stand_ins:
-        toolchain.install(sandbox)
+        toolchain.install(sandbox, first=folders)
+    else:
+        sandbox.exec(folders, timeout=60)
 
 
 def run_verifier(

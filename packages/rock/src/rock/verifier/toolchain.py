@@ -284,10 +284,11 @@ def archive(*, wheels: Path | None = None) -> bytes:
         return _packed[key]
 
 
-def install(sandbox: SandboxVerbs) -> None:
-    """Unpack the toolchain at :data:`TOOLCHAIN_DIR` in ``sandbox`` and make it importable."""
+def install(sandbox: SandboxVerbs, *, first: str = "") -> None:
+    """Unpack the toolchain at :data:`TOOLCHAIN_DIR` in ``sandbox`` and make it importable
+    (after the shell ``first``, in the same exec)."""
     sandbox.put_archive(TOOLCHAIN_DIR, archive())
-    sandbox.exec(PTH_SETUP, timeout=60)
+    sandbox.exec(f"{first}; {PTH_SETUP}" if first else PTH_SETUP, timeout=60)
 
 
 def info() -> dict[str, Any]:
