@@ -19,6 +19,10 @@ from rock.errors import EngineUnavailable
 
 sys.path.insert(0, str(Path(__file__).parent))  # helper modules such as rock_daemons
 
+from rock_daemons import Running, start_daemon, stop_daemon
+
+from rock.client import Client
+
 
 @pytest.fixture(scope="session")
 def docker_client() -> Iterator[docker.DockerClient]:
@@ -93,3 +97,21 @@ def pg_url(pg_server_url: str) -> Iterator[str]:
         conn.execute(
             sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
         )
+
+
+@pytest.fixture(scope="module")
+def daemon(
+    tmp_path_factory: pytest.TempPathFactory, docker_client: docker.DockerClient
+) -> Iterator[Running]:
+    """A daemon in this process for the test module (loopback, a token, deleting its
+    sandboxes when it stops); a module may define its own instead."""
+    running = start_daemon(tmp_path_factory.mktemp("rock-home"), cleanup=True)
+    yield running
+    stop_daemon(running, docker_client)
+
+
+@pytest.fixture(scope="module")
+def client(daemon: Running) -> Iterator[Client]:
+    """The module's daemon's client."""
+    with daemon.client() as c:
+        yield c

@@ -5,13 +5,12 @@ from __future__ import annotations
 import asyncio
 import stat
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import docker
 import httpx
 import pytest
-from rock_daemons import SMALL, Running, start_daemon, stop_daemon
+from rock_daemons import SMALL, Running
 
 from rock.backends.base import (
     FORK_REPOSITORY,
@@ -30,21 +29,6 @@ from rock.errors import (
 from rock.models import ExecRequest, SandboxSpec
 
 pytestmark = pytest.mark.docker
-
-
-@pytest.fixture(scope="module")
-def daemon(
-    tmp_path_factory: pytest.TempPathFactory, docker_client: docker.DockerClient
-) -> Iterator[Running]:
-    running = start_daemon(tmp_path_factory.mktemp("rock-home"), cleanup=True)
-    yield running
-    stop_daemon(running, docker_client)
-
-
-@pytest.fixture(scope="module")
-def client(daemon: Running) -> Iterator[Client]:
-    with daemon.client() as c:
-        yield c
 
 
 # --- the token ---------------------------------------------------------------------------

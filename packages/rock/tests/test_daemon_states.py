@@ -4,13 +4,12 @@ between), built from a context, a port answered through the daemon."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import docker
 import httpx
 import pytest
-from rock_daemons import Running, start_daemon, stop_daemon
+from rock_daemons import Running
 
 from rock.backends.base import (
     SandboxConflict,
@@ -21,21 +20,6 @@ from rock.errors import (
 )
 
 pytestmark = pytest.mark.docker
-
-
-@pytest.fixture(scope="module")
-def daemon(
-    tmp_path_factory: pytest.TempPathFactory, docker_client: docker.DockerClient
-) -> Iterator[Running]:
-    running = start_daemon(tmp_path_factory.mktemp("rock-home"), cleanup=True)
-    yield running
-    stop_daemon(running, docker_client)
-
-
-@pytest.fixture(scope="module")
-def client(daemon: Running) -> Iterator[Client]:
-    with daemon.client() as c:
-        yield c
 
 
 # --- pause and resume --------------------------------------------------------------------

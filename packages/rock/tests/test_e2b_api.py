@@ -6,10 +6,8 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
-import docker
 import httpx
 import pytest
 from e2b import (
@@ -28,20 +26,11 @@ from e2b.exceptions import (
     SandboxException,
     TimeoutException,
 )
-from rock_daemons import Running, start_daemon, stop_daemon
+from rock_daemons import Running
 
 from rock.daemon.e2b_processes import _PTY_HOLDER, _STDIN_HOLDER
 
 pytestmark = pytest.mark.docker
-
-
-@pytest.fixture(scope="module")
-def daemon(
-    tmp_path_factory: pytest.TempPathFactory, docker_client: docker.DockerClient
-) -> Iterator[Running]:
-    running = start_daemon(tmp_path_factory.mktemp("rock-home"), cleanup=True)
-    yield running
-    stop_daemon(running, docker_client)
 
 
 @pytest.fixture
