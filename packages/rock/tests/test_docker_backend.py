@@ -273,11 +273,8 @@ def test_a_copy_larger_than_its_disk_fails_and_leaves_nothing(isolated: DockerSa
     )
 
 
-def test_a_copy_that_does_not_match_is_an_error_naming_the_path(
-    isolated: DockerSandbox, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """What the sandbox checks is what was sent: a digest that differs (here, a wrong one
-    sent along) fails the copy, names the file and leaves nothing, not even the new folder."""
+def _wrong_digests(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every archive's manifest here says digests that no file has."""
     real = _copy.manifest
     monkeypatch.setattr(
         _copy,
@@ -286,6 +283,14 @@ def test_a_copy_that_does_not_match_is_an_error_naming_the_path(
             {name: "0" * 64 for name in real(data, what).digests}, len(data)
         ),
     )
+
+
+def test_a_copy_that_does_not_match_is_an_error_naming_the_path(
+    isolated: DockerSandbox, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What the sandbox checks is what was sent: a digest that differs (here, a wrong one
+    sent along) fails the copy, names the file and leaves nothing, not even the new folder."""
+    _wrong_digests(monkeypatch)
     with pytest.raises(SandboxError, match=r"^/srv/new/x\.txt did not arrive whole in sandbox"):
         isolated.write_file("/srv/new/x.txt", b"payload")
     assert isolated.exec("test -e /srv/new").exit_code == 1
@@ -368,14 +373,7 @@ def test_odd_names_and_a_file_changed_under_the_copy_out(
     )
     sandbox.download("/srv/odd", tmp_path / "odd")
     assert sorted(p.name for p in (tmp_path / "odd").iterdir()) == ["b\\s", "new\nline"]
-    real = _copy.manifest
-    monkeypatch.setattr(
-        _copy,
-        "manifest",
-        lambda data, what: _copy.Manifest(
-            {name: "0" * 64 for name in real(data, what).digests}, len(data)
-        ),
-    )
+    _wrong_digests(monkeypatch)
     with pytest.raises(
         SandboxError, match=r"^/srv/odd/.* changed while it was copied out \(twice\)"
     ):

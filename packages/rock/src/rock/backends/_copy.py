@@ -58,17 +58,34 @@ MISMATCH = 31
 UNCHECKED = 40
 """The sandbox has neither sha256sum nor python3: the host reads the copy back instead."""
 
-PREPARE = r"""
-dir=$1 stage=$2 unpack=$3
-new= p=$dir
+_MAKE_STAGE = r"""new= p=$dir
 while [ ! -e "$p" ] && [ ! -L "$p" ]; do new=$p; p=$(dirname -- "$p"); done
 [ -d "$p" ] || { printf '%s\n' "$p" >&2; exit 21; }
 mkdir -p -- "$stage" || exit 22
-printf '%s' "$new"
+"""
+"""Shell shared by the copy-in scripts: NEW, the first folder of DIR that does not exist
+(exit 21 when what is there is no folder), and the staging folder STAGE made."""
+
+_ABORT = r"""abort() { cd / && rm -rf -- "$stage" ${new:+"$new"}; exit "$1"; }
+"""
+"""Shell: remove STAGE and NEW, then exit with the status given."""
+
+_MERGE = r"""for e in "$stage"/* "$stage"/.[!.]* "$stage"/..?*; do
+  [ -e "$e" ] || [ -L "$e" ] || continue
+  cp -alf -- "$e" "$dir"/ 2>/dev/null || cp -af -- "$e" "$dir"/ || abort 32
+done
+"""
+"""Shell: move what STAGE holds into DIR (hard links, so no second copy of the data)."""
+
+PREPARE = (
+    "\ndir=$1 stage=$2 unpack=$3\n"
+    + _MAKE_STAGE
+    + r"""printf '%s' "$new"
 command -v tar >/dev/null 2>&1 || exit 27
 [ "$unpack" = 1 ] || exit 0
 tar -x --no-same-owner -f - -C "$stage"
 """
+)
 """``sh -c PREPARE rock-cp DIR STAGE UNPACK``: make the staging folder STAGE for a copy into
 DIR (printing the first folder of DIR that did not exist, removed if the copy fails) and,
 with UNPACK=1, unpack the tar on stdin there."""
@@ -99,10 +116,10 @@ for name in bad:
 sys.exit(1 if bad else 0)
 """
 
-FINISH = r"""
-dir=$1 stage=$2 new=$3 mode=$4
-abort() { cd / && rm -rf -- "$stage" ${new:+"$new"}; exit "$1"; }
-[ "$mode" = abort ] && abort 0
+FINISH = (
+    "\ndir=$1 stage=$2 new=$3 mode=$4\n"
+    + _ABORT
+    + r"""[ "$mode" = abort ] && abort 0
 if [ "$mode" != merge ]; then
   if [ "$mode" = check ]; then cd -- "$dir" || exit 30; else cd -- "$stage" || abort 30; fi
   if command -v sha256sum >/dev/null 2>&1; then
@@ -114,28 +131,24 @@ if [ "$mode" != merge ]; then
   fi
   [ "$mode" = check ] && exit 0
 fi
-for e in "$stage"/* "$stage"/.[!.]* "$stage"/..?*; do
-  [ -e "$e" ] || [ -L "$e" ] || continue
-  cp -alf -- "$e" "$dir"/ 2>/dev/null || cp -af -- "$e" "$dir"/ || abort 32
-done
-rm -rf -- "$stage"
 """
+    + _MERGE
+    + 'rm -rf -- "$stage"\n'
+)
 """``sh -c FINISH rock-cp DIR STAGE NEW MODE`` with the digests (``sha256sum -c`` lines) on
 stdin. MODE ``check-merge``: check the copy in STAGE, then move it into DIR (hard links,
 so no second copy of the data), or remove it and NEW when it does not match; ``check``:
 only check, in DIR (a download's source); ``merge``: move without checking; ``abort``:
 remove STAGE and NEW."""
 
-PUT = r"""
-dir=$1 stage=$2
-new= p=$dir
-while [ ! -e "$p" ] && [ ! -L "$p" ]; do new=$p; p=$(dirname -- "$p"); done
-[ -d "$p" ] || { printf '%s\n' "$p" >&2; exit 21; }
-mkdir -p -- "$stage" || exit 22
-printf '%s\0' "$new"
+PUT = (
+    "\ndir=$1 stage=$2\n"
+    + _MAKE_STAGE
+    + r"""printf '%s\0' "$new"
 command -v tar >/dev/null 2>&1 || exit 27
-abort() { cd / && rm -rf -- "$stage" ${new:+"$new"}; exit "$1"; }
-tar -x --no-same-owner -f - -C "$stage" || abort "$?"
+"""
+    + _ABORT
+    + r"""tar -x --no-same-owner -f - -C "$stage" || abort "$?"
 cd -- "$stage" || abort 30
 if [ -n "$ROCK_SUMS" ]; then
   if command -v sha256sum >/dev/null 2>&1; then
@@ -146,12 +159,10 @@ if [ -n "$ROCK_SUMS" ]; then
     exit 40
   fi
 fi
-for e in "$stage"/* "$stage"/.[!.]* "$stage"/..?*; do
-  [ -e "$e" ] || [ -L "$e" ] || continue
-  cp -alf -- "$e" "$dir"/ 2>/dev/null || cp -af -- "$e" "$dir"/ || abort 32
-done
-cd / && rm -rf -- "$stage"
 """
+    + _MERGE
+    + 'cd / && rm -rf -- "$stage"\n'
+)
 """``sh -c PUT rock-cp DIR STAGE`` with the tar on stdin and its digests (``sha256sum -c``
 lines) in ``ROCK_SUMS``: PREPARE and FINISH's ``check-merge`` in one exec. It prints NEW
 and a NUL first; it exits as they do (40 with the copy left in STAGE, unchecked; 27 with
