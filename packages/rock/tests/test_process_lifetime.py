@@ -6,14 +6,17 @@ and runsc, on a real engine."""
 
 from __future__ import annotations
 
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import docker
 import pytest
 from docker.errors import APIError
 
+from rock import api
 from rock.backends import _docker_reap
 from rock.backends._reap import REAP_FUNCTION
 from rock.backends.docker import DockerBackend
@@ -124,6 +127,35 @@ def test_the_issue_s_fork_bomb_leaves_nothing_behind(sandbox: DockerSandbox) -> 
     assert sandbox.exec("echo next").stdout_text == "next\n"
 
 
+@pytest.mark.parametrize("runtime", [pytest.param("runsc", marks=GVISOR_BOMBS)])
+def test_under_gvisor_on_a_busy_machine_the_issue_s_bomb_leaves_nothing(
+    backend: DockerBackend, runtime: str
+) -> None:
+    """The issue's bomb at the sandbox's default pids limit, three times, with four CPU
+    burners beside it (the load of a CI run, where test_cli's reproduction failed): nothing
+    of it is left, whether the wrapper ended it with its command or the timeout did. Under
+    such load the wrapper's scans of /proc, racing the bomb for the CPU, took 5-30 s each;
+    a reap once said done while children forked as a stop landed (gVisor gives them none)
+    were not in /proc yet, and such children refilled the bomb's process group, which had
+    been killed only once, round after round of its freeze, until the bomb outlived its
+    command holding every pid. Now a scan freezes at the 17th process it finds on the
+    output, or at the 9th new one since the last scan; every round of a freeze kills the
+    bomb's process groups until they stay empty (tried three times, a moment apart); and a
+    reap that stopped anything scans once more, a moment later, before it ends."""
+    burners = [subprocess.Popen(["sh", "-c", "while :; do :; done"]) for _ in range(4)]
+    try:
+        with backend.create(SandboxSpec(runtime=runtime)) as sandbox:  # (512 pids)
+            for _ in range(3):
+                result = sandbox.exec('timeout 10 bash -c ":(){ :|:& };:"', timeout=40)
+                assert result.exit_code in (0, 124, 137), result.stderr_text[-500:]
+                assert _settled(sandbox) == []
+            assert sandbox.exec("echo next").stdout_text == "next\n"
+    finally:
+        for burner in burners:
+            burner.kill()
+            burner.wait()
+
+
 @pytest.mark.parametrize("runtime", ["runc", pytest.param("runsc", marks=GVISOR_BOMBS)])
 def test_a_bomb_that_never_dies_out_goes_when_its_command_ends(
     backend: DockerBackend, runtime: str
@@ -159,6 +191,43 @@ def test_under_gvisor_a_timeout_is_answered_once_the_keeper_s_freeze_is_done(
         said = sandbox.container.logs(stdout=True, stderr=False)
         assert result.timed_out and said.count(b"rock-frozen ") == 1, said[-500:]
         assert sandbox.exec("echo next", timeout=30).stdout_text == "next\n"
+
+
+@pytest.mark.parametrize("runtime", [pytest.param("runsc", marks=GVISOR_BOMBS)])
+def test_the_end_of_a_timed_out_command_keeps_within_the_client_s_slack(
+    backend: DockerBackend, runtime: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every wait the daemon hands out to end a timed-out command (for the keeper's freeze,
+    for each reaper) ends by one deadline, _REAP_WAIT after the ending began, which with the
+    answer's last 20 s stays below the client's slack past the timeout: the freeze had 45 s
+    and the reaper 30 s more, and a loaded CI run's client gave up on a fork bomb's command
+    (ReadTimeout) while the daemon was still ending it."""
+    began: list[float] = []
+    waits: list[tuple[float, float]] = []
+    kill_tree, await_line = _docker_reap.Reaper.kill_tree, _docker_reap.await_line
+    run_bounded = _docker_reap.Reaper._run_bounded
+
+    def timed_kill_tree(self: _docker_reap.Reaper, *args: Any, **kwargs: Any) -> None:
+        began.append(time.monotonic())
+        kill_tree(self, *args, **kwargs)
+
+    def timed_await(raw: object, wanted: bytes, wait: float) -> bool:
+        waits.append((time.monotonic(), wait))
+        return await_line(raw, wanted, wait)
+
+    def timed_run(self: _docker_reap.Reaper, argv: list[str], user: str, wait: float) -> Any:
+        waits.append((time.monotonic(), wait))
+        return run_bounded(self, argv, user, wait)
+
+    monkeypatch.setattr(_docker_reap.Reaper, "kill_tree", timed_kill_tree)
+    monkeypatch.setattr(_docker_reap, "await_line", timed_await)
+    monkeypatch.setattr(_docker_reap.Reaper, "_run_bounded", timed_run)
+    with backend.create(SandboxSpec(memory_mb=512, runtime=runtime)) as sandbox:
+        assert sandbox.exec(ESCAPES["a new session"], timeout=3).timed_out
+    assert len(began) == 1 and len(waits) >= 2  # the keeper's freeze, then the reaper
+    end = began[0] + _docker_reap._REAP_WAIT + 0.5  # (its deadline is taken a moment later)
+    assert all(at + wait <= end for at, wait in waits), waits
+    assert _docker_reap._REAP_WAIT + 20 < api._SLACK
 
 
 def test_the_keeper_ends_a_command_at_its_timeout_when_no_reaper_can_start(

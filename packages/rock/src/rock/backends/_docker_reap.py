@@ -17,15 +17,19 @@ from docker.errors import APIError, DockerException, NotFound
 from rock.backends._docker_io import await_line, frame_reader, raw_socket, read_frames
 from rock.backends._reap import KILL_TREE
 
-_REAP_WAIT = 30.0
-"""How long the reaping of one command may take, all tries together, before it is given up."""
+_REAP_WAIT = 50.0
+"""How long the ending of one command may take, the keeper's freeze and the reaper's tries
+together, before it is given up (the sandbox's own limits and its deletion remain). With the
+rest of a timed-out command's answer (its output's last frames, its exit status: 20 s at
+most) this stays below the client's slack past the command's timeout (``rock.api``); when
+the freeze had 45 s and the reaper 30 s more, a loaded CI run's client gave up first."""
 _REAP_TRIES = 12
 """Tries to start the in-sandbox reaper by exec (each a moment apart) while no pid is free."""
 _FREEZE_WAIT = 45.0
 """How long the daemon waits for the keeper to finish a freeze (its ``rock-frozen`` line)
 before it answers the command: a command sent while a freeze runs is stopped with the rest,
 and under load its own timeout then asked for another freeze (seen in CI, a sandbox frozen
-for minutes after a fork bomb). Below the client's slack past a command's timeout."""
+for minutes after a fork bomb). Part of :data:`_REAP_WAIT`."""
 _REAP_ALONE = 5.0
 """Seconds the reaper has before the keeper is told to freeze and reap: one that has not
 finished by then could not start (no pid free; under gVisor a failed exec takes 7-10 s to
@@ -55,10 +59,10 @@ class Reaper:
         a fork bomb went on); the keeper stops everything before each of its scans."""
         keep = "1" if keep_root else "0"
         gvisor = self._runtime == "runsc"
-        told = mark is not None and gvisor and self._tell_keeper(mark, pid, keep_root, wait=True)
+        deadline = time.monotonic() + _REAP_WAIT
+        told = mark is not None and gvisor and self._tell_keeper(mark, pid, keep_root, deadline)
         argv = ["bash", "-c", KILL_TREE, "kill-tree", str(pid), keep, mark or "-"]
         delay = 0.05
-        deadline = time.monotonic() + _REAP_WAIT
         for _ in range(_REAP_TRIES):
             left = deadline - time.monotonic()
             if left <= 0:
@@ -72,7 +76,7 @@ class Reaper:
             if code == 0:
                 return
             if mark is not None and not told:
-                told = self._tell_keeper(mark, pid, keep_root, wait=True)
+                told = self._tell_keeper(mark, pid, keep_root, deadline)
             time.sleep(delay)
             delay = min(delay * 2, 1.0)
 
@@ -92,17 +96,15 @@ class Reaper:
         info = self._api.exec_inspect(exec_id)
         return None if info.get("Running") or info.get("ExitCode") is None else info["ExitCode"]
 
-    def _tell_keeper(
-        self, mark: str, root: int = 0, keep_root: bool = False, *, wait: bool = False
-    ) -> bool:
+    def _tell_keeper(self, mark: str, root: int, keep_root: bool, deadline: float) -> bool:
         """Have the keeper freeze the sandbox and reap the processes marked ``mark`` and
         the tree under ``root`` (but ``root`` itself, and its process group, with
-        ``keep_root``: a session's shell) through its stdin, and with ``wait`` wait for it
-        to say it is done (:data:`_FREEZE_WAIT` at most); False when it cannot be told
-        (containers made before it had none)."""
+        ``keep_root``: a session's shell) through its stdin, and wait for it to say it is done
+        (:data:`_FREEZE_WAIT` at most, and not past ``deadline``, of time.monotonic); False
+        when it cannot be told (containers made before it had none)."""
         if not (self._container.attrs.get("Config") or {}).get("OpenStdin"):
             return False
-        params = {"stdin": 1, "stdout": 1, "stream": 1} if wait else {"stdin": 1, "stream": 1}
+        params = {"stdin": 1, "stdout": 1, "stream": 1}
         try:
             raw = self._api.attach_socket(self._container.id, params=params)
         except DockerException:
@@ -110,8 +112,8 @@ class Reaper:
         sock = raw_socket(raw)
         try:
             sock.sendall(f"freeze {mark} {root} {1 if keep_root else 0}\n".encode())
-            if wait:
-                await_line(raw, f"rock-frozen {mark}".encode(), _FREEZE_WAIT)
+            left = min(_FREEZE_WAIT, deadline - time.monotonic())
+            await_line(raw, f"rock-frozen {mark}".encode(), max(left, 0.0))
             return True
         except OSError:
             return False

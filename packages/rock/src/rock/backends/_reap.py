@@ -37,22 +37,27 @@ rock_stop_all() {  # stop every process the caller may signal, back to back: a c
   for ((i = 0; i < 30; i++)); do kill -STOP -1 2>/dev/null; done
 }
 rock_end_group() {  # kill process group $1 until it is empty: under gVisor a fork under way
-  local i  # as a signal lands brings a child that got none; a pause now and then lets init
-  for ((i = 0; i < 200; i++)); do  # reap the dead (members until reaped)
-    kill -KILL -- "-$1" 2>/dev/null || break
-    ((i % 20 == 19)) && { rock_stop_all; rock_pause; }
+  local i quiet=0  # as a signal lands brings a child that got none; a pause now and then lets
+  for ((i = 0; i < 200 && quiet < 3; i++)); do  # init reap the dead (members until reaped)
+    if kill -KILL -- "-$1" 2>/dev/null; then  # and one that finds the group empty is tried
+      quiet=0  # twice more, a moment apart: there such a child may not be in it yet
+      ((i % 20 == 19)) && { rock_stop_all; rock_pause; }
+    else
+      ((quiet++)); rock_pause
+    fi
   done
 }
 rock_reap() {
-  local mark=$1 root=$2 keep=${3:-0} out=${4:-} err=${5:-} round f p s g e hit busy mine
-  local me=$BASHPID froze= settle=0 stops=0
+  local mark=$1 root=$2 keep=${3:-0} out=${4:-} err=${5:-} round f p s g e hit busy mine born
+  local me=$BASHPID froze= settle=0 stops=0 confirmed=
   local -a fresh todo ev pending
-  local -A kids seen groups
+  local -A kids seen groups last
   read -r s <"/proc/$me/stat"; s=${s##*) }; s=${s#* * }; mine=${s%% *}
   [ "$keep" = 1 ] && [ "$root" -gt 0 ] && kill -INT "$root" 2>/dev/null
   for ((round = 0; round < 200; round++)); do
     [ -n "${rock_freezing:-}" ] && rock_stop_all  # (the keeper's freeze: all of the sandbox)
-    kids=(); fresh=(); busy=0
+    [ -n "$froze" ] && for g in "${!groups[@]}"; do rock_end_group "$g"; done  # (a bomb's)
+    kids=(); fresh=(); busy=0 born=0
     for f in /proc/[0-9]*; do
       p=${f#/proc/}
       [ "$p" = "$me" ] && continue
@@ -74,7 +79,11 @@ rock_reap() {
           [ "$e" = "ROCK_EXEC_ID=$mark" ] && { hit=1; break; }
         done
       fi
-      ((hit)) && fresh+=("$p")
+      ((hit)) || continue
+      fresh+=("$p")  # a bomb is frozen as soon as one is sure (a scan races it for the CPU)
+      [ -n "${last[$p]}" ] || ((born++))
+      ((${#seen[@]} == 0 && settle < 30 && (${#fresh[@]} > 16 || (settle && born > 8)))) &&
+        [ -n "$out" ] && break
     done
     if [ "$root" -gt 0 ] && [ -d "/proc/$root" ]; then
       todo=("$root")
@@ -85,16 +94,24 @@ rock_reap() {
       done
     fi
     if ((${#fresh[@]} == 0)); then
-      { [ -n "$froze" ] && ((${#pending[@]})); } || break
-      kill -KILL "${pending[@]}" 2>/dev/null  # then scan again: under gVisor a process
-      pending=()  # killed as it forks can leave a child that nothing stopped
+      if ((${#pending[@]})); then
+        kill -KILL "${pending[@]}" 2>/dev/null  # then scan again: under gVisor a process
+        pending=() confirmed=  # killed as it forks can leave a child that nothing stopped
+        continue
+      fi
+      { { ((${#seen[@]})) || [ -n "$froze" ]; } && [ -z "$confirmed" ]; } || break
+      confirmed=1  # one more scan, a moment on, before the end: under gVisor a child forked
+      rock_pause  # as a stop landed got none, and may not be in /proc yet when a scan began
       continue
     fi
-    if ((${#seen[@]} == 0 && settle < 30 && ${#fresh[@]} > 16)) || ((stops == 4)); then
+    last=(); for p in "${fresh[@]}"; do last[$p]=1; done
+    if ((${#seen[@]} == 0 && settle < 30 && (${#fresh[@]} > 16 || (settle && born > 8)))) ||
+      ((stops == 4)); then
       settle=30 stops=5  # a fork bomb: freeze, and end the process groups it went to
       [ -n "${rock_freezing:-}" ] || { rock_freezing=1 froze=1; rock_stop_all; }
-      for g in "${!groups[@]}"; do rock_end_group "$g"; done
-      continue  # (from this round on, each scan runs with everything stopped)
+      [ -n "$froze" ] || for g in "${!groups[@]}"; do rock_end_group "$g"; done
+      continue  # (from this round on, each scan runs with everything stopped and the bomb's
+      # process groups killed until empty first)
     fi
     if [ -n "$out" ] && ((${#seen[@]} == 0 && settle < 30 && (settle == 0 || busy))); then
       ((settle++))  # a job put in the background just now may still be leaving the output
