@@ -459,6 +459,28 @@ def test_cache_columns_no_row_needs_are_trimmed(backend: HFBackend) -> None:
     assert max(width for _, width in shapes) < len(long_prompt)
 
 
+def test_decode_steps_write_into_the_cache_s_spare_room(
+    backend: HFBackend, prompts: list[list[int]]
+) -> None:
+    """A step's keys and values go into free columns of the cache's buffers, not onto a copy
+    of the whole cache (transformers' plain layer concatenates: a copy per layer per step);
+    a row leaving copies once, then steps go on in the new buffers."""
+    session = backend.open_session(SamplingParams(temperature=0.0))
+    session.admit(prompts[:3], [12, 12, 3])
+    session.step()
+    layer = session._cache.layers[0]
+    where, length = layer.keys.data_ptr(), layer.keys.shape[-2]
+    session.step()
+    assert (layer.keys.data_ptr(), layer.keys.shape[-2]) == (where, length + 1)
+    assert layer.values.data_ptr() == session._cache.layers[0].values.data_ptr()
+    while session.rows == 3:
+        session.step()  # (the step a row leaves copies the two rows left into new buffers)
+    where = layer.keys.data_ptr()
+    session.step()
+    assert layer.keys.data_ptr() == where and layer.keys.shape[0] == 2
+    drain(session, {}, [])
+
+
 def test_a_sliding_window_cache_takes_rows_only_when_empty(
     backend: HFBackend, prompts: list[list[int]]
 ) -> None:
