@@ -22,9 +22,12 @@ from __future__ import annotations
 # A fork bomb turns each round into a freeze: every process the reaper may signal is stopped
 # first (rock_stop_all), so the scan runs at full speed with nothing forking, and the others
 # go on at the end, and the process groups the bomb's processes are in (not the reaper's
-# own) are killed until empty. A bomb is more than 16 processes still on the output (under
-# gVisor each scan of /proc while a bomb runs is slower than the last: 18 s at 95 processes)
-# or new ones after 4 rounds of stops (children forked as a stop lands get none there).
+# own) are killed until empty, again before every later round. A bomb is more than 16
+# processes still on the output, or more than 8 new ones there since the last scan (under
+# gVisor each scan of /proc while a bomb runs is slower than the last, 5-30 s on a busy
+# machine, so a scan stops at the first sign), or new ones after 4 rounds of stops (children
+# forked as a stop lands get none there). A reap that stopped anything scans once more, a
+# moment later, before it ends (such a child may not be in /proc yet when a scan begins).
 # Arguments: the mark ("-" for none), the root pid (0 for none), 1 to keep the root itself
 # alive (a session's shell), then optionally the command's stdout and stderr as paths.
 REAP_FUNCTION = r"""
