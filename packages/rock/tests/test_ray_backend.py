@@ -211,6 +211,14 @@ def test_a_node_lost_under_load_leaves_no_sandbox_unaccounted_and_the_pool_refil
         for worker in workers:
             worker.start()
         _wait(lambda: served[0] >= 6, 120, "load before the loss")
+        # one sandbox held on the second node, so that the node surely has one when it goes
+        # (the load's sandboxes come and go: it may have none at that moment)
+        others: list[RemoteSandbox] = []
+        while (held := client.create(SandboxSpec(memory_mb=256))).id not in containers(
+            engines[1], daemon_id
+        ):
+            others.append(held)
+            assert len(others) < 8, "no sandbox placed on the second node"
         lost = agent_pids()[engines[1]]
         for pid in lost:  # the second node's agent dies mid-load (and any left from before)
             with contextlib.suppress(ProcessLookupError):
@@ -220,17 +228,21 @@ def test_a_node_lost_under_load_leaves_no_sandbox_unaccounted_and_the_pool_refil
         for worker in workers:
             worker.join(60)
 
-        errors = client.list(state=["error"])
-        assert all("was lost" in (s.state_reason or "") for s in errors)
         # the node's sandboxes went to error as lost (one idle in the pool when the node
         # went may since have been cleared from the pool: its history still says so)
-        everyone = client.list(include_deleted=True)
-        went = [
-            s.id for s in everyone
-            if any(h.to_state == "error" and "was lost" in (h.reason or "")
-                   for h in client.info(s.id).history)
-        ]  # fmt: skip
-        assert went, [(s.id, s.state, s.state_reason) for s in everyone]
+        def went_as_lost(sandbox_id: str) -> bool:
+            return any(
+                h.to_state == "error" and "was lost" in (h.reason or "")
+                for h in client.info(sandbox_id).history
+            )
+
+        _wait(lambda: went_as_lost(held.id), 60, "the held sandbox to go as lost")
+        with pytest.raises((NodeLost, SandboxConflict), match="was lost"):
+            held.exec("true")
+        errors = client.list(state=["error"])
+        assert all("was lost" in (s.state_reason or "") for s in errors), errors
+        for box in others:
+            box.delete()
         assert all(
             f.startswith(("NodeLost: ", "SandboxConflict: ")) and "was lost" in f for f in failures
         ), failures
