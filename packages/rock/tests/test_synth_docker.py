@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ from rock.bench.agents import NopAgent, OracleAgent
 from rock.episode_runner import FreshSandboxes, MaterializeError, PoolRunner, materialize
 from rock.errors import DaemonUnreachable
 from rock.pool_image import ensure_pool_image
+from rock.synth.wiring import private_daemon
 from rock.verifier.run import AGENT_LOGS, VERIFIER_LOGS
 
 pytestmark = pytest.mark.docker
@@ -266,3 +268,16 @@ async def test_episode_failures_are_values(tmp_path: Path, fresh: FreshSandboxes
     assert gone.failure == FailureMode.DAEMON_UNAVAILABLE
     broken = await PoolRunner(_NoSandbox(RuntimeError("disk full"))).episode(task, NopAgent())
     assert broken.failure == FailureMode.SANDBOX_ERROR and "disk full" in (broken.error or "")
+
+
+def test_a_private_daemon_s_home_goes_after_a_clean_exit_and_stays_after_a_failure(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # its home lands here
+    with private_daemon() as client:
+        assert client.list() == []
+    assert list(tmp_path.glob("rock-synth-*")) == []  # nothing left in the temp folder
+    with pytest.raises(RuntimeError), private_daemon():
+        raise RuntimeError("the run failed")
+    (kept,) = tmp_path.glob("rock-synth-*")  # kept for its log
+    assert (kept / "daemon.log").is_file()

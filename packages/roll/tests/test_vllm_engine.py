@@ -209,6 +209,7 @@ def test_a_server_killed_mid_generation_is_one_sentence(vllm_model: Path, tmp_pa
     print(f"vLLM server start-up (tiny model, eager): {time.perf_counter() - began:.1f} s")
     try:
         assert group_processes(log)  # the marker finds them
+        assert server.scratch is not None and list(server.scratch.glob("vllm_dist_*"))
         backend = ServerBackend(server.url, server=server)
         long = SamplingParams(max_new_tokens=VLLM_CONTEXT - 4, temperature=0.0)
         failure: list[BaseException] = []
@@ -236,6 +237,7 @@ def test_a_server_killed_mid_generation_is_one_sentence(vllm_model: Path, tmp_pa
     finally:
         server.close()
     assert group_processes(log) == []
+    assert not server.scratch.exists()  # its temporary files with it
 
 
 def test_a_server_that_never_becomes_ready_quotes_its_log(vllm_model: Path, tmp_path: Path) -> None:

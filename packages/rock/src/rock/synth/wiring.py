@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -112,9 +113,12 @@ def private_daemon(
     *, start_timeout: float = 60.0, daemon_id: str | None = None
 ) -> Iterator[Client]:
     """A ``rock serve`` of this run's own, in its own process (loopback, token, cleanup on
-    exit, and stopping by itself should this process be killed outright) and a client. Its containers are labelled with ``daemon_id`` (default: a fresh
-    one); any left after it stops are removed."""
+    exit, and stopping by itself should this process be killed outright) and a client.
+    Its containers are labelled with ``daemon_id`` (default: a fresh one); any left after
+    it stops are removed. Its home (database, token, log) is removed after a clean exit and
+    kept after a failure, for its log."""
     home = Path(tempfile.mkdtemp(prefix="rock-synth-"))
+    clean = False
     daemon_id = daemon_id or f"synth-{uuid.uuid4().hex[:6]}"
     log = (home / "daemon.log").open("wb")
     proc = subprocess.Popen(
@@ -128,6 +132,7 @@ def private_daemon(
         token = (home / "token").read_text().strip()
         with Client(info["url"], token) as client:
             yield client
+        clean = True
     finally:
         proc.send_signal(signal.SIGTERM)
         try:
@@ -136,6 +141,8 @@ def private_daemon(
             proc.kill()
         log.close()
         _sweep(daemon_id)
+        if clean:
+            shutil.rmtree(home, ignore_errors=True)
 
 
 def _sweep(daemon_id: str) -> None:

@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -100,12 +101,16 @@ class VLLMServer:
         *,
         process: subprocess.Popen[bytes] | None = None,
         log_path: Path | None = None,
+        scratch: Path | None = None,
     ) -> None:
         self.url = url.rstrip("/")
         """The OpenAI base URL (ends in ``/v1``)."""
         self.base = self.url.removesuffix("/v1")
         self.process = process
         self.log_path = log_path
+        self.scratch = scratch
+        """A launched server's temporary folder (its ``TMPDIR``: vLLM leaves files there),
+        removed by :meth:`close`."""
         self.reload_method = "roll_reload_weights" if process is not None else "reload_weights"
         """The worker method that reloads weights from a path: roll's extension in a server it
         launched, vLLM's own in one it attached to."""
@@ -168,8 +173,13 @@ class VLLMServer:
             chunked_prefill=chunked_prefill,
             extra_args=extra_args,
         )
-        process = _start(command, _server_env(log, threads), log)
-        server = cls(f"http://127.0.0.1:{port}/v1", process=process, log_path=log)
+        scratch = Path(tempfile.mkdtemp(prefix="roll-vllm-tmp-"))
+        try:
+            process = _start(command, _server_env(log, threads, scratch), log)
+        except BaseException:
+            shutil.rmtree(scratch, ignore_errors=True)
+            raise
+        server = cls(f"http://127.0.0.1:{port}/v1", process=process, log_path=log, scratch=scratch)
         try:
             server._wait_ready(start_timeout)
             require_dev_routes(server.base)
@@ -249,6 +259,8 @@ class VLLMServer:
         deadline = time.monotonic() + 10
         while _group_members(group) and time.monotonic() < deadline:
             time.sleep(0.05)  # SIGKILLed, not yet gone
+        if self.scratch is not None:
+            shutil.rmtree(self.scratch, ignore_errors=True)
 
     def __enter__(self) -> Self:
         return self
@@ -397,9 +409,10 @@ def _server_command(
     return command
 
 
-def _server_env(log: Path, threads: int | None) -> dict[str, str]:
+def _server_env(log: Path, threads: int | None, scratch: Path) -> dict[str, str]:
     """The server's environment: ours without our virtualenv, plus roll's worker extension,
-    vLLM's dev-mode routes, the OpenMP threads, offline hubs and the log's mark."""
+    vLLM's dev-mode routes, the OpenMP threads, offline hubs, its own temporary folder
+    (vLLM leaves a ``vllm_dist_*`` file in it each start) and the log's mark."""
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     env |= {
         "PYTHONPATH": str(WORKER_EXTENSION_DIR),
@@ -410,6 +423,7 @@ def _server_env(log: Path, threads: int | None) -> dict[str, str]:
         "DO_NOT_TRACK": "1",
         "HF_HUB_OFFLINE": "1",
         "TRANSFORMERS_OFFLINE": "1",
+        "TMPDIR": str(scratch),
         LOG_ENV: str(log),  # marks the group's processes: whose server a stray one was
     }
     return env
