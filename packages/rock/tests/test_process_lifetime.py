@@ -17,7 +17,7 @@ import pytest
 from docker.errors import APIError
 
 from rock import api
-from rock.backends import _docker_reap
+from rock.backends import _docker_reap, docker_sandbox
 from rock.backends._reap import REAP_FUNCTION
 from rock.backends.docker import DockerBackend
 from rock.backends.docker_sandbox import DockerSandbox
@@ -199,9 +199,9 @@ def test_the_end_of_a_timed_out_command_keeps_within_the_client_s_slack(
 ) -> None:
     """Every wait the daemon hands out to end a timed-out command (for the keeper's freeze,
     for each reaper) ends by one deadline, _REAP_WAIT after the ending began, which with the
-    answer's last 20 s stays below the client's slack past the timeout: the freeze had 45 s
-    and the reaper 30 s more, and a loaded CI run's client gave up on a fork bomb's command
-    (ReadTimeout) while the daemon was still ending it."""
+    answer's last seconds (ANSWER_AFTER_REAP) stays below the client's slack past the
+    timeout: the freeze had 45 s and the reaper 30 s more, and a loaded CI run's client gave
+    up on a fork bomb's command (ReadTimeout) while the daemon was still ending it."""
     began: list[float] = []
     waits: list[tuple[float, float]] = []
     kill_tree, await_line = _docker_reap.Reaper.kill_tree, _docker_reap.await_line
@@ -227,7 +227,7 @@ def test_the_end_of_a_timed_out_command_keeps_within_the_client_s_slack(
     assert len(began) == 1 and len(waits) >= 2  # the keeper's freeze, then the reaper
     end = began[0] + _docker_reap._REAP_WAIT + 0.5  # (its deadline is taken a moment later)
     assert all(at + wait <= end for at, wait in waits), waits
-    assert _docker_reap._REAP_WAIT + 20 < api._SLACK
+    assert _docker_reap._REAP_WAIT + docker_sandbox.ANSWER_AFTER_REAP < api._SLACK
 
 
 def test_the_keeper_ends_a_command_at_its_timeout_when_no_reaper_can_start(

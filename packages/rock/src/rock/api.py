@@ -69,8 +69,9 @@ DEFAULT_URL = "http://127.0.0.1:7480"
 _SLACK = 90.0
 """Seconds a command's HTTP request may outlive the command's own timeout: a daemon ending
 what a timed-out command left may take 70 s more (a fork bomb under gVisor: 50 s for the
-keeper's freeze and the reaper, 20 s for the last of the output and the exit status, see
-``rock.backends._docker_reap``), and its engine answers late when loaded."""
+keeper's freeze and the reaper, ``rock.backends._docker_reap``; 19 s for the last of the
+output and the exit status, ``rock.backends.docker_sandbox.ANSWER_AFTER_REAP``), and its
+engine answers late when loaded."""
 
 _KINDS: dict[str, type[Exception]] = {
     "SandboxNotFound": SandboxNotFound,

@@ -51,6 +51,17 @@ _GVISOR_LOST = re.compile(
 )
 """The line runsc writes to a command's stderr when its sandbox died under it."""
 
+_OUTPUT_AFTER_REAP = 5.0
+"""Seconds the last of a reaped command's output may take (then its stream is closed and
+read 1 s more)."""
+_GVISOR_END_WAIT = 3.0
+"""Seconds a gVisor sandbox whose kernel died under a command may take to be seen stopped."""
+_EXIT_CODE_WAIT = 10.0
+"""Seconds the engine may take to record an exec's exit status after its stream closed."""
+ANSWER_AFTER_REAP = _OUTPUT_AFTER_REAP + 1.0 + _GVISOR_END_WAIT + _EXIT_CODE_WAIT
+"""The longest a timed-out command's answer may take once its reaping ended (the client's
+slack past the timeout, ``rock.api._SLACK``, covers it and the reaping)."""
+
 
 @dataclasses.dataclass
 class _Running:
@@ -184,7 +195,7 @@ class DockerSandbox(Sandbox):
         timed_out = reader.is_alive()
         if timed_out:
             self._reap(mark, running)
-            reader.join(5.0)
+            reader.join(_OUTPUT_AFTER_REAP)
             if reader.is_alive():
                 sock.close()
                 reader.join(1.0)
@@ -197,7 +208,7 @@ class DockerSandbox(Sandbox):
         code = self._exit_code(exec_id)
         ended = None
         if code is None or (code >= 128 and self.spec.runtime == "runsc"):
-            ended = self._ended(wait=3.0 if self.spec.runtime == "runsc" else 0.0)
+            ended = self._ended(wait=_GVISOR_END_WAIT if self.spec.runtime == "runsc" else 0.0)
         if code is None:
             code = 137 if result.timed_out or ended is not None else -1
         result.exit_code = 137 if result.timed_out or ended is not None else code
@@ -226,7 +237,7 @@ class DockerSandbox(Sandbox):
                 return None
             time.sleep(0.1)
 
-    def _exit_code(self, exec_id: str, wait: float = 10.0) -> int | None:
+    def _exit_code(self, exec_id: str, wait: float = _EXIT_CODE_WAIT) -> int | None:
         """The exec's exit status. The engine closes the output stream a moment before
         it records the status (longer under load), so ask again until it is there."""
         deadline = time.monotonic() + wait
