@@ -72,6 +72,16 @@ SERVE_DTYPE = "bfloat16"
 """The evaluated real models are served in bf16: on this CPU (AVX512-BF16) it decodes about
 twice as fast as float32, and greedy held-out success came out the same (README); the tiny
 model stays in float32."""
+BENCH_ENV = (
+    {}
+    if "OMP_WAIT_POLICY" in os.environ or "GOMP_SPINCOUNT" in os.environ
+    else {"OMP_WAIT_POLICY": "PASSIVE"}
+)
+"""The evaluation's PyTorch threads sleep when they wait instead of spinning first (unless
+the environment says how they wait): beside 40 trials' sandboxes on 2 cores a spinning
+thread holds a core a sandbox needs (the SFT model's sampled evaluation 0.89x the time;
+`benchmarks/omp_wait_policy.py`). Not for SFT and RL, whose compute it slowed (an SFT step
+1.2x the time) or did not speed up."""
 TIMEOUT_MULTIPLIER = 5.0
 """The factor on the held-out tasks' time limits in evaluation (agent 120 s, verifier 60 s):
 the agent is bounded by its turns (3) and tokens (48 a turn), so the clock only ever cut
@@ -307,7 +317,7 @@ def bench(
             "--agent-kwarg", "tool_format=brief", "--agent-kwarg", f"temperature={temperature}",
             "--agent-kwarg", "max_turns=3", "--agent-kwarg", f"context_limit={CONTEXT}",
             "--agent-kwarg", "max_output_tokens=48", "--agent-kwarg", f"dtype={serve_dtype()}",
-            *engine,
+            *engine, env=BENCH_ENV,
         )  # fmt: skip
     run_results = BenchmarkResults.model_validate_json(summary.read_text())
     return figures(run_results, attempts)
