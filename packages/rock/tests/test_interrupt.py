@@ -342,7 +342,8 @@ def test_a_run_killed_outright_leaves_no_private_daemon_and_no_sandbox(
     docker_client: docker.DockerClient, tmp_path: Path, daemons: PrivateDaemons
 ) -> None:
     """SIGKILL (or a test's timeout) gives a run no chance to stop its private daemon: the
-    daemon watches the process that started it, and stops, removing its sandboxes."""
+    daemon watches the process that started it, and stops, removing its sandboxes and its
+    home (which the run would have removed after a clean exit)."""
     from rock.pool_image import ensure_pool_image
 
     ensure_pool_image(docker_client)
@@ -354,6 +355,8 @@ def test_a_run_killed_outright_leaves_no_private_daemon_and_no_sandbox(
     proc = _synth_run(config, tmp_path, signal.SIG_DFL)
     try:
         daemon, label = _its_daemon(proc, daemons)
+        home = Path(Path(f"/proc/{daemon[0]}/cmdline").read_bytes().split(b"\0")[-4].decode())
+        assert (home / "daemon.log").is_file()
         _wait_for("its sandboxes", lambda: bool(_containers(docker_client, label)), proc)
         proc.kill()
         proc.wait()
@@ -363,6 +366,7 @@ def test_a_run_killed_outright_leaves_no_private_daemon_and_no_sandbox(
             time.sleep(0.25)
         assert not _alive(daemon[0]), "the private daemon outlived its run"
         assert _containers(docker_client, label) == []
+        assert not home.exists(), "the private daemon left its home"
     finally:
         if proc.poll() is None:
             proc.kill()

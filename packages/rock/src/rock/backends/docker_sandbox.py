@@ -52,13 +52,14 @@ _GVISOR_LOST = re.compile(
 """The line runsc writes to a command's stderr when its sandbox died under it."""
 
 _OUTPUT_AFTER_REAP = 5.0
-"""Seconds the last of a reaped command's output may take (then its stream is closed and
-read 1 s more)."""
+"""Seconds the last of a reaped command's output may take (then its stream is closed)."""
+_READ_AFTER_CLOSE = 1.0
+"""Seconds the reader may take to finish once a reaped command's stream is closed."""
 _GVISOR_END_WAIT = 3.0
 """Seconds a gVisor sandbox whose kernel died under a command may take to be seen stopped."""
 _EXIT_CODE_WAIT = 10.0
 """Seconds the engine may take to record an exec's exit status after its stream closed."""
-ANSWER_AFTER_REAP = _OUTPUT_AFTER_REAP + 1.0 + _GVISOR_END_WAIT + _EXIT_CODE_WAIT
+ANSWER_AFTER_REAP = _OUTPUT_AFTER_REAP + _READ_AFTER_CLOSE + _GVISOR_END_WAIT + _EXIT_CODE_WAIT
 """The longest a timed-out command's answer may take once its reaping ended (the client's
 slack past the timeout, ``rock.api._SLACK``, covers it and the reaping)."""
 
@@ -198,7 +199,7 @@ class DockerSandbox(Sandbox):
             reader.join(_OUTPUT_AFTER_REAP)
             if reader.is_alive():
                 sock.close()
-                reader.join(1.0)
+                reader.join(_READ_AFTER_CLOSE)
         return timed_out
 
     def _ending(self, result: ExecResult, exec_id: str) -> None:

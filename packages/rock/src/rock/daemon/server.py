@@ -370,8 +370,10 @@ class Daemon:
         self.stop()
 
     def stop(self) -> None:
-        """Shut down as SIGTERM would (from any thread)."""
-        self.server.handle_exit(15, None)
+        """Shut down as SIGTERM would, from any thread, and return from :meth:`run` (uvicorn's
+        ``handle_exit`` would raise SIGTERM again once it returned, killing the process
+        before what follows ``run`` in it, such as a private daemon removing its home)."""
+        self.server.should_exit = True
 
 
 def serve(config: ServeConfig) -> None:

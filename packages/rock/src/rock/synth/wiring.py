@@ -85,10 +85,17 @@ class SynthAgents:
 
 
 _SERVE = (
-    "import sys; from pathlib import Path; from rock.daemon.server import ServeConfig, serve; "
-    "serve(ServeConfig(home=Path(sys.argv[1]), port=0, daemon_id=sys.argv[2], "
-    "parent_pid=int(sys.argv[3]), log_level='warning', cleanup=True))"
+    "import os, shutil, sys; from pathlib import Path; "
+    "from rock.daemon.server import ServeConfig, serve; "
+    "home, parent = Path(sys.argv[1]), int(sys.argv[3]); "
+    "serve(ServeConfig(home=home, port=0, daemon_id=sys.argv[2], "
+    "parent_pid=parent, log_level='warning', cleanup=True))\n"
+    "if os.getppid() != parent:  # the run was killed outright: no one else will remove it\n"
+    "    shutil.rmtree(home, ignore_errors=True)"
 )
+"""The private daemon's process: ``python -c _SERVE HOME DAEMON_ID PARENT_PID``. Stopped by
+its run, it leaves its home to the run (removed after a clean exit, kept after a failure);
+stopped because its run is gone, it removes its home itself."""
 
 
 def wait_for_daemon(
@@ -116,7 +123,8 @@ def private_daemon(
     exit, and stopping by itself should this process be killed outright) and a client.
     Its containers are labelled with ``daemon_id`` (default: a fresh one); any left after
     it stops are removed. Its home (database, token, log) is removed after a clean exit and
-    kept after a failure, for its log."""
+    kept after a failure, for its log; a run killed outright leaves none (the daemon removes
+    it as it stops)."""
     home = Path(tempfile.mkdtemp(prefix="rock-synth-"))
     clean = False
     daemon_id = daemon_id or f"synth-{uuid.uuid4().hex[:6]}"
