@@ -5,7 +5,7 @@ datasets/synth-mini: 4-6 turns; the 135M model rarely solves them from the start
 family into training (two thirds) and held-out tasks (the rest), for each seed:
 
 1. `roll sft` (packages/roll/examples/sft-demo.yaml, that seed, a longer context for these
-   tasks' outputs): the demo's real model (SmolLM2-135M-Instruct) imitates the training
+   tasks' outputs, 24 steps): the demo's real model (SmolLM2-135M-Instruct) imitates the training
    tasks' expert trajectories (`--tiny`: a tiny model built from nothing);
 2. from that SFT model, two RL runs with the same config, seed and budget
    (packages/roll/examples/train-demo-ipa.yaml, 6 turns): `ipa` (every group starts at the
@@ -20,7 +20,7 @@ Printed per arm: held-out success (mean and per seed), the training success of t
 that started at the beginning (what both arms share) and of all groups, and resampling's gain
 over the baseline in points.
 
-Usage: .venv/bin/python benchmarks/resample_sandboxes.py [--seeds 3] [--rl-steps 10] [--tiny] [--out DIR]
+Usage: .venv/bin/python benchmarks/resample_sandboxes.py [--seeds 3] [--rl-steps 10] [--one-sft] [--tiny] [--out DIR]
 (`--seeds 1 --rl-steps 4` for a quick look; every finished stage is reused when run again.)
 """
 
@@ -42,8 +42,12 @@ TURNS = 6
 NEW_TOKENS = 448
 """Room for the longest expert turn of these families (a file of about 1,600 characters)."""
 CONTEXT = 2048
+SFT_STEPS = 24
+"""SFT steps of 8 (about 6.6 passes over the 29 training trajectories). The demo's own 48 suit
+its 135 short trajectories; here a step of these long ones takes about 50 s on 2 cores."""
 SETTINGS = {"turns": TURNS, "context": CONTEXT, "new_tokens": NEW_TOKENS, "concurrent": 16}
 """How the held-out tasks are run (the agent's turns, context and tokens a turn)."""
+ONE_SFT = "; every seed's RL from seed 0's SFT model"
 ARMS = {
     "ipa": [],
     "ipa+resample": ["resample.mode=parallel", "resample.anchors=3"],
@@ -93,6 +97,12 @@ def main() -> int:
     parser.add_argument("--rl-steps", type=int, default=10)
     parser.add_argument("--out", type=Path, default=REPO / "bench-out" / "resample")
     parser.add_argument("--tiny", action="store_true", help="the tiny model, not the real one")
+    parser.add_argument(
+        "--one-sft",
+        action="store_true",
+        help="every seed's RL starts from seed 0's SFT model (the arms stay paired; about 24 "
+        "minutes less a seed on 2 cores)",
+    )
     args = parser.parse_args()
     suffix = "-tiny" if args.tiny else ""
     out: Path = args.out.resolve()
@@ -103,8 +113,19 @@ def main() -> int:
     trained: dict[str, list[tuple[float, float]]] = {arm: [] for arm in ARMS}
     for seed in range(args.seeds):
         base = out / f"seed{seed}"
-        sft = train_sft(base, seed, train, tiny=args.tiny, extra=(f"max_seq_len={CONTEXT}",))
-        held["sft"].append(evaluate(sft / "model", heldout, base / "bench-sft", **SETTINGS))
+        sft_base = out / "seed0" if args.one_sft else base
+        sft = train_sft(
+            sft_base,
+            0 if args.one_sft else seed,
+            train,
+            tiny=args.tiny,
+            extra=(
+                f"max_seq_len={CONTEXT}",
+                f"run.steps={SFT_STEPS}",
+                f"run.checkpoint_every={SFT_STEPS}",
+            ),
+        )
+        held["sft"].append(evaluate(sft / "model", heldout, sft_base / "bench-sft", **SETTINGS))
         for arm, overrides in ARMS.items():
             run_dir = base / arm
             if not (run_dir / "model" / "config.json").is_file():
@@ -123,7 +144,8 @@ def main() -> int:
 
     tasks = len(list((heldout / "tasks").iterdir()))
     print(f"\n{', '.join(FAMILIES)}: {len(list((train / 'tasks').iterdir()))} training tasks, "
-          f"{tasks} held out; {args.seeds} seed(s), {args.rl_steps} RL steps")  # fmt: skip
+          f"{tasks} held out; {args.seeds} seed(s), {args.rl_steps} RL steps"
+          f"{ONE_SFT if args.one_sft else ''}")  # fmt: skip
     print("| arm | held-out success (greedy) | per seed | training success from the start | "
           "training success, all groups |")  # fmt: skip
     print("|---|---|---|---|---|")
