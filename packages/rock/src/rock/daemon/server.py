@@ -206,13 +206,20 @@ class _Server(uvicorn.Server):
     grace_sec: float
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        self.shut_down(f"signal {sig}")
+        super().handle_exit(sig, frame)
+
+    def shut_down(self, why: str) -> None:
+        """Refuse new work at once, kill commands still running after the grace period, and
+        stop serving once the in-flight requests are answered (as a signal does, without
+        uvicorn raising the signal again once :meth:`run` returns)."""
         if not self.manager.closing:
-            log.info("signal %s: shutting down (grace %.0fs)", sig, self.grace_sec)
+            log.info("%s: shutting down (grace %.0fs)", why, self.grace_sec)
             self.manager.begin_shutdown()
             timer = threading.Timer(self.grace_sec, self.manager.interrupt_inflight)
             timer.daemon = True
             timer.start()
-        super().handle_exit(sig, frame)
+        self.should_exit = True
 
 
 def _claim(config: ServeConfig, daemon_id: str) -> tuple[Backend, StateStore]:
@@ -370,10 +377,10 @@ class Daemon:
         self.stop()
 
     def stop(self) -> None:
-        """Shut down as SIGTERM would, from any thread, and return from :meth:`run` (uvicorn's
-        ``handle_exit`` would raise SIGTERM again once it returned, killing the process
-        before what follows ``run`` in it, such as a private daemon removing its home)."""
-        self.server.should_exit = True
+        """Shut down as SIGTERM would, from any thread, and return from :meth:`run` (after a
+        real SIGTERM uvicorn raises it again once it returns, which kills the process before
+        what follows ``run`` in it, such as a private daemon removing its home)."""
+        self.server.shut_down("asked to stop")
 
 
 def serve(config: ServeConfig) -> None:
