@@ -270,7 +270,7 @@ async def test_episode_failures_are_values(tmp_path: Path, fresh: FreshSandboxes
     assert broken.failure == FailureMode.SANDBOX_ERROR and "disk full" in (broken.error or "")
 
 
-def test_a_private_daemon_s_home_goes_after_a_clean_exit_and_stays_after_a_failure(
+def test_a_private_daemon_s_home_goes_after_a_clean_exit_and_stays_after_a_failure_it_logged(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # its home lands here
@@ -278,6 +278,12 @@ def test_a_private_daemon_s_home_goes_after_a_clean_exit_and_stays_after_a_failu
         assert client.list() == []
     assert list(tmp_path.glob("rock-synth-*")) == []  # nothing left in the temp folder
     with pytest.raises(RuntimeError), private_daemon():
+        raise RuntimeError("the run failed")  # the daemon had nothing to say
+    assert list(tmp_path.glob("rock-synth-*")) == []
+    with pytest.raises(RuntimeError), private_daemon():
+        (home,) = tmp_path.glob("rock-synth-*")
+        with (home / "daemon.log").open("a") as log:  # as the daemon's warnings are
+            log.write("WARNING the engine did not answer\n")
         raise RuntimeError("the run failed")
     (kept,) = tmp_path.glob("rock-synth-*")  # kept for its log
-    assert (kept / "daemon.log").is_file()
+    assert "did not answer" in (kept / "daemon.log").read_text()

@@ -122,11 +122,12 @@ def private_daemon(
     """A ``rock serve`` of this run's own, in its own process (loopback, token, cleanup on
     exit, and stopping by itself should this process be killed outright) and a client.
     Its containers are labelled with ``daemon_id`` (default: a fresh one); any left after
-    it stops are removed. Its home (database, token, log) is removed after a clean exit and
-    kept after a failure, for its log; a run killed outright leaves none (the daemon removes
-    it as it stops)."""
+    it stops are removed. Its home (database, token, log) is removed after a clean exit;
+    after a failure it is kept for its log when the daemon wrote one (it logs warnings and
+    errors only) or never became ready, and removed otherwise; a run killed outright leaves
+    none (the daemon removes it as it stops)."""
     home = Path(tempfile.mkdtemp(prefix="rock-synth-"))
-    clean = False
+    clean = ready = False
     daemon_id = daemon_id or f"synth-{uuid.uuid4().hex[:6]}"
     log = (home / "daemon.log").open("wb")
     proc = subprocess.Popen(
@@ -137,6 +138,7 @@ def private_daemon(
     )
     try:
         info = wait_for_daemon(home, proc, timeout=start_timeout)
+        ready = True
         token = (home / "token").read_text().strip()
         with Client(info["url"], token) as client:
             yield client
@@ -149,8 +151,16 @@ def private_daemon(
             proc.kill()
         log.close()
         _sweep(daemon_id)
-        if clean:
+        if clean or (ready and _said_nothing(home / "daemon.log")):
             shutil.rmtree(home, ignore_errors=True)
+
+
+def _said_nothing(log: Path) -> bool:
+    """Whether the daemon's log is empty (a failed run's daemon with nothing to say)."""
+    try:
+        return log.stat().st_size == 0
+    except OSError:
+        return True
 
 
 def _sweep(daemon_id: str) -> None:
