@@ -94,8 +94,8 @@ _SERVE = (
     "    shutil.rmtree(home, ignore_errors=True)"
 )
 """The private daemon's process: ``python -c _SERVE HOME DAEMON_ID PARENT_PID``. Stopped by
-its run, it leaves its home to the run (removed after a clean exit, kept after a failure);
-stopped because its run is gone, it removes its home itself."""
+its run, it leaves its home to the run (:func:`private_daemon`); stopped because its run is
+gone, it removes its home itself."""
 
 
 def wait_for_daemon(
