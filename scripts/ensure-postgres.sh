@@ -6,7 +6,8 @@
 # it only prints the URL. On Debian as root it otherwise installs the `postgresql`
 # package if missing, creates a cluster in $ROCK_PG_DIR owned by the postgres user,
 # starts it with pg_ctl listening on 127.0.0.1 only (no systemd), and creates the
-# role `rock` (password `rock`, allowed to create databases) and the database `rock`.
+# role `rock` (password `rock`, allowed to create databases and, for the tests' forced
+# drops, a member of pg_signal_backend) and the database `rock`.
 #
 #   ROCK_PG_PORT  port to listen on            (default 55432)
 #   ROCK_PG_DIR   the cluster's data directory (default /var/lib/rock-pg)
@@ -20,19 +21,27 @@ URL="postgresql://rock:rock@127.0.0.1:${PORT}/rock"
 
 say() { echo "[ensure-postgres] $*" >&2; }
 
-answers() {
+as_rock() {
   command -v psql >/dev/null 2>&1 &&
     PGPASSWORD=rock PGCONNECT_TIMEOUT=3 psql -X -q -w -h 127.0.0.1 -p "$PORT" -U rock -d rock \
-      -tAc 'SELECT 1' >/dev/null 2>&1
+      -tAc "$1" 2>/dev/null
 }
+answers() { [ "$(as_rock 'SELECT 1')" = 1 ]; }
+# A test drops its database WITH (FORCE), which ends every process still in it; an
+# autovacuum worker there belongs to no role, and only pg_signal_backend may end it.
+ready() { [ "$(as_rock "SELECT pg_has_role('rock', 'pg_signal_backend', 'MEMBER')")" = t ]; }
 
-if answers; then
+if ready; then
   echo "$URL"
   exit 0
 fi
 
 is_debian_root() { [ -f /etc/debian_version ] && [ "$(id -u)" = 0 ]; }
 
+if ! is_debian_root && answers; then
+  echo "PostgreSQL answers on 127.0.0.1:${PORT} as rock/rock, but the role rock is not a member of pg_signal_backend, which a test needs to drop its database: run 'GRANT pg_signal_backend TO rock' there as a superuser, then run this again." >&2
+  exit 1
+fi
 if ! is_debian_root; then
   echo "No PostgreSQL server answers on 127.0.0.1:${PORT} as rock/rock and this is not Debian as root: install PostgreSQL (the 'postgresql' package), start it there with a role rock/rock that may create databases, or point ROCK_TEST_PG_URL at a server, then run this again." >&2
   exit 1
@@ -112,12 +121,15 @@ admin -c "DO \$\$ BEGIN
     ALTER ROLE rock LOGIN CREATEDB PASSWORD 'rock';
   END IF;
 END \$\$;" >/dev/null
+if [ "$(admin -tAc "SELECT pg_has_role('rock', 'pg_signal_backend', 'MEMBER')")" != t ]; then
+  admin -c "GRANT pg_signal_backend TO rock" >/dev/null
+fi
 if [ "$(admin -tAc "SELECT 1 FROM pg_database WHERE datname = 'rock'")" != 1 ]; then
   admin -c "CREATE DATABASE rock OWNER rock" >/dev/null
 fi
 
-if ! answers; then
-  echo "PostgreSQL runs from $DATA but does not accept rock/rock on 127.0.0.1:$PORT: read $LOG and $DATA/pg_hba.conf for the reason, then run this again." >&2
+if ! ready; then
+  echo "PostgreSQL runs from $DATA but does not accept rock/rock on 127.0.0.1:$PORT, or rock is not a member of pg_signal_backend: read $LOG and $DATA/pg_hba.conf for the reason, then run this again." >&2
   exit 1
 fi
 echo "$URL"

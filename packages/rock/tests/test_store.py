@@ -634,3 +634,18 @@ def test_pools_are_kept_per_daemon(store: StateStore) -> None:
         store.put_pool("d1", "bad", spec={}, min_idle=5, max_total=2)
     assert store.delete_pool("d1", "warm") and not store.delete_pool("d1", "warm")
     assert store.pools("d1") == [] and [p.name for p in store.pools("d2")] == ["other"]
+
+
+def test_the_test_role_may_drop_a_database_an_autovacuum_worker_is_in(
+    pg_server_url: str,
+) -> None:
+    """Each PostgreSQL test drops its database WITH (FORCE), which terminates every
+    process still in it. An autovacuum worker that happens to be there belongs to no
+    role, and only a member of pg_signal_backend may end it: without that membership
+    the drop failed once in CI ("must be a member of the role whose process is being
+    terminated or member of pg_signal_backend"). scripts/ensure-postgres.sh grants it."""
+    with psycopg.connect(pg_server_url) as conn:
+        row = conn.execute(
+            "SELECT pg_has_role(current_user, 'pg_signal_backend', 'MEMBER')"
+        ).fetchone()
+    assert row == (True,)
