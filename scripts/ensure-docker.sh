@@ -2,10 +2,12 @@
 # Make a Docker engine reachable, or stop with one sentence naming what to install.
 # Idempotent: does nothing when an engine already answers.
 # On Debian as root with no engine: installs docker.io and starts dockerd in the
-# background, logging to $ALE_DOCKERD_LOG (default /var/log/ale-dockerd.log).
+# background, logging to $ALE_DOCKERD_LOG (default /var/log/ale-dockerd.log), its pid
+# in $ALE_DOCKERD_PIDFILE (default /var/run/docker.pid).
 set -euo pipefail
 
 LOG="${ALE_DOCKERD_LOG:-/var/log/ale-dockerd.log}"
+PIDFILE="${ALE_DOCKERD_PIDFILE:-/var/run/docker.pid}"
 
 engine_answers() { docker info >/dev/null 2>&1; }
 
@@ -31,10 +33,18 @@ if ! is_debian_root && ! engine_answers; then
   exit 1
 fi
 
-if ! pgrep -x dockerd >/dev/null 2>&1; then
+# Whether the default engine's dockerd runs, by its pid file: another dockerd (the
+# second engine of the Ray tests) must not stand for it.
+default_dockerd_runs() {
+  local pid
+  pid=$(cat "$PIDFILE" 2>/dev/null) && [ -n "$pid" ] &&
+    [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = dockerd ]
+}
+
+if ! default_dockerd_runs; then
   echo "[ensure-docker] starting dockerd in the background (log: $LOG)" >&2
   mkdir -p "$(dirname "$LOG")"
-  nohup dockerd >>"$LOG" 2>&1 </dev/null &
+  nohup dockerd --pidfile "$PIDFILE" >>"$LOG" 2>&1 </dev/null &
 fi
 
 for _ in $(seq 1 60); do

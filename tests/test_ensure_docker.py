@@ -14,7 +14,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "ensure-docker.sh"
-TOOLS = ["bash", "id", "pgrep", "seq", "sleep", "dirname", "mkdir", "cat"]
+TOOLS = ["bash", "id", "seq", "sleep", "dirname", "mkdir", "cat"]
 
 
 @pytest.fixture
@@ -71,3 +71,45 @@ def test_engine_installed_but_not_startable_says_start_the_service(bare_path: Pa
         "no engine answers and this user cannot start it: start the Docker service" in done.stderr
     )
     assert len(done.stderr.strip().splitlines()) == 1
+
+
+def test_another_engine_running_does_not_stand_for_the_default_one(tmp_path: Path) -> None:
+    """The second engine's dockerd (the Ray tests') once kept this script from starting
+    the default engine: it asked only whether any dockerd ran, then waited 60 s for an
+    engine that nobody had started. Here a process named dockerd runs, the default
+    engine's pid file names nothing, and the script must start its own dockerd."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    for tool in [*TOOLS, "nohup"]:
+        found = shutil.which(tool)
+        assert found, tool
+        (bindir / tool).symlink_to(found)
+    started = tmp_path / "started"
+    # docker answers once "dockerd" has been started; that dockerd only says it was
+    (bindir / "docker").write_text(f'#!/bin/bash\n[ -f "{started}" ]\n')
+    (bindir / "dockerd").write_text(f'#!/bin/bash\n: > "{started}"\n')
+    for fake in ("docker", "dockerd"):
+        (bindir / fake).chmod(0o755)
+    other = tmp_path / "other"
+    other.mkdir()
+    sleep = shutil.which("sleep")
+    assert sleep
+    shutil.copy(sleep, other / "dockerd")  # a process whose name is dockerd, as engine 2's
+    another = subprocess.Popen([str(other / "dockerd"), "60"])
+    try:
+        done = subprocess.run(
+            ["bash", str(SCRIPT)],
+            env={
+                "PATH": str(bindir),
+                "ALE_DOCKERD_LOG": str(tmp_path / "dockerd.log"),
+                "ALE_DOCKERD_PIDFILE": str(tmp_path / "docker.pid"),
+            },
+            capture_output=True,
+            text=True,
+            timeout=90,
+        )
+    finally:
+        another.kill()
+        another.wait()
+    assert done.returncode == 0, done.stderr
+    assert started.exists() and "starting dockerd" in done.stderr

@@ -44,13 +44,17 @@ def free_port() -> int:
 def _ports(*more: str) -> list[str]:
     """A node's ports: a range of 41 for its workers and its single ports (``more``: the
     head's too) outside it (the system hands out free ports in sequence, so one could fall in
-    the range: Ray refuses, as it did in CI for a client-server port chosen before the range)."""
+    the range: Ray refuses, as it did in CI for a client-server port chosen before the range),
+    each of them different (a port just released can be handed out again: Ray refused a
+    metrics-export port equal to another of the node's in CI)."""
     low = free_port()
     workers = range(low, low + 41)
+    taken: set[int] = set()
 
     def outside() -> int:
-        while (port := free_port()) in workers:
+        while (port := free_port()) in workers or port in taken:
             pass
+        taken.add(port)
         return port
 
     singles = ("node-manager", "object-manager", "metrics-export", "runtime-env-agent",

@@ -18,10 +18,14 @@ from pathlib import Path
 RAY = Path(sys.executable).parent / "ray"
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+def free_ports(count: int) -> list[int]:
+    """``count`` free ports, all different: each socket stays bound until all are chosen
+    (a port just released can be handed out again, and Ray refuses two equal ports)."""
+    with contextlib.ExitStack() as stack:
+        sockets = [stack.enter_context(socket.socket()) for _ in range(count)]
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [int(s.getsockname()[1]) for s in sockets]
 
 
 @contextlib.contextmanager
@@ -29,13 +33,13 @@ def local_ray_cluster() -> Iterator[str]:
     """A local Ray cluster of 2 CPUs on free ports, in its own process group; its address
     inside, and after it the cluster stopped (its processes gone)."""
     temp = Path(tempfile.mkdtemp(prefix="roll-ray-", dir="/tmp"))  # short: unix sockets
-    port = free_port()
+    port, client, dashboard, agent, metrics, runtime_env = free_ports(6)
     command = [
         str(RAY), "start", "--head", "--block", f"--port={port}", "--num-cpus=2",
         "--num-gpus=0", "--include-dashboard=false", "--disable-usage-stats",
-        f"--temp-dir={temp}", f"--ray-client-server-port={free_port()}",
-        f"--dashboard-port={free_port()}", f"--dashboard-agent-listen-port={free_port()}",
-        f"--metrics-export-port={free_port()}", f"--runtime-env-agent-port={free_port()}",
+        f"--temp-dir={temp}", f"--ray-client-server-port={client}",
+        f"--dashboard-port={dashboard}", f"--dashboard-agent-listen-port={agent}",
+        f"--metrics-export-port={metrics}", f"--runtime-env-agent-port={runtime_env}",
     ]  # fmt: skip
     log = (temp / "ray-start.log").open("wb")
     # no token authentication, whatever ~/.ray holds: the test's driver connects by address

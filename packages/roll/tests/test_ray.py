@@ -15,7 +15,7 @@ import pytest
 
 pytest.importorskip("ray", reason="ray is not installed (pip install 'roll[ray]')")
 
-from ray_cluster import free_port, local_ray_cluster
+from ray_cluster import free_ports, local_ray_cluster
 from safetensors.torch import load_file
 
 from ale.trajectory import Trajectory
@@ -336,7 +336,7 @@ def test_ray_rollout_workers_sample_from_a_vllm_server_roll_launched(
 def test_a_bad_ray_setting_is_one_clear_sentence(
     tiny: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    nobody = f"127.0.0.1:{free_port()}"
+    nobody = f"127.0.0.1:{free_ports(1)[0]}"
     began = time.monotonic()
     with pytest.raises(ConfigError, match=r"no Ray cluster answers at .*ray start --head"):
         run_train(_train_config(tmp_path, tiny, "bad", f"ray.address={nobody}"))
