@@ -11,15 +11,18 @@ out; synthesized into bench-out/learning/ unless there already), for each seed:
    the algorithm: `grpo` (token-level ratio and clipping, group-normalised advantages),
    `ipa` (chunk-level returns and importance ratios) and, with `--arms grpo,ipa,lite_ppo`,
    `lite_ppo` (group-mean advantages over the batch's std, token-level PPO);
-3. `rock bench run --agent roll-policy` (the iflow agent, one batched model; greedy) on the held-out tasks for the SFT model
-   and both RL models.
+3. `rock bench run --agent roll-policy` (the iflow agent, one batched model; greedy), evaluated
+   exactly as `make demo` evaluates its models (scripts/demo.py's command and environment), on
+   the held-out tasks for the SFT model and each RL model.
 
-Printed: held-out success per arm (mean and per seed), RL's gain over SFT alone in points
-(the goal: at least +10), and training stability — gradient-norm spikes (update steps whose
-norm is above 3x the run's median), the largest gradient norm and the spread of the per-step
-training success — IPA's against GRPO's (the baseline) — and, to say why held-out tasks fail,
-each arm's first acting shell command against the task's solution (right tool, source, output). A plot of the mean training success
-and gradient norm per step goes to bench-out/learning/learning_ipa.png.
+Printed: held-out success per arm (the mean over seeds and each seed's, each with its 95 %
+interval over tasks), the gain over SFT paired by task, IPA's gains over SFT and GRPO against
+the goals (+20 and +5 points), and training stability — gradient-norm spikes (update steps
+whose norm is above 3x the run's median), the largest gradient norm and the spread of the
+per-step training success — IPA's against GRPO's (the baseline) — and, to say why held-out
+tasks fail, each arm's first acting shell command against the task's solution (right tool,
+source, output). A plot of the mean training success and gradient norm per step goes to
+bench-out/learning/learning_ipa.png.
 
 Long: about 45 minutes a seed on 2 CPU cores with the real model and 20 RL steps (SFT, two RL
 runs of 18-19 minutes, three evaluations; every finished stage is cached in the output directory
@@ -33,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import shutil
 import statistics
@@ -43,7 +47,13 @@ from pathlib import Path
 
 import yaml
 
+from rock.bench.results import BenchmarkResults
+from rock.bench.scores import gain, interval, per_task
+
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "scripts"))
+import demo  # noqa: E402  (scripts/demo.py: how the demo evaluates its models)
+
 BIN = Path(sys.executable).parent
 EXAMPLES = REPO / "packages" / "roll" / "examples"
 RL_ARMS = ("grpo", "ipa", "lite_ppo")
@@ -102,28 +112,35 @@ def evaluate(
     out: Path,
     *,
     turns: int = 3,
-    context: int = 1024,
+    context: int = demo.CONTEXT,
     new_tokens: int = 48,
-    concurrent: int = 32,
-) -> float:
-    """Held-out success of ``model`` (greedy, the demo's agent settings unless given); a run
-    cut short (a trial missing from its results) is resumed, not reused."""
+    concurrent: int = demo.BENCH_CONCURRENCY,
+    dtype: str = demo.SERVE_DTYPE,
+) -> dict[str, float]:
+    """Each held-out task's greedy success (0 or 1) for ``model``, evaluated as the demo
+    evaluates (scripts/demo.py's ``rock bench`` command and environment; the agent's turns,
+    window and tokens the demo's unless given); a run cut short (a trial missing from its
+    results) is resumed, not reused."""
     summary = out / "results.json"
     tasks = [p for p in (heldout / "tasks").iterdir() if p.is_dir()]
     finished = summary.is_file() and len(json.loads(summary.read_text())["results"]) >= len(tasks)
     if not finished:
-        resume = ["--resume"] if (out / "run.json").is_file() else []
+        resume = (out / "run.json").is_file()
         if not resume:
             shutil.rmtree(out, ignore_errors=True)
-        run(BIN / "rock", "bench", "run", "--dataset", heldout / "tasks", "--agent", "roll-policy",
-            *resume,
-            "--n-concurrent", concurrent, "--output", out, "--agent-kwarg", f"model_path={model}",
-            "--agent-kwarg", "prompt_profile=compact", "--agent-kwarg", "tool_format=brief",
-            "--agent-kwarg", "temperature=0", "--agent-kwarg", f"max_turns={turns}",
-            "--agent-kwarg", f"context_limit={context}",
-            "--agent-kwarg", f"max_output_tokens={new_tokens}",
-            "--agent-kwarg", "dtype=bfloat16")  # fmt: skip
-    return float(json.loads(summary.read_text()).get("accuracy") or 0.0)
+        command = demo.bench_command(
+            heldout / "tasks", model, out, temperature=0, attempts=1, dtype=dtype,
+            resume=resume, turns=turns, new_tokens=new_tokens, context=context,
+            concurrency=concurrent,
+        )  # fmt: skip
+        print("$ " + " ".join(command), flush=True)
+        subprocess.run(command, cwd=REPO, check=True, env={**os.environ, **demo.BENCH_ENV})
+    return per_task(BenchmarkResults.model_validate_json(summary.read_text()).results)
+
+
+def accuracy(tasks: dict[str, float]) -> float:
+    """Held-out success over the tasks (each task's success from :func:`evaluate`)."""
+    return statistics.mean(tasks.values()) if tasks else 0.0
 
 
 def first_actions(bench: Path, heldout: Path) -> dict[str, int]:
@@ -195,6 +212,56 @@ def plot(curves: dict[str, list[list[dict[str, float]]]], path: Path) -> None:
     fig.savefig(path, dpi=100)
 
 
+def seed_mean(runs: list[dict[str, float]]) -> dict[str, float]:
+    """Each task's success averaged over the seeds' runs (the tasks all of them have)."""
+    shared = set.intersection(*(set(r) for r in runs)) if runs else set()
+    return {t: statistics.mean(r[t] for r in runs) for t in sorted(shared)}
+
+
+def report(
+    success: dict[str, list[dict[str, float]]],
+    stable: dict[str, list[dict[str, float]]],
+    rl_steps: int,
+) -> None:
+    """The held-out table: each arm's mean over seeds with its 95 % interval (a bootstrap
+    over the tasks of their seed-averaged success), each seed's figure with its own, the
+    gain over SFT paired by task; then IPA's gains against the issue's goals."""
+    seeds = len(success["sft"])
+    tasks = len(seed_mean(success["sft"]))
+    print(f"\nHeld-out success ({tasks} tasks, greedy, evaluated as `make demo` evaluates), "
+          f"{seeds} seed(s), {rl_steps} RL steps; [low, high]: 95 % interval over tasks:")  # fmt: skip
+    print("| arm | mean over seeds | per seed | gain over SFT (points, paired by task) "
+          "| grad-norm spikes | success sd |")  # fmt: skip
+    print("|---|---|---|---|---|---|")
+    sft = seed_mean(success["sft"])
+    for arm, runs in success.items():
+        mean = seed_mean(runs)
+        low, high = interval(list(mean.values()))
+        per_seed = ", ".join(
+            f"{accuracy(r):.1%} [{interval(list(r.values()))[0]:.0%}, "
+            f"{interval(list(r.values()))[1]:.0%}]"
+            for r in runs
+        )
+        cells = ["—", "—", "—"]
+        if arm != "sft":
+            g, (g_low, g_high) = gain(sft, mean)
+            cells = [
+                f"{100 * g:+.1f} [{100 * g_low:+.0f}, {100 * g_high:+.0f}]",
+                f"{statistics.mean(s['spikes'] for s in stable[arm]):.1f}",
+                f"{statistics.mean(s['success_sd'] for s in stable[arm]):.3f}",
+            ]
+        print(f"| {arm.upper()} | {accuracy(mean):.1%} [{low:.0%}, {high:.0%}] | {per_seed} | "
+              f"{' | '.join(cells)} |")  # fmt: skip
+    if "ipa" not in success:
+        return
+    ipa = seed_mean(success["ipa"])
+    for name, goal in (("sft", 20), ("grpo", 5)):
+        g, (g_low, g_high) = gain(seed_mean(success[name]), ipa)
+        met = "met" if 100 * g >= goal else "not met"
+        print(f"IPA over {name.upper()}: {100 * g:+.1f} points [{100 * g_low:+.0f}, "
+              f"{100 * g_high:+.0f}] (goal: +{goal}, {met})")  # fmt: skip
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=3)
@@ -222,14 +289,15 @@ def main() -> int:
     started = time.monotonic()
     datasets = synthesize(out)
     train, heldout = datasets / "train", datasets / "heldout"
-    success: dict[str, list[float]] = {arm: [] for arm in arms}
+    success: dict[str, list[dict[str, float]]] = {arm: [] for arm in arms}
     actions: dict[str, list[dict[str, int]]] = {arm: [] for arm in arms}
     stable: dict[str, list[dict[str, float]]] = {arm: [] for arm in rl_arms}
     curves: dict[str, list[list[dict[str, float]]]] = {arm: [] for arm in rl_arms}
+    dtype = "float32" if args.tiny else demo.SERVE_DTYPE
     for seed in range(args.seeds):
         base = out / f"seed{seed}"
         sft = train_sft(base, seed, train, tiny=args.tiny)
-        success["sft"].append(evaluate(sft / "model", heldout, base / "bench-sft"))
+        success["sft"].append(evaluate(sft / "model", heldout, base / "bench-sft", dtype=dtype))
         actions["sft"].append(first_actions(base / "bench-sft", heldout))
         for arm in rl_arms:
             run_dir = base / arm
@@ -242,42 +310,26 @@ def main() -> int:
                     f"seed={seed}", f"model.path={sft / 'model'}", f"tasks.dataset={train}",
                     f"algorithm.name={arm}", f"run.steps={args.rl_steps}",
                     "run.progress=false", *args.rl_set)  # fmt: skip
-            success[arm].append(evaluate(run_dir / "model", heldout, base / f"bench-{arm}"))
-            actions[arm].append(first_actions(base / f"bench-{arm}", heldout))
+            bench = base / f"bench-{arm}"
+            success[arm].append(evaluate(run_dir / "model", heldout, bench, dtype=dtype))
+            actions[arm].append(first_actions(bench, heldout))
             rows = metrics(run_dir)
             stable[arm].append(stability(rows))
             curves[arm].append(rows)
 
     plot(curves, out / "learning_ipa.png")
-    tasks = len(list((heldout / "tasks").iterdir()))
-    print(f"\nHeld-out success ({tasks} tasks, greedy, rock bench + iflow as roll-policy), {args.seeds} seed(s), "
-          f"{args.rl_steps} RL steps:")  # fmt: skip
-    print("| arm | mean | per seed | gain over SFT (points) | grad-norm spikes | success sd |")
-    print("|---|---|---|---|---|---|")
-    sft_mean = statistics.mean(success["sft"])
-    for arm in arms:
-        mean = statistics.mean(success[arm])
-        seeds = ", ".join(f"{s:.0%}" for s in success[arm])
-        gain = "—" if arm == "sft" else f"{100 * (mean - sft_mean):+.1f}"
-        if arm == "sft":
-            spikes = sd = "—"
-        else:
-            spikes = f"{statistics.mean(s['spikes'] for s in stable[arm]):.1f}"
-            sd = f"{statistics.mean(s['success_sd'] for s in stable[arm]):.3f}"
-        print(f"| {arm.upper()} | {mean:.0%} | {seeds} | {gain} | {spikes} | {sd} |")
-    if "ipa" not in rl_arms:
-        return 0
-    grpo_spikes = statistics.mean(s["spikes"] for s in stable["grpo"])
-    ipa_spikes = statistics.mean(s["spikes"] for s in stable["ipa"])
-    ratio = f"{ipa_spikes / grpo_spikes:.2f}x" if grpo_spikes else "n/a (GRPO had none)"
-    print(f"\nIPA gain over SFT: {100 * (statistics.mean(success['ipa']) - sft_mean):+.1f} points "
-          f"(goal: +10); GRPO: {100 * (statistics.mean(success['grpo']) - sft_mean):+.1f}")  # fmt: skip
-    print(f"Gradient-norm spikes, IPA vs GRPO (baseline): {ipa_spikes:.1f} vs {grpo_spikes:.1f} "
-          f"({ratio}); plot: {out / 'learning_ipa.png'}")  # fmt: skip
-    grpo_max = statistics.mean(s["max_grad_norm"] for s in stable["grpo"])
-    ipa_max = statistics.mean(s["max_grad_norm"] for s in stable["ipa"])
-    print(f"Largest gradient norm of a run (mean over seeds), IPA vs GRPO (baseline): "
-          f"{ipa_max:.2f} vs {grpo_max:.2f} ({ipa_max / grpo_max:.2f}x)" if grpo_max else "")  # fmt: skip
+    report(success, stable, args.rl_steps)
+    if "ipa" in rl_arms:
+        grpo_spikes = statistics.mean(s["spikes"] for s in stable["grpo"])
+        ipa_spikes = statistics.mean(s["spikes"] for s in stable["ipa"])
+        ratio = f"{ipa_spikes / grpo_spikes:.2f}x" if grpo_spikes else "n/a (GRPO had none)"
+        print(f"Gradient-norm spikes, IPA vs GRPO (baseline): {ipa_spikes:.1f} vs "
+              f"{grpo_spikes:.1f} ({ratio}; goal: no more); plot: {out / 'learning_ipa.png'}")  # fmt: skip
+        grpo_max = statistics.mean(s["max_grad_norm"] for s in stable["grpo"])
+        ipa_max = statistics.mean(s["max_grad_norm"] for s in stable["ipa"])
+        if grpo_max:
+            print(f"Largest gradient norm of a run (mean over seeds), IPA vs GRPO (baseline): "
+                  f"{ipa_max:.2f} vs {grpo_max:.2f} ({ipa_max / grpo_max:.2f}x)")  # fmt: skip
     print("\nFirst acting shell command on the held-out tasks (summed over seeds): right tool / source / "
           "output name")  # fmt: skip
     for arm in arms:

@@ -33,8 +33,9 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
-from learning_ipa import BIN, EXAMPLES, REPO, evaluate, run, train_sft
+from learning_ipa import BIN, EXAMPLES, REPO, accuracy, evaluate, run, train_sft
 
 FAMILIES = ("log-summary", "json-reshape", "maze-path")
 SOURCE = REPO / "datasets" / "synth-mini"
@@ -45,7 +46,12 @@ CONTEXT = 2048
 SFT_STEPS = 24
 """SFT steps of 8 (about 6.6 passes over the 29 training trajectories). The demo's own 48 suit
 its 135 short trajectories; here a step of these long ones takes about 50 s on 2 cores."""
-SETTINGS = {"turns": TURNS, "context": CONTEXT, "new_tokens": NEW_TOKENS, "concurrent": 16}
+SETTINGS: dict[str, Any] = {
+    "turns": TURNS,
+    "context": CONTEXT,
+    "new_tokens": NEW_TOKENS,
+    "concurrent": 16,
+}
 """How the held-out tasks are run (the agent's turns, context and tokens a turn)."""
 ONE_SFT = "; every seed's RL from seed 0's SFT model"
 ARMS = {
@@ -125,7 +131,9 @@ def main() -> int:
                 f"run.checkpoint_every={SFT_STEPS}",
             ),
         )
-        held["sft"].append(evaluate(sft / "model", heldout, sft_base / "bench-sft", **SETTINGS))
+        held["sft"].append(
+            accuracy(evaluate(sft / "model", heldout, sft_base / "bench-sft", **SETTINGS))
+        )
         for arm, overrides in ARMS.items():
             run_dir = base / arm
             if not (run_dir / "model" / "config.json").is_file():
@@ -138,7 +146,7 @@ def main() -> int:
                     "rollout.groups_per_step=2", f"run.steps={args.rl_steps}",
                     "run.progress=false", *experts, *overrides)  # fmt: skip
             held[arm].append(
-                evaluate(run_dir / "model", heldout, base / f"bench-{arm}", **SETTINGS)
+                accuracy(evaluate(run_dir / "model", heldout, base / f"bench-{arm}", **SETTINGS))
             )
             trained[arm].append(training_success(run_dir))
 

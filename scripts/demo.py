@@ -300,27 +300,53 @@ def bench(
     the model for all trials of the run, whose turns are decoded in batches (or, with
     ``served``, sent to that model's vLLM server, which batches them)."""
     summary = out / "results.json"
-    tasks = [p for p in (OUT / "datasets" / "heldout" / "tasks").iterdir() if p.is_dir()]
-    trials = len(tasks) * attempts
+    heldout = OUT / "datasets" / "heldout" / "tasks"
+    trials = len([p for p in heldout.iterdir() if p.is_dir()]) * attempts
     if not summary.is_file() or len(json.loads(summary.read_text())["results"]) < trials:
-        resume = ["--resume"] if (out / "run.json").is_file() else []  # (a run cut short)
+        resume = (out / "run.json").is_file()  # (a run cut short)
         if not resume:
             shutil.rmtree(out, ignore_errors=True)
-        engine = ["--agent-kwarg", f"server_url={served.url()}"] if served else []
-        run(
-            BIN / "rock", "bench", "run", *resume,
-            "--dataset", OUT / "datasets" / "heldout" / "tasks",
-            "--agent", "roll-policy", "--n-concurrent", str(BENCH_CONCURRENCY),
-            "--n-attempts", str(attempts), "--output", out,
-            "--timeout-multiplier", str(TIMEOUT_MULTIPLIER),
-            "--agent-kwarg", f"model_path={model}", "--agent-kwarg", "prompt_profile=compact",
-            "--agent-kwarg", "tool_format=brief", "--agent-kwarg", f"temperature={temperature}",
-            "--agent-kwarg", "max_turns=3", "--agent-kwarg", f"context_limit={CONTEXT}",
-            "--agent-kwarg", "max_output_tokens=48", "--agent-kwarg", f"dtype={serve_dtype()}",
-            *engine, env=BENCH_ENV,
+        command = bench_command(
+            heldout, model, out, temperature=temperature, attempts=attempts,
+            dtype=serve_dtype(), resume=resume, server_url=served.url() if served else None,
         )  # fmt: skip
+        run(*command, env=BENCH_ENV)
     run_results = BenchmarkResults.model_validate_json(summary.read_text())
     return figures(run_results, attempts)
+
+
+def bench_command(
+    tasks: Path,
+    model: Path,
+    out: Path,
+    *,
+    temperature: float,
+    attempts: int,
+    dtype: str,
+    resume: bool = False,
+    server_url: str | None = None,
+    turns: int = 3,
+    new_tokens: int = 48,
+    context: int = CONTEXT,
+    concurrency: int = BENCH_CONCURRENCY,
+) -> list[str]:
+    """The demo's evaluation of ``model`` on ``tasks`` as a ``rock bench run`` command (run
+    it with :data:`BENCH_ENV`): the iflow agent as ``roll train`` runs it (``turns`` turns
+    of ``new_tokens`` tokens in a ``context`` window), the time limits and the trials in
+    flight. The learning benchmarks evaluate with it too, so their arms are scored as the
+    demo scores its models."""
+    engine = ["--agent-kwarg", f"server_url={server_url}"] if server_url else []
+    return [
+        str(BIN / "rock"), "bench", "run", *(["--resume"] if resume else []),
+        "--dataset", str(tasks), "--agent", "roll-policy",
+        "--n-concurrent", str(concurrency), "--n-attempts", str(attempts),
+        "--output", str(out), "--timeout-multiplier", str(TIMEOUT_MULTIPLIER),
+        "--agent-kwarg", f"model_path={model}", "--agent-kwarg", "prompt_profile=compact",
+        "--agent-kwarg", "tool_format=brief", "--agent-kwarg", f"temperature={temperature}",
+        "--agent-kwarg", f"max_turns={turns}", "--agent-kwarg", f"context_limit={context}",
+        "--agent-kwarg", f"max_output_tokens={new_tokens}", "--agent-kwarg", f"dtype={dtype}",
+        *engine,
+    ]  # fmt: skip
 
 
 def figures(run_results: BenchmarkResults, attempts: int) -> dict[str, Any]:
