@@ -22,7 +22,7 @@ import docker
 import pytest
 from rock_daemons import Serve, start_daemon
 
-from rock.backends._owner import LABEL_CLAIM, EngineClaim, Holder, _start_time
+from rock.backends._owner import LABEL_CLAIM, EngineClaim, Holder, process_started
 from rock.backends.base import LABEL_DAEMON, LABEL_SANDBOX
 from rock.client import Client
 from rock.daemon.server import load_or_create_identity
@@ -230,7 +230,7 @@ def test_a_holder_is_alive_while_its_process_runs_on_this_machine() -> None:
     sleeper = subprocess.Popen(["sleep", "60"])
     try:
         holder = Holder("here:/home", socket.gethostname(), Holder.this_process("").boot,
-                        sleeper.pid, _start_time(sleeper.pid) or "")  # fmt: skip
+                        sleeper.pid, process_started(sleeper.pid) or "")  # fmt: skip
         assert holder.alive()
         elsewhere = Holder("there:/home", "another-host", "boot", sleeper.pid, "1")
     finally:

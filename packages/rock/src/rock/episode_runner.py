@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import shlex
+import shutil
 import tempfile
 import threading
 import time
@@ -24,6 +26,7 @@ from typing import Any, Protocol, TypeVar
 from ale.agents import BenchAgent
 from ale.task import Task, TaskVerifier
 from ale.trajectory import FailureMode
+from rock.backends._owner import process_started
 from rock.backends.base import Backend, PoolNotFound, Sandbox, SandboxError, pack_upload
 from rock.client import Client
 from rock.episode import Episode, run_episode, verifier_result
@@ -166,6 +169,31 @@ class SandboxSource(Protocol):
     def release(self, sandbox: Sandbox) -> None: ...
 
     def close(self) -> None: ...
+
+
+EPISODE_FOLDER = "rock-episode-"
+"""How the temporary folder of an episode's verifier is named, followed by the pid and start
+time of the process that made it (``rock-episode-PID.START-…``): a process killed outright
+cannot remove its folders, and the next process to make one removes those of processes no
+longer running."""
+
+_swept = False
+_sweeping = threading.Lock()
+
+
+def episode_folder() -> tempfile.TemporaryDirectory[str]:
+    """A temporary folder for one episode's verifier logs, named for this process; the first
+    one a process makes removes the folders that processes gone since had left."""
+    global _swept
+    with _sweeping:
+        if not _swept:
+            _swept = True
+            for folder in Path(tempfile.gettempdir()).glob(f"{EPISODE_FOLDER}*"):
+                pid, _, started = folder.name[len(EPISODE_FOLDER) :].split("-", 1)[0].partition(".")
+                if pid.isdigit() and process_started(int(pid)) != started:
+                    shutil.rmtree(folder, ignore_errors=True)
+    me = f"{os.getpid()}.{process_started(os.getpid())}"
+    return tempfile.TemporaryDirectory(prefix=f"{EPISODE_FOLDER}{me}-")
 
 
 class DaemonPool:
@@ -331,7 +359,7 @@ class PoolRunner:
             if why:
                 lost.append(str(why))
 
-        with tempfile.TemporaryDirectory(prefix="rock-synth-") as tmp:
+        with episode_folder() as tmp:
             episode = await run_episode(
                 task,
                 agent,

@@ -47,7 +47,7 @@ def _boot_id() -> str:
     return ""
 
 
-def _start_time(pid: int) -> str | None:
+def process_started(pid: int) -> str | None:
     """When process ``pid`` started (clock ticks since boot), or None when there is none."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
@@ -79,7 +79,7 @@ class Holder:
     @classmethod
     def this_process(cls, origin: str) -> Holder:
         pid = os.getpid()
-        return cls(origin, socket.gethostname(), _boot_id(), pid, _start_time(pid) or "")
+        return cls(origin, socket.gethostname(), _boot_id(), pid, process_started(pid) or "")
 
     @classmethod
     def from_labels(cls, labels: dict[str, str]) -> Holder:
@@ -108,7 +108,7 @@ class Holder:
             return True
         if not self.boot:  # no /proc on this machine: only whether the pid exists
             return _pid_exists(self.pid)
-        started = _start_time(self.pid)
+        started = process_started(self.pid)
         return started is not None and (not self.started or started == self.started)
 
     def describe(self) -> str:
