@@ -42,6 +42,9 @@ default_dockerd_runs() {
 }
 
 if ! default_dockerd_runs; then
+  # a pid file left by an engine that did not stop (its pid now another program's) would
+  # have dockerd refuse to start
+  rm -f "$PIDFILE"
   echo "[ensure-docker] starting dockerd in the background (log: $LOG)" >&2
   mkdir -p "$(dirname "$LOG")"
   nohup dockerd --pidfile "$PIDFILE" >>"$LOG" 2>&1 </dev/null &

@@ -77,10 +77,12 @@ def test_another_engine_running_does_not_stand_for_the_default_one(tmp_path: Pat
     """The second engine's dockerd (the Ray tests') once kept this script from starting
     the default engine: it asked only whether any dockerd ran, then waited 60 s for an
     engine that nobody had started. Here a process named dockerd runs, the default
-    engine's pid file names nothing, and the script must start its own dockerd."""
+    engine's pid file names another program (left by an engine that did not stop), and the
+    script must start its own dockerd, the stale pid file gone (dockerd refuses to start
+    beside a pid file whose process lives)."""
     bindir = tmp_path / "bin"
     bindir.mkdir()
-    for tool in [*TOOLS, "nohup"]:
+    for tool in [*TOOLS, "nohup", "rm"]:
         found = shutil.which(tool)
         assert found, tool
         (bindir / tool).symlink_to(found)
@@ -96,13 +98,15 @@ def test_another_engine_running_does_not_stand_for_the_default_one(tmp_path: Pat
     assert sleep
     shutil.copy(sleep, other / "dockerd")  # a process whose name is dockerd, as engine 2's
     another = subprocess.Popen([str(other / "dockerd"), "60"])
+    pidfile = tmp_path / "docker.pid"
+    pidfile.write_text(f"{os.getpid()}\n")  # this test's python, not a dockerd
     try:
         done = subprocess.run(
             ["bash", str(SCRIPT)],
             env={
                 "PATH": str(bindir),
                 "ALE_DOCKERD_LOG": str(tmp_path / "dockerd.log"),
-                "ALE_DOCKERD_PIDFILE": str(tmp_path / "docker.pid"),
+                "ALE_DOCKERD_PIDFILE": str(pidfile),
             },
             capture_output=True,
             text=True,
@@ -113,3 +117,4 @@ def test_another_engine_running_does_not_stand_for_the_default_one(tmp_path: Pat
         another.wait()
     assert done.returncode == 0, done.stderr
     assert started.exists() and "starting dockerd" in done.stderr
+    assert not pidfile.exists()
