@@ -35,3 +35,18 @@ def test_the_folders_of_a_process_that_is_gone_go_and_the_living_stay(
             [alive.name, other.name, Path(made).name]
         )
     assert not Path(made).exists()
+
+
+def test_without_proc_nothing_is_judged_gone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where no process's start can be read (no /proc), another process's folder may be in
+    use: none is removed."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setattr(episode_runner, "_swept", False)
+    monkeypatch.setattr(episode_runner, "process_started", lambda pid: None)
+    theirs = tmp_path / f"{episode_runner.EPISODE_FOLDER}1.0-abc"
+    theirs.mkdir()
+    with episode_runner.episode_folder() as made:
+        assert Path(made).name.startswith(f"{episode_runner.EPISODE_FOLDER}{os.getpid()}.0-")
+    assert theirs.is_dir()

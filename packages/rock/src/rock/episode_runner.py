@@ -185,15 +185,15 @@ def episode_folder() -> tempfile.TemporaryDirectory[str]:
     """A temporary folder for one episode's verifier logs, named for this process; the first
     one a process makes removes the folders that processes gone since had left."""
     global _swept
+    mine = process_started(os.getpid())  # None without /proc: nothing can be judged gone
     with _sweeping:
-        if not _swept:
+        if not _swept and mine is not None:
             _swept = True
             for folder in Path(tempfile.gettempdir()).glob(f"{EPISODE_FOLDER}*"):
                 pid, _, started = folder.name[len(EPISODE_FOLDER) :].split("-", 1)[0].partition(".")
                 if pid.isdigit() and process_started(int(pid)) != started:
                     shutil.rmtree(folder, ignore_errors=True)
-    me = f"{os.getpid()}.{process_started(os.getpid())}"
-    return tempfile.TemporaryDirectory(prefix=f"{EPISODE_FOLDER}{me}-")
+    return tempfile.TemporaryDirectory(prefix=f"{EPISODE_FOLDER}{os.getpid()}.{mine or 0}-")
 
 
 class DaemonPool:
