@@ -109,3 +109,28 @@ def test_daemons_sharing_a_database_need_their_own_ids_and_leave_each_other_alon
     finally:
         first.daemon.stop()
         first.thread.join(30)
+
+
+def test_an_unexpected_failure_in_an_e2b_route_is_e2b_s_500_and_the_connection_lives_on(
+    local_daemon: Running, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """CI on record: a snapshot's delete failed inside the engine's client (not a rock
+    error), the daemon answered in its own shape, on which the SDK failed with
+    ``KeyError: 'code'``, and dropped the connection, so the SDK's next call was reset."""
+    from e2b import Sandbox
+    from e2b.exceptions import SandboxException
+
+    monkeypatch.setenv("E2B_API_URL", local_daemon.url)
+    monkeypatch.setenv("E2B_SANDBOX_URL", local_daemon.url)
+    monkeypatch.setenv("E2B_API_KEY", local_daemon.token)
+    monkeypatch.delenv("E2B_DEBUG", raising=False)
+    backend = local_daemon.daemon.manager.backend
+
+    def engine_gone() -> list[dict[str, object]]:
+        raise RuntimeError("the engine went away")
+
+    monkeypatch.setattr(backend, "images", engine_gone)
+    for _ in range(2):  # (the second on the connection the first used)
+        with pytest.raises(SandboxException, match="RuntimeError: the engine went away"):
+            Sandbox.delete_snapshot("rock-e2b-snapshot:sb-x-first")
+    assert Sandbox.list().next_items() == []

@@ -11,6 +11,7 @@ import math
 import re
 import secrets
 import threading
+from datetime import UTC, datetime
 from typing import Any
 
 import docker
@@ -289,15 +290,7 @@ class DockerBackend(Backend):
         return out
 
     def images(self) -> builtins.list[dict[str, Any]]:
-        return [
-            {
-                "id": image.short_id,
-                "tags": list(image.tags),
-                "size_mb": round((image.attrs.get("Size") or 0) / 2**20, 1),
-                "created": image.attrs.get("Created", ""),
-            }
-            for image in self.client.images.list()
-        ]
+        return engine_images(self.client)
 
     def remove_image(self, tag: str) -> None:
         try:
@@ -310,6 +303,25 @@ class DockerBackend(Backend):
             raise SandboxConflict(
                 f"image {tag} is used by a sandbox; delete the sandboxes started from it first."
             ) from None
+
+
+def engine_images(
+    client: docker.DockerClient, name: str | None = None
+) -> builtins.list[dict[str, Any]]:
+    """The engine's images (named ``name``, a repository, if given) as dicts with id, tags,
+    size_mb, created, from the engine's one list call. The Docker client's ``images.list``
+    asks again for each image it listed, so an image removed in between (by another daemon,
+    another test) failed the whole list."""
+    found: builtins.list[dict[str, Any]] = client.api.images(name=name)
+    return [
+        {
+            "id": str(item["Id"])[:19],  # ("sha256:" and 12 digits, as the client's short id)
+            "tags": [t for t in item.get("RepoTags") or [] if t != "<none>:<none>"],
+            "size_mb": round((item.get("Size") or 0) / 2**20, 1),
+            "created": datetime.fromtimestamp(item.get("Created") or 0, UTC).isoformat(),
+        }
+        for item in found
+    ]
 
 
 def _host_pids(spec: SandboxSpec) -> int:

@@ -102,6 +102,7 @@ def build_base_cmd(tag: str | None, suite: str, mirror: str | None, force: bool)
 @daemon_options
 def image_ls(client: Client, as_json: bool) -> None:
     """List images sandboxes can start from: the daemon's, or the Docker engine's without one."""
+    from rock.backends.docker import engine_images
     from rock.engine import connect
     from rock.errors import DaemonUnreachable
     from rock.models import ImageInfo
@@ -112,15 +113,7 @@ def image_ls(client: Client, as_json: bool) -> None:
         click.echo("rock: no daemon answers; listing the Docker engine's images.", err=True)
         engine = connect()
         try:
-            images = [
-                ImageInfo(
-                    id=item.short_id,
-                    tags=list(item.tags),
-                    size_mb=round((item.attrs.get("Size") or 0) / 2**20, 1),
-                    created=item.attrs.get("Created", ""),
-                )
-                for item in engine.images.list()
-            ]
+            images = [ImageInfo.model_validate(item) for item in engine_images(engine)]
         finally:
             engine.close()
     images.sort(key=lambda i: (not i.tags, i.tags))

@@ -15,6 +15,7 @@ import hashlib
 import hmac
 import itertools
 import json
+import logging
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -31,6 +32,7 @@ from rock.errors import PoolExhausted, RockError, ShuttingDown
 from rock.models import SandboxInfo
 from rock.store import UnknownSandbox
 
+log = logging.getLogger("rock.daemon")
 ENVD_VERSION = "0.5.7"
 """The envd version reported: commands without stdin, uploads as octet-stream."""
 LABEL = "dev.ale.rock.e2b"
@@ -242,6 +244,8 @@ async def rest(answer: Callable[[], Any]) -> Response:
         status, message = 404, str(exc)
     except RockError as exc:
         status, message = 500, str(exc)
+    except Exception as exc:
+        status, message = 500, unexpected(exc)
     headers = {"should-retry": "false"} if status in (429, 502, 503, 504) else {}
     return JSONResponse({"code": status, "message": message}, status_code=status, headers=headers)
 
@@ -257,6 +261,17 @@ async def rpc(answer: Callable[[], Any]) -> Response:
         return connect_error(Failed(503, str(exc), "unavailable"))
     except RockError as exc:
         return connect_error(Failed(500, str(exc), "internal"))
+    except Exception as exc:
+        return connect_error(Failed(500, unexpected(exc), "internal"))
+
+
+def unexpected(exc: Exception) -> str:
+    """A failure no route foresaw (the engine's client, a bug), logged with its traceback and
+    answered here as a 500 in the API's shape: left to the app's outer handler, it was
+    answered in the daemon's own shape (the SDK failed on it with ``KeyError: 'code'``) and
+    the connection was dropped under the client's next call."""
+    log.error("unexpected error in an E2B route", exc_info=exc)
+    return f"{type(exc).__name__}: {exc}"
 
 
 def connect_error(failed: Failed) -> Response:

@@ -133,14 +133,16 @@ class ImagesMixin:
 
     def tags_of(self, repository: str) -> dict[str, str]:
         """``tag: image id`` of the images named ``repository:…`` on the daemon's engine."""
-        from rock.backends.docker import DockerBackend
+        from rock.backends.docker import DockerBackend, engine_images
 
         prefix = f"{repository}:"
         if isinstance(self.backend, DockerBackend):
-            found = self.backend.client.images.list(name=repository)
-            pairs = [(t, str(image.id)) for image in found for t in image.tags]
+            found = [
+                ImageInfo.model_validate(i) for i in engine_images(self.backend.client, repository)
+            ]
         else:
-            pairs = [(t, image.id) for image in self.images() for t in image.tags]
+            found = self.images()
+        pairs = [(t, image.id) for image in found for t in image.tags]
         return {t[len(prefix) :]: i for t, i in pairs if t.startswith(prefix)}
 
     def tag_image(self, image: str, tag: str) -> None:
