@@ -639,7 +639,9 @@ def test_listing_images_while_another_removes_them_lists_what_is_there(
         try:
             for n in range(40):
                 dockerfile = io.BytesIO(f"FROM scratch\nLABEL rock-test-race={n}\n".encode())
-                image, _ = docker_client.images.build(fileobj=dockerfile, tag=f"rock-test/race:{n}")
+                image, _ = docker_client.images.build(
+                    fileobj=dockerfile, tag=f"rock-test/race:{n}", rm=True, forcerm=True
+                )
                 docker_client.images.remove(image.id, force=True)
         finally:
             done.set()
