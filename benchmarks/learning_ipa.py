@@ -218,6 +218,12 @@ def seed_mean(runs: list[dict[str, float]]) -> dict[str, float]:
     return {t: statistics.mean(r[t] for r in runs) for t in sorted(shared)}
 
 
+def figure(run: dict[str, float]) -> str:
+    """One seed's success with its 95 % interval over tasks: ``71.1 % [55, 84]``."""
+    low, high = interval(list(run.values()))
+    return f"{accuracy(run):.1%} [{low:.0%}, {high:.0%}]"
+
+
 def report(
     success: dict[str, list[dict[str, float]]],
     stable: dict[str, list[dict[str, float]]],
@@ -237,11 +243,7 @@ def report(
     for arm, runs in success.items():
         mean = seed_mean(runs)
         low, high = interval(list(mean.values()))
-        per_seed = ", ".join(
-            f"{accuracy(r):.1%} [{interval(list(r.values()))[0]:.0%}, "
-            f"{interval(list(r.values()))[1]:.0%}]"
-            for r in runs
-        )
+        per_seed = ", ".join(figure(r) for r in runs)
         cells = ["—", "—", "—"]
         if arm != "sft":
             g, (g_low, g_high) = gain(sft, mean)
