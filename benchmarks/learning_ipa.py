@@ -10,7 +10,8 @@ out; synthesized into bench-out/learning/ unless there already), for each seed:
    config, seed and budget (packages/roll/examples/train-demo-ipa.yaml), differing only in
    the algorithm: `grpo` (token-level ratio and clipping, group-normalised advantages),
    `ipa` (chunk-level returns and importance ratios) and, with `--arms grpo,ipa,lite_ppo`,
-   `lite_ppo` (group-mean advantages over the batch's std, token-level PPO);
+   `lite_ppo` (group-mean advantages over the batch's std, token-level PPO), and with
+   `ipa_baseline` IPA with the group's mean as baseline at twice the learning rate;
 3. `rock bench run --agent roll-policy` (the iflow agent, one batched model; greedy), evaluated
    exactly as `make demo` evaluates its models (scripts/demo.py's command and environment), on
    the held-out tasks for the SFT model and each RL model.
@@ -56,8 +57,17 @@ import demo  # noqa: E402  (scripts/demo.py: how the demo evaluates its models)
 
 BIN = Path(sys.executable).parent
 EXAMPLES = REPO / "packages" / "roll" / "examples"
-RL_ARMS = ("grpo", "ipa", "lite_ppo")
-"""The RL algorithms the experiment can run (``--arms`` picks; GRPO stays the baseline)."""
+RL_ARMS: dict[str, tuple[str, ...]] = {
+    "grpo": ("algorithm.name=grpo",),
+    "ipa": ("algorithm.name=ipa",),
+    "lite_ppo": ("algorithm.name=lite_ppo",),
+    "ipa_baseline": ("algorithm.name=ipa", "algorithm.baseline=group_mean", "optim.lr=6e-6"),
+}
+"""The RL arms the experiment can run (``--arms`` picks; GRPO stays the baseline), each the
+demo's RL config with these overrides. ``ipa_baseline``: IPA with the group's mean reward
+subtracted (a failure pushed down, an all-successful group no signal) and twice the
+learning rate, its updates then about the size of GRPO's (whose advantages are divided by
+the group's std, at most 0.5 for a 0/1 reward)."""
 
 
 def run(*args: object) -> None:
@@ -254,14 +264,13 @@ def report(
             ]
         print(f"| {arm.upper()} | {accuracy(mean):.1%} [{low:.0%}, {high:.0%}] | {per_seed} | "
               f"{' | '.join(cells)} |")  # fmt: skip
-    if "ipa" not in success:
-        return
-    ipa = seed_mean(success["ipa"])
-    for name, goal in (("sft", 20), ("grpo", 5)):
-        g, (g_low, g_high) = gain(seed_mean(success[name]), ipa)
-        met = "met" if 100 * g >= goal else "not met"
-        print(f"IPA over {name.upper()}: {100 * g:+.1f} points [{100 * g_low:+.0f}, "
-              f"{100 * g_high:+.0f}] (goal: +{goal}, {met})")  # fmt: skip
+    for arm in (a for a in success if a.startswith("ipa")):
+        ipa = seed_mean(success[arm])
+        for name, goal in (("sft", 20), ("grpo", 5)):
+            g, (g_low, g_high) = gain(seed_mean(success[name]), ipa)
+            met = "met" if 100 * g >= goal else "not met"
+            print(f"{arm.upper()} over {name.upper()}: {100 * g:+.1f} points [{100 * g_low:+.0f}, "
+                  f"{100 * g_high:+.0f}] (goal: +{goal}, {met})")  # fmt: skip
 
 
 def main() -> int:
@@ -275,7 +284,7 @@ def main() -> int:
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="an override for both RL arms' config (e.g. tasks.draw=balanced), repeatable",
+        help="an override for every RL arm's config (e.g. tasks.draw=balanced), repeatable",
     )
     parser.add_argument(
         "--arms",
@@ -283,7 +292,11 @@ def main() -> int:
         help=f"the RL arms, comma-separated, of {', '.join(RL_ARMS)} (grpo always runs: the baseline)",
     )
     args = parser.parse_args()
-    rl_arms = tuple(dict.fromkeys(["grpo", *(a for a in args.arms.split(",") if a in RL_ARMS)]))
+    asked = [a for a in args.arms.split(",") if a]
+    unknown = [a for a in asked if a not in RL_ARMS]
+    if unknown:
+        parser.error(f"unknown arm(s) {', '.join(unknown)}; choose of {', '.join(RL_ARMS)}")
+    rl_arms = tuple(dict.fromkeys(["grpo", *asked]))
     arms = ("sft", *rl_arms)
     suffix = "-tiny" if args.tiny else ""
     out: Path = args.out.resolve()
@@ -310,7 +323,7 @@ def main() -> int:
                 shutil.rmtree(run_dir, ignore_errors=True)
                 run(BIN / "roll", "train", EXAMPLES / f"train-demo-ipa{suffix}.yaml", f"run_dir={run_dir}",
                     f"seed={seed}", f"model.path={sft / 'model'}", f"tasks.dataset={train}",
-                    f"algorithm.name={arm}", f"run.steps={args.rl_steps}",
+                    *RL_ARMS[arm], f"run.steps={args.rl_steps}",
                     "run.progress=false", *args.rl_set)  # fmt: skip
             bench = base / f"bench-{arm}"
             success[arm].append(evaluate(run_dir / "model", heldout, bench, dtype=dtype))
@@ -321,17 +334,17 @@ def main() -> int:
 
     plot(curves, out / "learning_ipa.png")
     report(success, stable, args.rl_steps)
-    if "ipa" in rl_arms:
+    for arm in (a for a in rl_arms if a.startswith("ipa")):
         grpo_spikes = statistics.mean(s["spikes"] for s in stable["grpo"])
-        ipa_spikes = statistics.mean(s["spikes"] for s in stable["ipa"])
+        ipa_spikes = statistics.mean(s["spikes"] for s in stable[arm])
         ratio = f"{ipa_spikes / grpo_spikes:.2f}x" if grpo_spikes else "n/a (GRPO had none)"
-        print(f"Gradient-norm spikes, IPA vs GRPO (baseline): {ipa_spikes:.1f} vs "
+        print(f"Gradient-norm spikes, {arm.upper()} vs GRPO (baseline): {ipa_spikes:.1f} vs "
               f"{grpo_spikes:.1f} ({ratio}; goal: no more); plot: {out / 'learning_ipa.png'}")  # fmt: skip
         grpo_max = statistics.mean(s["max_grad_norm"] for s in stable["grpo"])
-        ipa_max = statistics.mean(s["max_grad_norm"] for s in stable["ipa"])
+        ipa_max = statistics.mean(s["max_grad_norm"] for s in stable[arm])
         if grpo_max:
-            print(f"Largest gradient norm of a run (mean over seeds), IPA vs GRPO (baseline): "
-                  f"{ipa_max:.2f} vs {grpo_max:.2f} ({ipa_max / grpo_max:.2f}x)")  # fmt: skip
+            print(f"Largest gradient norm of a run (mean over seeds), {arm.upper()} vs GRPO "
+                  f"(baseline): {ipa_max:.2f} vs {grpo_max:.2f} ({ipa_max / grpo_max:.2f}x)")  # fmt: skip
     print("\nFirst acting shell command on the held-out tasks (summed over seeds): right tool / source / "
           "output name")  # fmt: skip
     for arm in arms:
