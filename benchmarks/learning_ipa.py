@@ -25,9 +25,9 @@ tasks fail, each arm's first acting shell command against the task's solution (r
 source, output). A plot of the mean training success and gradient norm per step goes to
 bench-out/learning/learning_ipa.png.
 
-Long: about 45 minutes a seed on 2 CPU cores with the real model and 20 RL steps (SFT, two RL
-runs of 18-19 minutes, three evaluations; every finished stage is cached in the output directory
-and reused when run again; 15 a seed with `--tiny`).
+Long: about 35 minutes a seed on 2 CPU cores with the real model and 20 RL steps (SFT 6, each
+RL run 13-14, an evaluation about 1), after 7 of synthesis; every finished stage is cached in
+the output directory and reused when run again (15 a seed with `--tiny`).
 `--seeds 1 --rl-steps 4` for a quick look.
 
 Usage: .venv/bin/python benchmarks/learning_ipa.py [--seeds 3] [--rl-steps 20] [--rl-set KEY=VALUE]... [--tiny] [--out DIR]
