@@ -22,6 +22,7 @@ import argparse
 import os
 import statistics
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import docker
@@ -39,9 +40,8 @@ def busy_seconds() -> float:
     return (sum(fields) - fields[3] - fields[4]) / HZ  # (less idle and iowait)
 
 
-def block(run: object, n: int) -> tuple[float, float]:
+def block(run: Callable[[], None], n: int) -> tuple[float, float]:
     """CPU seconds and wall seconds per command over ``n`` calls of ``run``."""
-    assert callable(run)
     cpu, wall = busy_seconds(), time.perf_counter()
     for _ in range(n):
         run()
@@ -70,7 +70,8 @@ def main() -> None:
         def by_session() -> None:
             assert session.run(args.command).exit_code == 0
 
-        block(by_exec, 10), block(by_session, 10)  # (warm both up)
+        for warm_up in (by_exec, by_session):
+            block(warm_up, 10)
         for _ in range(args.rounds):
             execs.append(block(by_exec, args.n))
             sessions.append(block(by_session, args.n))
