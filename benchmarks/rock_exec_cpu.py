@@ -1,17 +1,17 @@
-"""The machine's CPU a sandbox command costs: a `docker exec` per command (rock's exec path)
-vs a process already inside the sandbox starting it (rock's shell session; the baseline).
+"""The machine's CPU a sandbox command costs: a `docker exec` per command (the baseline)
+vs rock's exec path, which starts each command through one long-lived agent in the sandbox
+(`rock.backends._exec_agent`), and vs rock's shell session (a bash already in the sandbox).
 
-`make demo` spends about a fifth of its time in the engine's machinery around its commands
+`make demo` spent about a fifth of its time in the engine's machinery around its commands
 (docs/demo.md, "Where the last 3.7 minutes are"): each `docker exec` has dockerd, containerd,
-the container's shim and a fresh `runc` process do work before the command's own fork. This
-script puts a figure on what an exec path through a long-lived process in the sandbox (as
-E2B's envd is) could save. Both paths run the same short command in one sandbox of the
-docker backend (no daemon, no HTTP), in alternating blocks; the CPU is the whole machine's
-busy time from /proc/stat over each block (so run it on a quiet machine), which counts the
-short-lived `runc` processes no per-process sampling sees. The session is the baseline: its
-per-command cost is about what a process inside the sandbox would pay.
+the container's shim and a fresh `runc` process do work before the command's own fork. The
+agent (as E2B's envd) takes the engine out of a command's start. The three paths run the
+same short command in sandboxes of the docker backend (no daemon, no HTTP), in alternating
+blocks; the CPU is the whole machine's busy time from /proc/stat over each block (so run it
+on a quiet machine), which counts the short-lived `runc` processes no per-process sampling
+sees.
 
-Printed: CPU-ms and wall-ms per command each way and their ratio.
+Printed: CPU-ms and wall-ms per command each way and the ratios against `docker exec`.
 
 Usage: .venv/bin/python benchmarks/rock_exec_cpu.py [--n 100] [--rounds 3] [--command /bin/true]
 """
@@ -58,42 +58,49 @@ def main() -> None:
         help="the shell command run each time (a program, not a shell builtin: a fork and exec)",
     )
     args = parser.parse_args()
-    backend = DockerBackend(docker.from_env(), daemon_id="bench-exec-cpu")
-    execs: list[tuple[float, float]] = []
-    sessions: list[tuple[float, float]] = []
-    with backend.create(SandboxSpec(memory_mb=256, pids_limit=128)) as sandbox:
-        session = sandbox.session()
-
-        def by_exec() -> None:
-            assert sandbox.exec(args.command).exit_code == 0
-
-        def by_session() -> None:
-            assert session.run(args.command).exit_code == 0
-
-        for warm_up in (by_exec, by_session):
+    client = docker.from_env()
+    spec = SandboxSpec(memory_mb=256, pids_limit=128)
+    blocks: dict[str, list[tuple[float, float]]] = {"exec": [], "agent": [], "session": []}
+    with (
+        DockerBackend(client, daemon_id="bench-exec-cpu", exec_agent=False).create(spec) as plain,
+        DockerBackend(client, daemon_id="bench-exec-cpu", exec_agent=True).create(spec) as agent,
+    ):
+        session = plain.session()
+        paths: dict[str, Callable[[], None]] = {
+            "exec": lambda: check(plain.exec(args.command).exit_code),
+            "agent": lambda: check(agent.exec(args.command).exit_code),
+            "session": lambda: check(session.run(args.command).exit_code),
+        }
+        for warm_up in paths.values():
             block(warm_up, 10)
         for _ in range(args.rounds):
-            execs.append(block(by_exec, args.n))
-            sessions.append(block(by_session, args.n))
+            for name, run in paths.items():
+                blocks[name].append(block(run, args.n))
         session.close()
-    exec_cpu = statistics.median(c for c, _ in execs)
-    session_cpu = statistics.median(c for c, _ in sessions)
-    exec_wall = statistics.median(w for _, w in execs)
-    session_wall = statistics.median(w for _, w in sessions)
+    cpu = {name: statistics.median(c for c, _ in b) for name, b in blocks.items()}
+    wall = {name: statistics.median(w for _, w in b) for name, b in blocks.items()}
     print(f"machine: {machine()}")
     print(f"command: {args.command!r}, {args.rounds} blocks of {args.n} each way (medians)")
-    print(
-        f"docker exec a command       : {exec_cpu * 1e3:.1f} CPU-ms, {exec_wall * 1e3:.1f} ms wall"
-    )
-    print(
-        f"session in the sandbox      : {session_cpu * 1e3:.1f} CPU-ms, {session_wall * 1e3:.1f} ms wall"
-    )
-    print(
-        f"RATIO CPU per command, docker exec / session (baseline) = {exec_cpu / session_cpu:.1f}x"
-    )
-    print(
-        f"RATIO wall per command, docker exec / session (baseline) = {exec_wall / session_wall:.1f}x"
-    )
+    for name, label in (
+        ("exec", "docker exec a command (baseline)"),
+        ("agent", "rock's exec agent             "),
+        ("session", "rock's shell session          "),
+    ):
+        print(f"{label}: {cpu[name] * 1e3:.1f} CPU-ms, {wall[name] * 1e3:.1f} ms wall")
+    for name in ("agent", "session"):
+        print(
+            f"RATIO CPU per command, docker exec (baseline) / {name} = "
+            f"{cpu['exec'] / cpu[name]:.1f}x"
+        )
+        print(
+            f"RATIO wall per command, docker exec (baseline) / {name} = "
+            f"{wall['exec'] / wall[name]:.1f}x"
+        )
+
+
+def check(exit_code: int) -> None:
+    if exit_code != 0:
+        raise SystemExit(f"the benchmark's command failed (exit {exit_code}); pick another.")
 
 
 if __name__ == "__main__":

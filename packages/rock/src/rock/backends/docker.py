@@ -67,7 +67,10 @@ class DockerBackend(Backend):
         *,
         daemon_id: str = "local",
         origin: str | None = None,
+        exec_agent: bool | None = None,
     ) -> None:
+        """``exec_agent``: start commands through each sandbox's exec agent
+        (`rock.backends._exec_agent`); None: unless ROCK_EXEC_AGENT is 0."""
         if client is None:
             from rock.engine import connect
 
@@ -75,6 +78,7 @@ class DockerBackend(Backend):
         self.client = client
         self.daemon_id = daemon_id
         self.origin = origin
+        self.exec_agent = exec_agent
         self._claim: EngineClaim | None = None
         self._cores: int | None = None
         """The engine's CPU count (asked once)."""
@@ -107,7 +111,7 @@ class DockerBackend(Backend):
             **({LABEL_ORIGIN: self.origin} if self.origin else {}),
         }
         container = self._start(spec, sandbox_id, labels, self._host_config(spec))
-        return DockerSandbox(self.client, container, spec)
+        return DockerSandbox(self.client, container, spec, exec_agent=self.exec_agent)
 
     def _host_config(self, spec: SandboxSpec) -> dict[str, Any]:
         """The engine's settings that lock a sandbox of ``spec`` down."""
@@ -264,7 +268,9 @@ class DockerBackend(Backend):
 
     def get(self, sandbox_id: str) -> DockerSandbox:
         container = self._find(sandbox_id)
-        return DockerSandbox(self.client, container, _spec_of(container))
+        return DockerSandbox(
+            self.client, container, _spec_of(container), exec_agent=self.exec_agent
+        )
 
     def list(self) -> list[Sandbox]:
         containers = self.client.containers.list(  # (one removed meanwhile is left out)
@@ -272,7 +278,10 @@ class DockerBackend(Backend):
             ignore_removed=True,
             filters={"label": [f"{LABEL_MANAGED}=1", f"{LABEL_DAEMON}={self.daemon_id}"]},
         )
-        return [DockerSandbox(self.client, c, _spec_of(c)) for c in containers]
+        return [
+            DockerSandbox(self.client, c, _spec_of(c), exec_agent=self.exec_agent)
+            for c in containers
+        ]
 
     def states(self) -> dict[str, dict[str, Any]]:
         # One engine call for all of them (containers.list would inspect each one).

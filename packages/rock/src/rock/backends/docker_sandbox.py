@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import logging
+import os
 import re
 import secrets
 import shutil
@@ -31,6 +33,7 @@ from rock.backends._docker_io import (
     stream_socket,
 )
 from rock.backends._docker_reap import Reaper
+from rock.backends._exec_agent import AGENT_ARGV, AGENT_SOURCE, AgentRefused, ExecAgent
 from rock.backends._reap import WRAP_BASH, WRAP_SH
 from rock.backends._shell import Channel, ShellSession
 from rock.backends.base import (
@@ -44,6 +47,13 @@ from rock.backends.base import (
 )
 from rock.engine import engine_host
 from rock.models import DEFAULT_MAX_OUTPUT, ExecRequest, ExecResult, SandboxSpec
+
+log = logging.getLogger(__name__)
+
+_AGENT_STDIN_MAX = 1 << 20
+"""A command with more input than this starts by exec, which streams it: the agent gets a
+command's input whole, in its request (a big archive copied in would be held in the
+sandbox's memory two and three times over)."""
 
 _GVISOR_LOST = re.compile(
     rb'^waiting on pid \d+: [^\n]*urpc method "containerManager\.WaitPID" failed: [^\n]*\n?',
@@ -82,6 +92,8 @@ class DockerSandbox(Sandbox):
         client: docker.DockerClient,
         container: docker.models.containers.Container,
         spec: SandboxSpec,
+        *,
+        exec_agent: bool | None = None,
     ) -> None:
         self._client = client
         self._api = client.api
@@ -96,6 +108,15 @@ class DockerSandbox(Sandbox):
         """Each command running now, by its mark (ROCK_EXEC_ID)."""
         self._running_lock = threading.Lock()
         self._reaper = Reaper(self._api, container, spec.runtime)
+        if exec_agent is None:
+            exec_agent = os.environ.get("ROCK_EXEC_AGENT", "1") != "0"
+        self._agent_wanted = exec_agent and spec.runtime != "runsc"
+        """Whether commands start through the sandbox's exec agent (`rock.backends._exec_agent`):
+        not under gVisor, whose sandbox ending under a command the exec path watches for."""
+        self._agent: ExecAgent | None = None
+        self._agent_worked = False
+        self._agent_retry_at = 0.0
+        self._agent_lock = threading.Lock()
 
     # --- exec ---------------------------------------------------------------
 
@@ -110,33 +131,115 @@ class DockerSandbox(Sandbox):
         with self._running_lock:
             self._running[mark] = running
         started = time.monotonic()
-        exec_id, raw = self._start(request, mark)
-        sock = stream_socket(raw)
         output = ExecOutput(
             request.max_output_bytes,
             on_output,
             lambda pid, bash: self._pid_known(mark, running, pid, bash),
         )
+        by_agent = self._run_by_agent(request, mark, running, output)
+        if by_agent is not None:
+            timed_out, code = by_agent
+            self._forget(mark)
+            result = output.result(time.monotonic() - started, timed_out)
+            self._ending(result, code)
+            return result
+        exec_id, raw = self._start(request, mark)
+        sock = stream_socket(raw)
         timed_out = self._feed_and_wait(request, raw, sock, output, mark, running)
         duration = time.monotonic() - started
         self._forget(mark)
         result = output.result(duration, timed_out)
-        self._ending(result, exec_id)
+        self._ending(result, self._exit_code(exec_id))
         sock.close()
         return result
 
-    def _start(self, request: ExecRequest, mark: str) -> tuple[str, object]:
-        """Start the command by exec, under the wrapper; return the exec's id and stream."""
+    def _wrapped(self, request: ExecRequest) -> list[str]:
+        """The command's argv under the wrapper (`rock.backends._reap`)."""
         argv = (
             ["bash", "-c", request.command]
             if isinstance(request.command, str)
             else list(request.command)
         )
-        wrapped = (  # straight into bash once the sandbox is known to have it
+        return (  # straight into bash once the sandbox is known to have it
             ["bash", "-c", 'eval "$ROCK_WRAP"', "rock-exec", *argv]
             if self._bash
             else ["sh", "-c", WRAP_SH, "sh", *argv]
         )
+
+    def _run_by_agent(
+        self, request: ExecRequest, mark: str, running: _Running, output: ExecOutput
+    ) -> tuple[bool, int | None] | None:
+        """Run the command through the sandbox's exec agent; return whether it timed out
+        and its exit status (None when the agent was lost under it), or None when the agent
+        cannot run it (then it runs by exec)."""
+        agent = self._agent_for(request)
+        if agent is None:
+            return None
+        env = {**request.env, "ROCK_EXEC_ID": mark, "ROCK_WRAP": WRAP_BASH}
+        try:
+            command = agent.run(
+                self._wrapped(request), env, request.cwd, request.stdin, output.on_frame
+            )
+        except AgentRefused:
+            return None
+        finished = command.done.wait(request.timeout)
+        if command.refused is not None:  # nothing ran (no such directory, no pid free)
+            return None
+        timed_out = not finished
+        if timed_out:
+            self._reap(mark, running)
+            if not command.done.wait(_OUTPUT_AFTER_REAP + _READ_AFTER_CLOSE):
+                command.detach()
+        elif command.code is None:  # the agent went (a command killed it): end what this began
+            self._reap(mark, running)
+        return timed_out, command.code
+
+    def _agent_for(self, request: ExecRequest) -> ExecAgent | None:
+        """The sandbox's exec agent, started the first time; None for a command it does not
+        run (another user's) or when it cannot run (no python3 in the image; a start that
+        failed after it had worked is tried again 30 s later)."""
+        if not self._agent_wanted or request.user:
+            return None
+        if request.stdin is not None and len(request.stdin) > _AGENT_STDIN_MAX:
+            return None
+        with self._agent_lock:
+            agent = self._agent
+            if agent is not None and agent.alive:
+                return agent
+            if time.monotonic() < self._agent_retry_at:
+                return None
+            try:
+                agent = ExecAgent(self._open_agent)
+            except (AgentRefused, DockerException, RequestException) as exc:
+                log.info("sandbox %s runs its commands by exec: %s", self.id, exc)
+                if self._agent_worked:
+                    self._agent_retry_at = time.monotonic() + 30.0
+                else:
+                    self._agent_wanted = False
+                self._agent = None
+                return None
+            self._agent, self._agent_worked = agent, True
+            return agent
+
+    def _open_agent(self) -> object:
+        exec_id = self._api.exec_create(
+            self.container.id,
+            AGENT_ARGV,
+            stdin=True,
+            workdir=self.spec.workdir,
+            environment={**self.spec.env, "ROCK_AGENT": AGENT_SOURCE},
+        )["Id"]
+        return self._api.exec_start(exec_id, socket=True)
+
+    def _close_agent(self) -> None:
+        with self._agent_lock:
+            agent, self._agent = self._agent, None
+        if agent is not None:
+            agent.close()
+
+    def _start(self, request: ExecRequest, mark: str) -> tuple[str, object]:
+        """Start the command by exec, under the wrapper; return the exec's id and stream."""
+        wrapped = self._wrapped(request)
         env = {**self.spec.env, **request.env, "ROCK_EXEC_ID": mark, "ROCK_WRAP": WRAP_BASH}
         try:
             exec_id = self._api.exec_create(
@@ -202,11 +305,10 @@ class DockerSandbox(Sandbox):
                 reader.join(_READ_AFTER_CLOSE)
         return timed_out
 
-    def _ending(self, result: ExecResult, exec_id: str) -> None:
-        """Fill in how the command ended: its exit status (137 when killed at its timeout),
-        and whether memory ran out, the whole sandbox going with it (as it does under gVisor,
-        whose kernel lives in the sandbox's cgroup)."""
-        code = self._exit_code(exec_id)
+    def _ending(self, result: ExecResult, code: int | None) -> None:
+        """Fill in how the command ended: its exit status (``code``, None when unknown; 137
+        when killed at its timeout), and whether memory ran out, the whole sandbox going with
+        it (as it does under gVisor, whose kernel lives in the sandbox's cgroup)."""
         ended = None
         if code is None or (code >= 128 and self.spec.runtime == "runsc"):
             ended = self._ended(wait=_GVISOR_END_WAIT if self.spec.runtime == "runsc" else 0.0)
@@ -450,6 +552,7 @@ class DockerSandbox(Sandbox):
             raise SandboxNotFound(f"sandbox {self.id} is gone.") from None
 
     def stop(self) -> None:
+        self._close_agent()
         try:
             self.container.stop(timeout=2)
         except NotFound:
@@ -460,6 +563,7 @@ class DockerSandbox(Sandbox):
         removal already under way and an engine too busy to answer in time (a gVisor sandbox
         with hundreds of processes took more than the client's 30 s to go, under load in
         CI): asked again until it is gone, for up to 2 minutes."""
+        self._close_agent()
         deadline = time.monotonic() + 120
         while True:
             try:
