@@ -157,7 +157,12 @@ _HEADER = struct.Struct(">BII")
 
 
 class AgentRefused(Exception):
-    """The agent could not start the command (or is gone): run it by exec instead."""
+    """The agent could not start the command (or is gone): run it by exec instead.
+    ``lasting``: the agent cannot run in this sandbox at all (no python3 in the image)."""
+
+    def __init__(self, message: str, *, lasting: bool = False) -> None:
+        super().__init__(message)
+        self.lasting = lasting
 
 
 @dataclass
@@ -196,9 +201,12 @@ class ExecAgent:
         )
         self._reader.start()
         if not self._ready.wait(READY_WAIT) or not self.alive:
+            ended = not self.alive  # (rather than slow: a busy machine's python may be)
             self.close()
             said = bytes(self._errors[-300:]).decode(errors="replace").strip()
-            raise AgentRefused(f"the sandbox's exec agent did not start ({said or 'no word'})")
+            raise AgentRefused(
+                f"the sandbox's exec agent did not start ({said or 'no word'})", lasting=ended
+            )
 
     def run(
         self,

@@ -50,6 +50,10 @@ from rock.models import DEFAULT_MAX_OUTPUT, ExecRequest, ExecResult, SandboxSpec
 
 log = logging.getLogger(__name__)
 
+_AGENT_RETRY = 30.0
+"""Seconds after a failed start of the exec agent (not for want of python3) before it is
+tried again; the commands in between go by exec."""
+
 _AGENT_STDIN_MAX = 1 << 20
 """A command with more input than this starts by exec, which streams it: the agent gets a
 command's input whole, in its request (a big archive copied in would be held in the
@@ -196,8 +200,8 @@ class DockerSandbox(Sandbox):
 
     def _agent_for(self, request: ExecRequest) -> ExecAgent | None:
         """The sandbox's exec agent, started the first time; None for a command it does not
-        run (another user's) or when it cannot run (no python3 in the image; a start that
-        failed after it had worked is tried again 30 s later)."""
+        run (another user's, one with a big input) or when it cannot run (no python3 in the
+        image; another failed start is tried again after a while)."""
         if not self._agent_wanted or request.user:
             return None
         if request.stdin is not None and len(request.stdin) > _AGENT_STDIN_MAX:
@@ -212,10 +216,10 @@ class DockerSandbox(Sandbox):
                 agent = ExecAgent(self._open_agent)
             except (AgentRefused, DockerException, RequestException) as exc:
                 log.info("sandbox %s runs its commands by exec: %s", self.id, exc)
-                if self._agent_worked:
-                    self._agent_retry_at = time.monotonic() + 30.0
-                else:
-                    self._agent_wanted = False
+                if isinstance(exc, AgentRefused) and exc.lasting and not self._agent_worked:
+                    self._agent_wanted = False  # (no python3 in the image)
+                else:  # (slow to start, the engine busy, the container stopped for now)
+                    self._agent_retry_at = time.monotonic() + _AGENT_RETRY
                 self._agent = None
                 return None
             self._agent, self._agent_worked = agent, True
