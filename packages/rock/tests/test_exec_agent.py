@@ -162,6 +162,19 @@ def test_a_command_as_another_user_runs_by_exec(
     assert len(started) == 1
 
 
+def test_a_command_with_a_big_input_runs_by_exec_which_streams_it(
+    sandbox: DockerSandbox, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The agent gets a command's input whole (base64 in its request, held in the sandbox's
+    memory): more than 1 MiB goes by exec, which streams it."""
+    sandbox.exec("true")
+    started = _count_execs(sandbox, monkeypatch)
+    small = sandbox.run(ExecRequest(command="wc -c", stdin=b"x" * 1000))
+    big = sandbox.run(ExecRequest(command="wc -c", stdin=b"x" * (3 << 20)))
+    assert (small.stdout, big.stdout) == (b"1000\n", f"{3 << 20}\n".encode())
+    assert len(started) == 1  # the big one's
+
+
 def test_a_missing_working_directory_is_the_engine_s_answer_as_before(
     sandbox: DockerSandbox,
 ) -> None:
