@@ -11,8 +11,8 @@ it left on its output, a timeout's or an interrupt's reaper, the keeper's freeze
 the command's processes as before: the agent is only how they start.
 
 The agent is python3 from the image (any 3.6 or later). An image without it, a gVisor
-sandbox, a command run as another user, and a command the agent could not start (no pid
-free) go through ``docker exec`` as before. The agent's protocol: a request is a 4-byte
+sandbox, a command run as another user or with more than 1 MiB of input, and a command the
+agent could not start (no such directory, no pid free) go through ``docker exec`` as before. The agent's protocol: a request is a 4-byte
 length and a JSON object (``id``, ``argv``, ``env``, ``cwd``, ``stdin`` in base64 or null);
 each answer is a 9-byte header (kind, command id, size) and its payload, kind 1 and 2 the
 command's stdout and stderr, 3 its exit status (128 + the signal when killed), 4 a start
