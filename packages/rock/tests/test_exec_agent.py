@@ -64,7 +64,9 @@ _PROBE = (
     # the command's root (its wrapper, this shell's parent) leads its own session and process
     # group, as under docker exec
     'read -r s </proc/$$/stat; s=${s##*) }; set -- $s; echo "pgid=$(($3 == $2)) sid=$(($4 == $2))"; '
-    "ls -l /proc/$$/fd | awk 'NR > 1 {print $9, $10, $11}' | sed 's/:\\[[0-9]*\\]//'; "
+    # its open files, by builtins (a pipeline's own pipes would come and go in a listing)
+    'fds=(/proc/$$/fd/*); echo "fds: ${fds[*]##*/}"; '
+    'for f in 0 1 2; do [ -p /proc/$$/fd/$f ] && echo "$f: pipe"; done; '
     "printf '\\0\\377binary'; kill -TERM $$"
 )
 
@@ -89,8 +91,9 @@ def test_a_command_sees_what_a_docker_exec_would_give_it(backend: DockerBackend)
             assert (sb._agent is not None) == agent
     by_agent, by_exec = results[True], results[False]
     assert by_exec.exit_code == 143 and b"FROM_SPEC=yes" in by_exec.stdout
-    assert b"read: hi\npgid=1 sid=1\n" in by_exec.stdout and by_exec.stdout.endswith(
-        b"\0\377binary"
+    assert (
+        b"read: hi\npgid=1 sid=1\nfds: 0 1 2 3\n0: pipe\n1: pipe\n2: pipe\n" in by_exec.stdout
+        and by_exec.stdout.endswith(b"\0\377binary")
     )
     assert by_agent.exit_code == by_exec.exit_code
     assert _without_hostname(by_agent.stdout) == _without_hostname(by_exec.stdout)
