@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -137,6 +138,14 @@ async def test_episodes_oracle_nop_expert_and_replay(tmp_path: Path, fresh: Fres
     assert solved.passed, solved.error
     t = solved.trajectory
     assert t.reward == 1.0 and t.verifier.passed and t.verifier.tests
+    # csv-aggregate's checks are plain: python3 ran them through the task's run_checks.py,
+    # whose summary names each check as pytest's would
+    assert (task.path / "tests" / "run_checks.py").is_file()
+    assert "(run_checks)" in (t.verifier.stdout or "")
+    assert {x.status for x in t.verifier.tests} == {"passed"}
+    assert {x.name.split("::")[-1] for x in t.verifier.tests} == set(
+        re.findall(r"^def (test\w*)", draft.tests, re.M)
+    )
     assert any(s.mark is StepMark.MISTAKE for s in t.steps)
     assert (tmp_path / "logs" / "verifier" / "stdout.txt").exists()
     replay = await runner.episode(task, load_agent("iflow", replay=t))

@@ -9,11 +9,9 @@ test file shows up here before a Docker check.
 from __future__ import annotations
 
 import itertools
-import os
 import random
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -81,19 +79,11 @@ def _run_expert(draft, root: Path, mistake: bool = False) -> tuple[str, int]:
     raise AssertionError("the expert did not finish")
 
 
-def _tests_pass(draft, root: Path) -> bool:
+def _tests_pass(draft, root: Path, run_tests) -> bool:
+    """(Run by pytest and, for plain checks, by the task's own runner too: conftest.py.)"""
     test_file = root / "test_outputs.py"
     test_file.write_text(_local(draft.tests, root))
-    env = {**os.environ, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
-    done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(test_file)],
-        cwd=root / "app",
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-    )
-    return done.returncode == 0
+    return run_tests(test_file, root / "app") == 0
 
 
 @pytest.mark.parametrize("family", sorted(FAMILIES))
@@ -141,17 +131,19 @@ def test_instruction_variety(family: str, difficulty: str) -> None:
 
 
 @pytest.mark.parametrize(("family", "difficulty"), list(itertools.product(FAMILIES, DIFFICULTIES)))
-def test_expert_and_oracle_solve_locally(family: str, difficulty: str, tmp_path: Path) -> None:
+def test_expert_and_oracle_solve_locally(
+    family: str, difficulty: str, tmp_path: Path, run_tests
+) -> None:
     draft = draft_for(family, 11, difficulty)
     nop, oracle, expert = tmp_path / "nop", tmp_path / "oracle", tmp_path / "expert"
     for root in (nop, oracle, expert):
         _materialize(draft, root)
-    assert not _tests_pass(draft, nop)
+    assert not _tests_pass(draft, nop, run_tests)
     assert _shell("set -e\n" + draft.solution, oracle).ok
-    assert _tests_pass(draft, oracle)
+    assert _tests_pass(draft, oracle, run_tests)
     message, turns = _run_expert(draft, expert, mistake=difficulty == "medium")
     assert 2 <= turns <= 9, message
-    assert _tests_pass(draft, expert), message
+    assert _tests_pass(draft, expert, run_tests), message
 
 
 def test_fix_expert_follows_the_failing_function() -> None:

@@ -7,9 +7,12 @@
     environment/Dockerfile  FROM the local base image; COPY rootfs/ / (when there are files);
                             RUN chmod (modes git does not keep); RUN setup; WORKDIR /app
     environment/rootfs/     the draft's files at their container paths
-    tests/test.sh           installs pytest (served offline by rock's verifier toolchain),
-                            runs tests/test_outputs.py from /app, writes the reward
+    tests/test.sh           runs tests/test_outputs.py from /app, writes the reward: with
+                            tests/run_checks.py (python3 alone) when the checks need nothing
+                            of pytest, else with pytest (installed first; served offline by
+                            rock's verifier toolchain)
     tests/test_outputs.py
+    tests/run_checks.py     (:mod:`ale.synth.run_checks`, beside plain checks only)
     solution/solve.sh
 
 The directory is written beside its destination and renamed into place, so a reader
@@ -18,6 +21,7 @@ never sees half a task. Writing the same draft twice gives byte-identical files.
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import shlex
@@ -28,16 +32,67 @@ import tomli_w
 
 from ale.synth.family import BASE_IMAGE, WORKDIR, TaskDraft
 
-TEST_SH = """\
+_REWARD = (
+    "if [ $? -eq 0 ]; then echo 1 > /logs/verifier/reward.txt; "
+    "else echo 0 > /logs/verifier/reward.txt; fi\nexit 0\n"
+)
+TEST_SH = (
+    """\
 #!/bin/bash
 # Verifier of a generated task: install pytest, run the checks from /app, write the reward.
 mkdir -p /logs/verifier
 pip install -q pytest==8.4.1
 export PYTEST_DISABLE_PLUGIN_AUTOLOAD=1
 cd /app && python3 -m pytest -q -rA -p no:cacheprovider /tests/test_outputs.py
-if [ $? -eq 0 ]; then echo 1 > /logs/verifier/reward.txt; else echo 0 > /logs/verifier/reward.txt; fi
-exit 0
 """
+    + _REWARD
+)
+"""tests/test.sh of a task whose checks use pytest (its fixtures, marks, ``pytest.raises``)."""
+TEST_SH_PLAIN = (
+    """\
+#!/bin/bash
+# Verifier of a generated task: run the checks from /app with python3 alone (plain asserts;
+# pytest runs test_outputs.py the same), write the reward.
+mkdir -p /logs/verifier
+cd /app && python3 /tests/run_checks.py /tests/test_outputs.py
+"""
+    + _REWARD
+)
+"""tests/test.sh of a task whose checks are plain ``test_*`` functions (:func:`plain_checks`)."""
+RUN_CHECKS = Path(__file__).with_name("run_checks.py")
+
+
+def plain_checks(source: str) -> bool:
+    """Whether ``source`` (a test file) needs nothing of pytest, so that
+    :mod:`ale.synth.run_checks` runs it as pytest would: it parses, imports no pytest, and
+    its checks are module-level ``test*`` functions without parameters (fixtures) or
+    decorators (marks), in a module with no ``Test*`` class."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return False  # (pytest reports it)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import) and any(
+            a.name.split(".")[0] in ("pytest", "_pytest") for a in node.names
+        ):
+            return False
+        if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in (
+            "pytest",
+            "_pytest",
+        ):
+            return False
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef) and node.name.startswith("Test"):
+            return False
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name.startswith(
+            "test"
+        ):
+            a = node.args
+            if isinstance(node, ast.AsyncFunctionDef) or node.decorator_list:
+                return False
+            if a.args or a.posonlyargs or a.kwonlyargs or a.vararg or a.kwarg:
+                return False
+    return True
 
 
 def stored_mode(mode: int) -> int:
@@ -117,7 +172,11 @@ def render_task(
         if not rel.is_absolute() or ".." in rel.parts:
             raise ValueError(f"draft file {path!r} must be an absolute path without '..'")
         _put(rootfs.joinpath(*rel.parts[1:]), content, stored_mode(draft.modes.get(path, 0o644)))
-    _put(tmp / "tests" / "test.sh", TEST_SH, 0o755)
+    if plain_checks(draft.tests):
+        _put(tmp / "tests" / "test.sh", TEST_SH_PLAIN, 0o755)
+        _put(tmp / "tests" / "run_checks.py", RUN_CHECKS.read_bytes())
+    else:
+        _put(tmp / "tests" / "test.sh", TEST_SH, 0o755)
     _put(tmp / "tests" / "test_outputs.py", draft.tests)
     _put(tmp / "solution" / "solve.sh", "#!/bin/bash\nset -e\ncd /app\n" + draft.solution, 0o755)
     if dest.exists():
