@@ -39,11 +39,11 @@ log = logging.getLogger(__name__)
 AGENT_NAME = "rock-exec-agent"
 """The agent's first word in its command line (process lists, and `pkill -f` patterns)."""
 
-AGENT_SOURCE = r"""
+AGENT_SOURCE = f"NAME = {AGENT_NAME.encode()!r}\n" + r"""
 import base64, json, os, signal, struct, subprocess, sys, threading
 try:
     import ctypes
-    ctypes.CDLL(None).prctl(15, b"rock-exec-agent", 0, 0, 0)
+    ctypes.CDLL(None).prctl(15, NAME, 0, 0, 0)  # (PR_SET_NAME: what ps and acct show)
 except Exception:
     pass
 out = sys.stdout.buffer
