@@ -87,6 +87,10 @@ def test_the_runner_prints_each_failure_with_its_line(tmp_path: Path) -> None:
         ("async def test_a():\n    pass\n", False),
         ("class TestA:\n    def test_a(self):\n        pass\n", False),
         ("def test_a(:\n", False),
+        ("def setup_module(module):\n    pass\n\ndef test_a():\n    pass\n", False),
+        ("def teardown_function(f):\n    pass\n\ndef test_a():\n    pass\n", False),
+        ("pytestmark = []\n\ndef test_a():\n    pass\n", False),
+        ("pytest_plugins: list = ['x']\n", False),
         ("def helper(x):\n    return x\n\ndef test_a():\n    assert helper(1)\n", True),
     ],
 )

@@ -62,11 +62,26 @@ cd /app && python3 /tests/run_checks.py /tests/test_outputs.py
 RUN_CHECKS = Path(__file__).with_name("run_checks.py")
 
 
+_PYTEST_HOOKS = {"setup_module", "teardown_module", "setup_function", "teardown_function"}
+"""Module-level functions pytest calls around a module's checks (no import of it needed)."""
+
+
+def _names(node: ast.stmt) -> set[str]:
+    """The module-level names ``node`` defines (a function, or an assignment's targets)."""
+    if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+        return {node.name}
+    targets = node.targets if isinstance(node, ast.Assign) else []
+    if isinstance(node, ast.AnnAssign | ast.AugAssign):
+        targets = [node.target]
+    return {t.id for t in targets if isinstance(t, ast.Name)}
+
+
 def plain_checks(source: str) -> bool:
     """Whether ``source`` (a test file) needs nothing of pytest, so that
     :mod:`ale.synth.run_checks` runs it as pytest would: it parses, imports no pytest, and
     its checks are module-level ``test*`` functions without parameters (fixtures) or
-    decorators (marks), in a module with no ``Test*`` class."""
+    decorators (marks), in a module with no ``Test*`` class and nothing else pytest acts on
+    (``setup_module`` and the other xunit functions, ``pytestmark``, ``pytest_plugins``)."""
     try:
         tree = ast.parse(source)
     except SyntaxError:
@@ -84,6 +99,8 @@ def plain_checks(source: str) -> bool:
     for node in tree.body:
         if isinstance(node, ast.ClassDef) and node.name.startswith("Test"):
             return False
+        if _names(node) & _PYTEST_HOOKS or any(n.startswith("pytest") for n in _names(node)):
+            return False  # (xunit set-up and tear-down, pytestmark, pytest_plugins, hooks)
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name.startswith(
             "test"
         ):
