@@ -1,14 +1,17 @@
-"""Shared pieces of the rock benchmarks: a daemon in its own process, percentiles."""
+"""Shared pieces of the rock benchmarks: a daemon in its own process, percentiles, a command
+timed in a container."""
 
 from __future__ import annotations
 
 import os
 import platform
 import statistics
+import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from rock.client import Client
 from rock.synth.wiring import private_daemon
@@ -54,3 +57,22 @@ def summary(values: list[float]) -> str:
         f"p50 {ms(pct(values, 50))}, p99 {ms(pct(values, 99))}, "
         f"mean {ms(statistics.fmean(values))} (n={len(values)})"
     )
+
+
+def timed_in_container(box: Any, loop: str, runs: int, failed: str) -> tuple[float, float]:
+    """(wall seconds, the container's CPU seconds) a run of ``loop``, a bash script of
+    ``runs`` runs run in the docker-py container ``box`` (its CPU: user + system of its
+    children, from bash's `times` after it); exits with ``failed`` and the output when the
+    script fails."""
+    began = time.monotonic()
+    code, out = box.exec_run(["bash", "-c", f"{loop}; times"])
+    wall = time.monotonic() - began
+    if code != 0:
+        raise SystemExit(f"{failed}: {out!r}")
+    children = out.decode().strip().splitlines()[-1].split()  # "XmY.YYYs XmZ.ZZZs"
+
+    def seconds(field: str) -> float:
+        minutes, rest = field.rstrip("s").split("m")
+        return int(minutes) * 60 + float(rest)
+
+    return wall / runs, (seconds(children[0]) + seconds(children[1])) / runs

@@ -20,11 +20,10 @@ from __future__ import annotations
 import argparse
 import io
 import tarfile
-import time
 import zipfile
 from typing import Any
 
-from _rockbench import machine
+from _rockbench import machine, timed_in_container
 
 from rock.bench.images import BENCH_BASE
 from rock.engine import connect
@@ -64,23 +63,14 @@ def _sources_only(archive: bytes) -> bytes:
 
 def _time(box: Any, zip_path: str, runs: int) -> tuple[float, float]:
     """(wall seconds, container CPU seconds) of one verifier run, the mean of ``runs``."""
-    script = (
+    loop = (
         f"export PYTHONPATH={zip_path} PYTEST_DISABLE_PLUGIN_AUTOLOAD=1; cd /app; "
         f"for i in $(seq {runs}); do python3 -m pytest -q -p no:cacheprovider /tests/t.py "
-        ">/dev/null || exit 1; done; times"
+        ">/dev/null || exit 1; done"
     )
-    began = time.monotonic()
-    code, out = box.exec_run(["bash", "-c", script])
-    wall = time.monotonic() - began
-    if code != 0:
-        raise SystemExit(f"verifier_bytecode: the tests failed in the container: {out!r}")
-    children = out.decode().strip().splitlines()[-1].split()  # "XmY.YYYs XmZ.ZZZs"
-
-    def seconds(field: str) -> float:
-        minutes, rest = field.rstrip("s").split("m")
-        return int(minutes) * 60 + float(rest)
-
-    return wall / runs, (seconds(children[0]) + seconds(children[1])) / runs
+    return timed_in_container(
+        box, loop, runs, "verifier_bytecode: the tests failed in the container"
+    )
 
 
 def main() -> None:

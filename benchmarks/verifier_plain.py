@@ -22,11 +22,10 @@ import argparse
 import io
 import tarfile
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
-from _rockbench import machine
+from _rockbench import machine, timed_in_container
 
 from ale.synth.family import draft_for
 from ale.synth.render import TEST_SH, render_task
@@ -46,24 +45,15 @@ def _tar_of(folder: Path) -> bytes:
 def _time(box: Any, tests: str, runs: int) -> tuple[float, float]:
     """(wall seconds, container CPU seconds) of one run of test.sh from the folder ``tests``
     (linked at /tests, where a task's test.sh looks), the mean of ``runs``."""
-    script = (
+    loop = (
         f"export PATH={toolchain.TOOLCHAIN_DIR}/bin:$PATH; cd /app; ln -sfn {tests} /tests; "
         f"for i in $(seq {runs}); do rm -f /logs/verifier/reward.txt; "
         "bash /tests/test.sh >/tmp/out 2>&1; "
-        '[ "$(cat /logs/verifier/reward.txt)" = 1 ] || { cat /tmp/out; exit 1; }; done; times'
+        '[ "$(cat /logs/verifier/reward.txt)" = 1 ] || { cat /tmp/out; exit 1; }; done'
     )
-    began = time.monotonic()
-    code, out = box.exec_run(["bash", "-c", script])
-    wall = time.monotonic() - began
-    if code != 0:
-        raise SystemExit(f"verifier_plain: the task's tests did not pass ({tests}): {out!r}")
-    children = out.decode().strip().splitlines()[-1].split()  # "XmY.YYYs XmZ.ZZZs"
-
-    def seconds(field: str) -> float:
-        minutes, rest = field.rstrip("s").split("m")
-        return int(minutes) * 60 + float(rest)
-
-    return wall / runs, (seconds(children[0]) + seconds(children[1])) / runs
+    return timed_in_container(
+        box, loop, runs, f"verifier_plain: the task's tests did not pass ({tests})"
+    )
 
 
 def main() -> None:
