@@ -39,7 +39,9 @@ log = logging.getLogger(__name__)
 AGENT_NAME = "rock-exec-agent"
 """The agent's first word in its command line (process lists, and `pkill -f` patterns)."""
 
-AGENT_SOURCE = f"NAME = {AGENT_NAME.encode()!r}\n" + r"""
+AGENT_SOURCE = (
+    f"NAME = {AGENT_NAME.encode()!r}\n"
+    + r"""
 import base64, json, os, signal, struct, subprocess, sys, threading
 try:
     import ctypes
@@ -140,6 +142,7 @@ for proc in list(procs.values()):
         pass
 os._exit(0)
 """
+)
 
 AGENT_ARGV = [
     "sh",
