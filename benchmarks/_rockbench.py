@@ -8,7 +8,7 @@ import platform
 import statistics
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -76,3 +76,18 @@ def timed_in_container(box: Any, loop: str, runs: int, failed: str) -> tuple[flo
         return int(minutes) * 60 + float(rest)
 
     return wall / runs, (seconds(children[0]) + seconds(children[1])) / runs
+
+
+def interleaved(
+    time_one: Callable[[str, int], tuple[float, float]], names: tuple[str, ...], runs: int
+) -> dict[str, tuple[float, float]]:
+    """Each variant of ``names`` timed by ``time_one(name, runs)`` (wall, CPU a run): two
+    warm-up runs each, then ``runs`` in two interleaved blocks, averaged."""
+    for name in names:
+        time_one(name, 2)
+    rows = {name: (0.0, 0.0) for name in names}
+    for _ in range(2):
+        for name in names:
+            wall, cpu = time_one(name, max(1, runs // 2))
+            rows[name] = (rows[name][0] + wall / 2, rows[name][1] + cpu / 2)
+    return rows

@@ -23,7 +23,7 @@ import tarfile
 import zipfile
 from typing import Any
 
-from _rockbench import machine, timed_in_container
+from _rockbench import interleaved, machine, timed_in_container
 
 from rock.bench.images import BENCH_BASE
 from rock.engine import connect
@@ -87,14 +87,9 @@ def main() -> None:
         box.put_archive("/app", _tar({"notes.txt": b"a b c\n", "answer.txt": b"3\n"}))
         box.put_archive("/tests", _tar({"t.py": TESTS.encode()}))
         box.put_archive("/opt/tc", _tar({"bytecode.zip": site, "sources.zip": _sources_only(site)}))
-        _time(box, "/opt/tc/bytecode.zip", 2)  # warm the page cache for both
-        _time(box, "/opt/tc/sources.zip", 2)
-        rows: dict[str, list[float]] = {}
-        for name in ("sources", "bytecode", "sources", "bytecode"):  # interleaved, twice
-            wall, cpu = _time(box, f"/opt/tc/{name}.zip", args.runs // 2)
-            got = rows.setdefault(name, [0.0, 0.0])
-            got[0] += wall / 2
-            got[1] += cpu / 2
+        rows = interleaved(
+            lambda name, n: _time(box, f"/opt/tc/{name}.zip", n), ("sources", "bytecode"), args.runs
+        )
     finally:
         box.remove(force=True)
     for name, (wall, cpu) in rows.items():

@@ -25,7 +25,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from _rockbench import machine, timed_in_container
+from _rockbench import interleaved, machine, timed_in_container
 
 from ale.synth.family import draft_for
 from ale.synth.render import TEST_SH, render_task
@@ -88,14 +88,9 @@ def main() -> None:
         code, out = box.exec_run(["bash", "-c", solution], workdir="/app")
         if code != 0:
             raise SystemExit(f"verifier_plain: the task's solution failed: {out!r}")
-        _time(box, "/baseline", 2)  # warm the page cache for both
-        _time(box, "/plain", 2)
-        rows: dict[str, list[float]] = {}
-        for name in ("baseline", "plain", "baseline", "plain"):  # interleaved, twice
-            wall, cpu = _time(box, f"/{name}", args.runs // 2)
-            got = rows.setdefault(name, [0.0, 0.0])
-            got[0] += wall / 2
-            got[1] += cpu / 2
+        rows = interleaved(
+            lambda name, n: _time(box, f"/{name}", n), ("baseline", "plain"), args.runs
+        )
     finally:
         box.remove(force=True)
     labels = {"baseline": "baseline (pip + pytest)", "plain": "run_checks (python3)"}
