@@ -59,10 +59,15 @@ def daemon(
             proc.kill()
             proc.wait()
         log.close()
-        for container in docker_client.containers.list(
-            all=True, filters={"label": f"{LABEL_DAEMON}={daemon_id}"}
-        ):
-            container.remove(force=True)
+        # what the daemon left: one list call, no inspect of each, and time to answer (an
+        # engine still removing a gVisor sandbox's fork bomb took over 30 s in CI)
+        api, waited = docker_client.api, docker_client.api.timeout
+        api.timeout = 180
+        try:
+            for found in api.containers(all=True, filters={"label": f"{LABEL_DAEMON}={daemon_id}"}):
+                api.remove_container(found["Id"], force=True)
+        finally:
+            api.timeout = waited
 
 
 @pytest.fixture(scope="module")
