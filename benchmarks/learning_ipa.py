@@ -10,8 +10,11 @@ out; synthesized into bench-out/learning/ unless there already), for each seed:
    config, seed and budget (packages/roll/examples/train-demo-ipa.yaml), differing only in
    the algorithm: `grpo` (token-level ratio and clipping, group-normalised advantages),
    `ipa` (chunk-level returns and importance ratios) and, with `--arms grpo,ipa,lite_ppo`,
-   `lite_ppo` (group-mean advantages over the batch's std, token-level PPO), and with
-   `ipa_baseline` IPA with the group's mean as baseline at twice the learning rate;
+   `lite_ppo` (group-mean advantages over the batch's std, token-level PPO), with
+   `ipa_baseline` IPA with the group's mean as baseline at twice the learning rate, with
+   `ipa_imitation` IPA with its imitation term (a group without a success adds the
+   synthesis expert's trajectory of its task as an NLL term), and with
+   `ipa_baseline_imitation` the two together;
 3. `rock bench run --agent roll-policy` (the iflow agent, one batched model; greedy), evaluated
    exactly as `make demo` evaluates its models (scripts/demo.py's command and environment), on
    the held-out tasks for the SFT model and each RL model.
@@ -62,12 +65,31 @@ RL_ARMS: dict[str, tuple[str, ...]] = {
     "ipa": ("algorithm.name=ipa",),
     "lite_ppo": ("algorithm.name=lite_ppo",),
     "ipa_baseline": ("algorithm.name=ipa", "algorithm.baseline=group_mean", "optim.lr=6e-6"),
+    "ipa_imitation": (
+        "algorithm.name=ipa",
+        "resample.experts={train}/trajectories.jsonl",
+        "resample.mode=start",
+        "resample.imitation_coef=2.0",
+    ),
+    "ipa_baseline_imitation": (
+        "algorithm.name=ipa",
+        "algorithm.baseline=group_mean",
+        "optim.lr=6e-6",
+        "resample.experts={train}/trajectories.jsonl",
+        "resample.mode=start",
+        "resample.imitation_coef=1.0",
+    ),
 }
 """The RL arms the experiment can run (``--arms`` picks; GRPO stays the baseline), each the
 demo's RL config with these overrides. ``ipa_baseline``: IPA with the group's mean reward
 subtracted (a failure pushed down, an all-successful group no signal) and twice the
 learning rate, its updates then about the size of GRPO's (whose advantages are divided by
-the group's std, at most 0.5 for a 0/1 reward)."""
+the group's std, at most 0.5 for a 0/1 reward). ``ipa_imitation``: IPA with the paper's
+imitation term for groups without a positive episode (roll's ``resample.mode: start``: every
+group starts from the task's beginning, and one whose episodes all failed adds the
+synthesis expert's trajectory of its task, ``{train}/trajectories.jsonl``, as an NLL term of
+weight 2.0 against the RL loss); ``ipa_baseline_imitation``: both, at weight 1.0 (its
+learning rate is twice)."""
 
 
 def run(*args: object) -> None:
@@ -187,8 +209,14 @@ def stability(rows: list[dict[str, float]]) -> dict[str, float]:
     norms = [r["train/grad_norm"] for r in rows if "train/grad_norm" in r]
     success = [r["rollout/success_rate"] for r in rows if "rollout/success_rate" in r]
     median = statistics.median(norms) if norms else 0.0
+    imitating = [r for r in rows if r.get("resample/whole_experts", 0) > 0]
     return {
         "spikes": float(sum(1 for n in norms if median and n > 3 * median)),
+        # steps that added an expert's trajectory (the imitation term) and of those, spikes
+        "imitation_steps": float(len(imitating)),
+        "imitation_spikes": float(
+            sum(1 for r in imitating if median and r.get("train/grad_norm", 0) > 3 * median)
+        ),
         "max_grad_norm": max(norms, default=0.0),
         "success_sd": statistics.pstdev(success) if len(success) > 1 else 0.0,
         "last_success": success[-1] if success else 0.0,
@@ -323,7 +351,7 @@ def main() -> int:
                 shutil.rmtree(run_dir, ignore_errors=True)
                 run(BIN / "roll", "train", EXAMPLES / f"train-demo-ipa{suffix}.yaml", f"run_dir={run_dir}",
                     f"seed={seed}", f"model.path={sft / 'model'}", f"tasks.dataset={train}",
-                    *RL_ARMS[arm], f"run.steps={args.rl_steps}",
+                    *(o.format(train=train) for o in RL_ARMS[arm]), f"run.steps={args.rl_steps}",
                     "run.progress=false", *args.rl_set)  # fmt: skip
             bench = base / f"bench-{arm}"
             success[arm].append(evaluate(run_dir / "model", heldout, bench, dtype=dtype))
@@ -340,6 +368,12 @@ def main() -> int:
         ratio = f"{ipa_spikes / grpo_spikes:.2f}x" if grpo_spikes else "n/a (GRPO had none)"
         print(f"Gradient-norm spikes, {arm.upper()} vs GRPO (baseline): {ipa_spikes:.1f} vs "
               f"{grpo_spikes:.1f} ({ratio}; goal: no more); plot: {out / 'learning_ipa.png'}")  # fmt: skip
+        imitating = statistics.mean(s["imitation_steps"] for s in stable[arm])
+        if imitating:
+            at = statistics.mean(s["imitation_spikes"] for s in stable[arm])
+            print(
+                f"  of them at steps with the imitation term: {at:.1f} (such steps: {imitating:.1f} a run)"
+            )
         grpo_max = statistics.mean(s["max_grad_norm"] for s in stable["grpo"])
         ipa_max = statistics.mean(s["max_grad_norm"] for s in stable[arm])
         if grpo_max:
