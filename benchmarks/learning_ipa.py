@@ -31,7 +31,9 @@ bench-out/learning/learning_ipa.png.
 Long: about 35 minutes a seed on 2 CPU cores with the real model and 20 RL steps (SFT 6, each
 RL run 13-14, an evaluation about 1), after 7 of synthesis; every finished stage is cached in
 the output directory and reused when run again (15 a seed with `--tiny`).
-`--seeds 1 --rl-steps 4` for a quick look.
+`--seeds 1 --rl-steps 4` for a quick look. A run cached under `--out` is reused whatever
+`--rl-set` says, so give other RL settings their own `--out` (a folder whose `datasets` and
+`seedN/sft`, `seedN/bench-sft` link to another run's reuses its tasks and SFT models).
 
 Usage: .venv/bin/python benchmarks/learning_ipa.py [--seeds 3] [--rl-steps 20] [--rl-set KEY=VALUE]... [--tiny] [--out DIR]
 """

@@ -343,6 +343,32 @@ def test_a_balanced_draw_gives_every_kind_its_turn_and_every_task_before_a_repea
     assert sum(uniform().id.startswith("upper") for _ in range(300)) > 150  # by task, not kind
 
 
+def test_an_unsolved_draw_favours_the_kinds_whose_recent_groups_failed() -> None:
+    from roll.agentic.collector import UNSOLVED_FLOOR, TaskDraw
+
+    solved = [_tagged(f"upper-{i}", "upper") for i in range(3)]
+    failing = [_tagged(f"sort-{i}", "sort") for i in range(3)]
+    fresh = [_tagged("tail-0", "tail")]
+    draw = TaskDraw(solved + failing + fresh, "unsolved", seed=5)
+    assert draw.weights() == [0.5, 0.5, 0.5]  # no group has finished: the kinds alike
+    for i in range(6):  # more groups than the window: the oldest are forgotten
+        draw.record(f"upper-{i % 3}", [1.0, 1.0, 1.0, 1.0])
+        draw.record(f"sort-{i % 3}", [0.0, 0.0, 1.0, 0.0] if i < 2 else [0.0] * 4)
+    draw.record("not-in-the-dataset", [0.0])  # ignored
+    assert draw.weights() == [UNSOLVED_FLOOR, 1.0, 0.5]
+    drawn = [draw().id.split("-")[0] for _ in range(400)]  # expected 250, 125 and 25
+    assert drawn.count("sort") > 1.5 * drawn.count("tail") > 3 * drawn.count("upper") > 0
+    draw.record("sort-0", [2.0, -1.0])  # rewards outside [0, 1] count as 1 and 0
+    assert draw.weights()[1] == 1.0 - (0.5 / 4)
+    again = TaskDraw(solved + failing + fresh, "unsolved", seed=5)
+    for i in range(6):
+        again.record(f"upper-{i % 3}", [1.0, 1.0, 1.0, 1.0])
+        again.record(f"sort-{i % 3}", [0.0, 0.0, 1.0, 0.0] if i < 2 else [0.0] * 4)
+    assert [
+        again().id.split("-")[0] for _ in range(400)
+    ] == drawn  # the same outcomes: the same draws
+
+
 async def test_a_rewritten_history_starts_a_segment_the_trainer_samples_apart(tiny: Path) -> None:
     from ale.chunking import TokenViewError, split_segments
     from ale.trajectory import Step, Trajectory

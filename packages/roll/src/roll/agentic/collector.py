@@ -17,6 +17,7 @@ import contextlib
 import random
 import threading
 import uuid
+from collections import deque
 from pathlib import Path
 from typing import Any, Literal, Self
 
@@ -49,11 +50,22 @@ def load_tasks(dataset: str | Path) -> list[Task]:
     return tasks
 
 
+UNSOLVED_WINDOW = 4
+"""``unsolved`` draws: a kind's weight is its failure share over this many recent groups."""
+UNSOLVED_FLOOR = 0.1
+"""``unsolved`` draws: the least weight of a kind, so a solved kind is still drawn now and then."""
+UNSOLVED_PRIOR = 0.5
+"""``unsolved`` draws: the weight of a kind no group of which has finished yet."""
+
+
 class TaskDraw:
     """The tasks groups are run on, one draw at a time, reproducibly from ``seed``: uniform
-    with replacement (``random``) or ``balanced`` over kinds (see ``TasksConfig.draw``)."""
+    with replacement (``random``), ``balanced`` over kinds, or over kinds weighted by how
+    often their recent groups failed (``unsolved``; see ``TasksConfig.draw``)."""
 
-    def __init__(self, tasks: list[Task], how: Literal["random", "balanced"], seed: int) -> None:
+    def __init__(
+        self, tasks: list[Task], how: Literal["random", "balanced", "unsolved"], seed: int
+    ) -> None:
         self.how = how
         self._rng = random.Random(f"{seed}:tasks")
         self.tasks = tasks
@@ -61,16 +73,37 @@ class TaskDraw:
         for task in tasks:
             kinds.setdefault(tuple(sorted(task.metadata.tags)) or (task.id,), []).append(task)
         self.kinds = list(kinds.values())
+        self._kind_of = {task.id: k for k, members in enumerate(self.kinds) for task in members}
+        self._recent: list[deque[float]] = [deque(maxlen=UNSOLVED_WINDOW) for _ in self.kinds]
         self._turns: list[int] = []
         self._decks: list[list[Task]] = [[] for _ in self.kinds]
+
+    def weights(self) -> list[float]:
+        """Each kind's weight in an ``unsolved`` draw: the share of failed episodes over its
+        last :data:`UNSOLVED_WINDOW` finished groups (at least :data:`UNSOLVED_FLOOR`;
+        :data:`UNSOLVED_PRIOR` before any)."""
+        return [
+            max(UNSOLVED_FLOOR, 1.0 - sum(r) / len(r)) if r else UNSOLVED_PRIOR
+            for r in self._recent
+        ]
+
+    def record(self, task_id: str, rewards: list[float]) -> None:
+        """A finished group of ``task_id``: its episodes' rewards (each clipped to [0, 1])."""
+        kind = self._kind_of.get(task_id)
+        if kind is not None and rewards:
+            share = sum(min(1.0, max(0.0, r)) for r in rewards) / len(rewards)
+            self._recent[kind].append(share)
 
     def __call__(self) -> Task:
         if self.how == "random":
             return self._rng.choice(self.tasks)
-        if not self._turns:
-            self._turns = list(range(len(self.kinds)))
-            self._rng.shuffle(self._turns)
-        kind = self._turns.pop()
+        if self.how == "unsolved":
+            kind = self._rng.choices(range(len(self.kinds)), weights=self.weights())[0]
+        else:
+            if not self._turns:
+                self._turns = list(range(len(self.kinds)))
+                self._rng.shuffle(self._turns)
+            kind = self._turns.pop()
         deck = self._decks[kind]
         if not deck:
             deck.extend(self.kinds[kind])
@@ -377,13 +410,15 @@ class TaskRollouts:
     ) -> list[Trajectory]:
         """A group's trajectories; none when it failed as a whole (counted as abandoned)."""
         try:
-            return await self._run_group(task, group_id, gate)
+            group = await self._run_group(task, group_id, gate)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
             self.counts.abandoned += self.group_size
             self.counts.last_error = f"{type(exc).__name__}: {exc}"
             return []
+        self.draw.record(task.id, [float(t.reward or 0.0) for t in group])
+        return group
 
     def state(self) -> dict[str, Any]:
         return {}

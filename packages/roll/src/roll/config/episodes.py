@@ -86,11 +86,15 @@ class TasksConfig(_Section):
     daemon_wait: float = Field(default=60.0, gt=0)
     """Seconds an attempt waits for a rock daemon that went away (a restart) to take requests
     again before it fails; episodes its absence broke run again (``infra/daemon_unavailable``)."""
-    draw: Literal["random", "balanced"] = "random"
+    draw: Literal["random", "balanced", "unsolved"] = "random"
     """How a group's task is drawn: uniformly at random (``random``), or ``balanced`` over
     kinds: tasks with the same ``metadata.tags`` are one kind, the kinds take turns in a
     shuffled order, and within a kind its tasks come in a shuffled order before any repeats,
-    so a kind with few tasks is trained as often as a kind with many."""
+    so a kind with few tasks is trained as often as a kind with many; or ``unsolved``: as
+    ``balanced`` within a kind, but each draw picks a kind with the weight of its failed
+    episodes' share over its last 4 finished groups (at least 0.1; 0.5 before any), so the
+    kinds the policy has not solved are trained more and solved ones still now and then (the
+    draws then follow the groups' outcomes, so they repeat from the seed only as those do)."""
     max_staleness: int = Field(default=0, ge=0)
     """How many policy versions old a group may be when it is trained on: 0 is synchronous
     (a step's episodes start after the previous update); above 0 the next steps' episodes
