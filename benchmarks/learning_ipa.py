@@ -62,23 +62,19 @@ import demo  # noqa: E402  (scripts/demo.py: how the demo evaluates its models)
 
 BIN = Path(sys.executable).parent
 EXAMPLES = REPO / "packages" / "roll" / "examples"
+IMITATION = ("resample.experts={train}/trajectories.jsonl", "resample.mode=start")
+"""IPA's imitation term from the synthesis experts of the run's training set (``{train}``)."""
 RL_ARMS: dict[str, tuple[str, ...]] = {
     "grpo": ("algorithm.name=grpo",),
     "ipa": ("algorithm.name=ipa",),
     "lite_ppo": ("algorithm.name=lite_ppo",),
     "ipa_baseline": ("algorithm.name=ipa", "algorithm.baseline=group_mean", "optim.lr=6e-6"),
-    "ipa_imitation": (
-        "algorithm.name=ipa",
-        "resample.experts={train}/trajectories.jsonl",
-        "resample.mode=start",
-        "resample.imitation_coef=2.0",
-    ),
+    "ipa_imitation": ("algorithm.name=ipa", *IMITATION, "resample.imitation_coef=2.0"),
     "ipa_baseline_imitation": (
         "algorithm.name=ipa",
         "algorithm.baseline=group_mean",
         "optim.lr=6e-6",
-        "resample.experts={train}/trajectories.jsonl",
-        "resample.mode=start",
+        *IMITATION,
         "resample.imitation_coef=1.0",
     ),
 }
@@ -211,14 +207,13 @@ def stability(rows: list[dict[str, float]]) -> dict[str, float]:
     norms = [r["train/grad_norm"] for r in rows if "train/grad_norm" in r]
     success = [r["rollout/success_rate"] for r in rows if "rollout/success_rate" in r]
     median = statistics.median(norms) if norms else 0.0
-    imitating = [r for r in rows if r.get("resample/whole_experts", 0) > 0]
+    spike = [bool(median) and r.get("train/grad_norm", 0.0) > 3 * median for r in rows]
+    # steps that added an expert's trajectory (the imitation term)
+    imitating = [r.get("resample/whole_experts", 0) > 0 for r in rows]
     return {
-        "spikes": float(sum(1 for n in norms if median and n > 3 * median)),
-        # steps that added an expert's trajectory (the imitation term) and of those, spikes
-        "imitation_steps": float(len(imitating)),
-        "imitation_spikes": float(
-            sum(1 for r in imitating if median and r.get("train/grad_norm", 0) > 3 * median)
-        ),
+        "spikes": float(sum(spike)),
+        "imitation_steps": float(sum(imitating)),
+        "imitation_spikes": float(sum(s and i for s, i in zip(spike, imitating, strict=True))),
         "max_grad_norm": max(norms, default=0.0),
         "success_sd": statistics.pstdev(success) if len(success) > 1 else 0.0,
         "last_success": success[-1] if success else 0.0,

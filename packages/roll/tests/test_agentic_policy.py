@@ -364,9 +364,8 @@ def test_an_unsolved_draw_favours_the_kinds_whose_recent_groups_failed() -> None
     for i in range(6):
         again.record(f"upper-{i % 3}", [1.0, 1.0, 1.0, 1.0])
         again.record(f"sort-{i % 3}", [0.0, 0.0, 1.0, 0.0] if i < 2 else [0.0] * 4)
-    assert [
-        again().id.split("-")[0] for _ in range(400)
-    ] == drawn  # the same outcomes: the same draws
+    repeated = [again().id.split("-")[0] for _ in range(400)]
+    assert repeated == drawn  # the same outcomes: the same draws
 
 
 async def test_a_rewritten_history_starts_a_segment_the_trainer_samples_apart(tiny: Path) -> None:
