@@ -65,11 +65,18 @@ BIN = Path(sys.executable).parent
 EXAMPLES = REPO / "packages" / "roll" / "examples"
 IMITATION = ("resample.experts={train}/trajectories.jsonl", "resample.mode=start")
 """IPA's imitation term from the synthesis experts of the run's training set (``{train}``)."""
+PLAIN = "resample=null"
+"""Without the demo's imitation term (its config's ``resample:`` section)."""
 RL_ARMS: dict[str, tuple[str, ...]] = {
-    "grpo": ("algorithm.name=grpo",),
-    "ipa": ("algorithm.name=ipa",),
-    "lite_ppo": ("algorithm.name=lite_ppo",),
-    "ipa_baseline": ("algorithm.name=ipa", "algorithm.baseline=group_mean", "optim.lr=6e-6"),
+    "grpo": ("algorithm.name=grpo", PLAIN),
+    "ipa": ("algorithm.name=ipa", PLAIN),
+    "lite_ppo": ("algorithm.name=lite_ppo", PLAIN),
+    "ipa_baseline": (
+        "algorithm.name=ipa",
+        "algorithm.baseline=group_mean",
+        "optim.lr=6e-6",
+        PLAIN,
+    ),
     "ipa_imitation": ("algorithm.name=ipa", *IMITATION, "resample.imitation_coef=2.0"),
     "ipa_imitation_light": ("algorithm.name=ipa", *IMITATION, "resample.imitation_coef=0.5"),
     "ipa_imitation_quarter": ("algorithm.name=ipa", *IMITATION, "resample.imitation_coef=0.25"),
@@ -82,7 +89,8 @@ RL_ARMS: dict[str, tuple[str, ...]] = {
     ),
 }
 """The RL arms the experiment can run (``--arms`` picks; GRPO stays the baseline), each the
-demo's RL config with these overrides. ``ipa_baseline``: IPA with the group's mean reward
+demo's RL config with these overrides (the demo's IPA is ``ipa_imitation_light``; ``ipa`` is
+IPA without the imitation term). ``ipa_baseline``: IPA with the group's mean reward
 subtracted (a failure pushed down, an all-successful group no signal) and twice the
 learning rate, its updates then about the size of GRPO's (whose advantages are divided by
 the group's std, at most 0.5 for a 0/1 reward). ``ipa_imitation``: IPA with the paper's
@@ -317,7 +325,7 @@ def main() -> int:
     )
     parser.add_argument(
         "--arms",
-        default="grpo,ipa",
+        default="grpo,ipa,ipa_imitation_light",
         help=f"the RL arms, comma-separated, of {', '.join(RL_ARMS)} (grpo always runs: the baseline)",
     )
     args = parser.parse_args()

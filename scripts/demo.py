@@ -14,7 +14,9 @@
    faster here (``--engine auto``, :mod:`roll.generation.compare`: vLLM where it samples
    the SFT model at least 1.1x as fast). Then
    `roll train` improves the model by RL with IPA on the training tasks: the iflow agent
-   with the policy as its model, in sandboxes, rewarded by the tasks' verifiers; on vLLM,
+   with the policy as its model, in sandboxes, rewarded by the tasks' verifiers (a group
+   whose episodes all failed imitates its task's expert trajectory: IPA's imitation
+   term); on vLLM,
    roll launches the server and has it reload the weights after every step.
 6. `rock bench run --agent roll-policy` evaluates the untrained, SFT and SFT+RL models with
    the iflow agent (one batched copy of each model for all trials, or one vLLM server per
@@ -256,8 +258,10 @@ def rl(home: Path, quick: bool) -> None:
         "rollout.backend=server",
         f"rollout.server={{launch: {{dtype: {serve_dtype()}, max_model_len: {CONTEXT}}}}}",
     ] if ENGINE == "vllm" else []  # fmt: skip
+    train = OUT / "datasets" / "train"
+    experts = [] if TINY else [f"resample.experts={train / 'trajectories.jsonl'}"]  # imitation
     run(BIN / "roll", "train", config("train-demo-ipa"), f"run_dir={OUT / 'rl'}",
-        f"model.path={models()['SFT']}", f"tasks.dataset={OUT / 'datasets' / 'train'}",
+        f"model.path={models()['SFT']}", f"tasks.dataset={train}", *experts,
         f"tasks.home={home}", *server, *(QUICK["rl"] if quick else []))  # fmt: skip
 
 
