@@ -14,7 +14,8 @@ out; synthesized into bench-out/learning/ unless there already), for each seed:
    `ipa_baseline` IPA with the group's mean as baseline at twice the learning rate, with
    `ipa_imitation` IPA with its imitation term (a group without a success adds the
    synthesis expert's trajectory of its task as an NLL term; weight 2.0, with
-   `ipa_imitation_light` 0.5, `ipa_imitation_third` 0.33, `ipa_imitation_quarter` 0.25), and with
+   `ipa_imitation_light` 0.5, `ipa_imitation_third` 0.33, `ipa_imitation_quarter` 0.25),
+   and with
    `ipa_baseline_imitation` the two together;
 3. `rock bench run --agent roll-policy` (the iflow agent, one batched model; greedy), evaluated
    exactly as `make demo` evaluates its models (scripts/demo.py's command and environment), on
@@ -65,6 +66,13 @@ BIN = Path(sys.executable).parent
 EXAMPLES = REPO / "packages" / "roll" / "examples"
 IMITATION = ("resample.experts={train}/trajectories.jsonl", "resample.mode=start")
 """IPA's imitation term from the synthesis experts of the run's training set (``{train}``)."""
+
+
+def imitating(weight: float) -> tuple[str, ...]:
+    """IPA with its imitation term at ``weight``."""
+    return ("algorithm.name=ipa", *IMITATION, f"resample.imitation_coef={weight}")
+
+
 PLAIN = "resample=null"
 """Without the demo's imitation term (its config's ``resample:`` section)."""
 RL_ARMS: dict[str, tuple[str, ...]] = {
@@ -77,10 +85,10 @@ RL_ARMS: dict[str, tuple[str, ...]] = {
         "optim.lr=6e-6",
         PLAIN,
     ),
-    "ipa_imitation": ("algorithm.name=ipa", *IMITATION, "resample.imitation_coef=2.0"),
-    "ipa_imitation_light": ("algorithm.name=ipa", *IMITATION, "resample.imitation_coef=0.5"),
-    "ipa_imitation_quarter": ("algorithm.name=ipa", *IMITATION, "resample.imitation_coef=0.25"),
-    "ipa_imitation_third": ("algorithm.name=ipa", *IMITATION, "resample.imitation_coef=0.33"),
+    "ipa_imitation": imitating(2.0),
+    "ipa_imitation_light": imitating(0.5),
+    "ipa_imitation_quarter": imitating(0.25),
+    "ipa_imitation_third": imitating(0.33),
     "ipa_baseline_imitation": (
         "algorithm.name=ipa",
         "algorithm.baseline=group_mean",
@@ -99,8 +107,8 @@ imitation term for groups without a positive episode (roll's ``resample.mode: st
 group starts from the task's beginning, and one whose episodes all failed adds the
 synthesis expert's trajectory of its task, ``{train}/trajectories.jsonl``, as an NLL term of
 weight 2.0 against the RL loss; ``ipa_imitation_light``, ``ipa_imitation_third`` and
-``ipa_imitation_quarter`` the same at weights 0.5, 0.33 and 0.25); ``ipa_baseline_imitation``: both, at weight 1.0 (its
-learning rate is twice)."""
+``ipa_imitation_quarter`` the same at weights 0.5, 0.33 and 0.25);
+``ipa_baseline_imitation``: both, at weight 1.0 (its learning rate is twice)."""
 
 
 def run(*args: object) -> None:
