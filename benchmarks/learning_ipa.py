@@ -89,6 +89,7 @@ RL_ARMS: dict[str, tuple[str, ...]] = {
     "ipa_imitation_light": imitating(0.5),
     "ipa_imitation_quarter": imitating(0.25),
     "ipa_imitation_third": imitating(0.33),
+    "ipa_imitation_few": (*imitating(0.33), "resample.imitation_share=0.25"),
     "ipa_baseline_imitation": (
         "algorithm.name=ipa",
         "algorithm.baseline=group_mean",
@@ -107,7 +108,8 @@ imitation term for groups without a positive episode (roll's ``resample.mode: st
 group starts from the task's beginning, and one whose episodes all failed adds the
 synthesis expert's trajectory of its task, ``{train}/trajectories.jsonl``, as an NLL term of
 weight 2.0 against the RL loss; ``ipa_imitation_light``, ``ipa_imitation_third`` and
-``ipa_imitation_quarter`` the same at weights 0.5, 0.33 and 0.25);
+``ipa_imitation_quarter`` the same at weights 0.5, 0.33 and 0.25; ``ipa_imitation_few``
+at 0.33 for groups with at most one success of four, ``resample.imitation_share: 0.25``);
 ``ipa_baseline_imitation``: both, at weight 1.0 (its learning rate is twice)."""
 
 

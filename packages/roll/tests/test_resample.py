@@ -278,6 +278,19 @@ def test_needs_imitation() -> None:
     assert needs_imitation([])
 
 
+def test_needs_imitation_with_a_share_takes_groups_with_few_positives() -> None:
+    """`resample.imitation_share`: a group whose share of positive episodes is at most the
+    share gets the term too (0.25 with groups of 4: at most one success); 0 is the paper's
+    rule, a group with no positive."""
+    one_of_four = [1.0, 0.0, 0.0, 0.0]
+    assert not needs_imitation(one_of_four)
+    assert needs_imitation(one_of_four, share=0.25)
+    assert not needs_imitation([1.0, 1.0, 0.0, 0.0], share=0.25)
+    assert needs_imitation([0.0, 0.0, 0.0, 0.0], share=0.25)
+    assert needs_imitation([1.0, 1.0, 0.0, 0.0], share=0.5)
+    assert not needs_imitation([0.0, 0.25], share=0.0)
+
+
 def test_self_sampling_takes_a_first_success_of_a_task_without_an_expert(tmp_path: Path) -> None:
     """`resample.self_experts` with tasks: the policy's first successful trajectory of a task
     that has no expert becomes that task's expert (its groups then start from its turns);

@@ -290,6 +290,41 @@ def test_resampling_from_expert_prefixes_with_imitation(tmp_path: Path, tiny: Pa
     )
 
 
+def test_the_imitated_groups_are_counted_as_the_rollouts_show(tmp_path: Path, tiny: Path) -> None:
+    """`resample/imitated_groups` is the number of the step's groups whose share of positive
+    episodes is at most `resample.imitation_share` (`needs_imitation` decides, tested in
+    test_resample), and the step has an imitation loss exactly when there is one; a share of
+    1 or more is refused in one sentence."""
+    from pydantic import ValidationError
+
+    _guess_experts(tmp_path / "experts.jsonl")
+    for share in (0.0, 0.75):
+        run = tmp_path / f"run-{share}"
+        path = _config(
+            tmp_path,
+            tiny,
+            run_dir=str(run),
+            env={"name": "guess", "kwargs": {"n": 4, "max_turns": 3}},
+            resample={"experts": str(tmp_path / "experts.jsonl"), "mode": "parallel",
+                      "anchors": 2, "imitation_coef": 0.5, "imitation_share": share},
+            run={"steps": 1},
+        )  # fmt: skip
+        run_train(load_config(TrainConfig, path), log=lambda _m: None)
+        (record,) = [r for r in read_metrics(run) if "resample/imitated_groups" in r]
+        groups: dict[str, list[float]] = {}
+        for line in (run / "rollouts" / "step-000001.jsonl").read_text().splitlines():
+            rollout = json.loads(line)
+            groups.setdefault(rollout["group_id"], []).append(rollout["reward"])
+        few = sum(1 for r in groups.values() if sum(x > 0 for x in r) <= share * len(r))
+        assert record["resample/imitated_groups"] == few
+        assert ("train/imitation_loss" in record) == (few > 0)
+    with pytest.raises(ValidationError, match="imitation_share"):
+        TrainConfig.model_validate(
+            {"model": {"path": str(tiny)}, "env": {"name": "guess"},
+             "resample": {"experts": str(tmp_path / "experts.jsonl"), "imitation_share": 1.0}}
+        )  # fmt: skip
+
+
 def test_plot_draws_the_curves(tmp_path: Path, tiny: Path) -> None:
     path = _config(tmp_path, tiny, run_dir=str(tmp_path / "run"), run={"steps": 2})
     assert _cli("train", str(path)).returncode == 0

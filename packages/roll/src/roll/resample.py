@@ -16,7 +16,8 @@ Two schedules choose anchors: :class:`SequentialRollback` starts at the last chu
 the anchor back one chunk whenever the group at the current anchor succeeds often enough;
 :class:`ParallelAnchors` starts rollouts at several anchors spread over the trajectory in the
 same step (``start``: every group from the beginning, the experts kept for imitation alone).
-A group with no positive reward (:func:`needs_imitation`) gets an imitation (NLL) term on the
+A group with no positive reward (:func:`needs_imitation`; with ``imitation_share``, also one
+with few) gets an imitation (NLL) term on the
 expert's replayed tokens, which :func:`prefix_token_mask` marks; a group of tasks that started
 from the beginning has none, and imitates the expert's whole trajectory instead
 (:func:`whole_expert_samples`), rendered as the agent sees the task.
@@ -79,10 +80,13 @@ def _positive_share(group_rewards: Sequence[float]) -> float:
     return sum(1 for r in group_rewards if r > 0) / len(group_rewards)
 
 
-def needs_imitation(group_rewards: Sequence[float]) -> bool:
-    """True when no rollout of the group got a positive reward: learn from the expert's prefix
-    by imitation, since the group's advantages carry no signal."""
-    return not any(r > 0 for r in group_rewards)
+def needs_imitation(group_rewards: Sequence[float], share: float = 0.0) -> bool:
+    """True when no rollout of the group got a positive reward (the paper's rule): learn from
+    the expert's prefix by imitation, since the group's advantages carry no signal. With
+    ``share`` above 0, also when the group's share of positive rollouts is at most ``share``
+    (0.25 with groups of 4: at most one success), where the advantages carry little."""
+    positives = sum(1 for r in group_rewards if r > 0)
+    return positives == 0 or positives <= share * len(group_rewards)
 
 
 def prefix_token_mask(trajectory: Trajectory) -> list[bool]:

@@ -207,9 +207,11 @@ def _samples(
     groups = _group_rewards(samples)
     uniform = {g for g, r in groups.items() if len(set(r)) <= 1}
     metrics["rollout/uniform_groups"] = float(len(uniform))
-    imitate = {g for g, r in groups.items() if needs_imitation(r)} if experts else set()
+    share = config.resample.imitation_share if config.resample is not None else 0.0
+    imitate = {g for g, r in groups.items() if needs_imitation(r, share)} if experts else set()
     whole: list[Sample] = []
     if experts is not None:
+        metrics["resample/imitated_groups"] = float(len(imitate))
         if render is not None:
             whole, unmatched = whole_expert_samples(samples, imitate, experts, render)
             metrics["resample/whole_experts"] = float(len(whole))

@@ -125,3 +125,6 @@ class ResampleConfig(_Section):
     """Weight of the NLL term for groups without a positive episode: on the expert prefix
     they were started from, or (``tasks:``) on the expert's whole trajectory when they
     started from the task's beginning."""
+    imitation_share: float = Field(default=0.0, ge=0, lt=1)
+    """Groups whose share of positive episodes is at most this get the term too (0.25 with
+    groups of 4: at most one success); 0, the paper's rule: only groups with none."""
