@@ -17,10 +17,10 @@ the anchor back one chunk whenever the group at the current anchor succeeds ofte
 :class:`ParallelAnchors` starts rollouts at several anchors spread over the trajectory in the
 same step (``start``: every group from the beginning, the experts kept for imitation alone).
 A group with no positive reward (:func:`needs_imitation`; with ``imitation_share``, also one
-with few) gets an imitation (NLL) term on the
-expert's replayed tokens, which :func:`prefix_token_mask` marks; a group of tasks that started
-from the beginning has none, and imitates the expert's whole trajectory instead
-(:func:`whole_expert_samples`), rendered as the agent sees the task.
+with few) gets an imitation (NLL) term on the expert's replayed tokens, which
+:func:`prefix_token_mask` marks; a group of tasks that started from the beginning has none,
+and imitates the expert's whole trajectory instead (:func:`whole_expert_samples`), rendered
+as the agent sees the task.
 """
 
 from __future__ import annotations
