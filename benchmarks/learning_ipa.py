@@ -14,8 +14,8 @@ out; synthesized into bench-out/learning/ unless there already), for each seed:
    `ipa_baseline` IPA with the group's mean as baseline at twice the learning rate, with
    `ipa_imitation` IPA with its imitation term (a group without a success adds the
    synthesis expert's trajectory of its task as an NLL term; weight 2.0, with
-   `ipa_imitation_light` 0.5, `ipa_imitation_third` 0.33, `ipa_imitation_quarter` 0.25),
-   and with
+   `ipa_imitation_light` 0.5, `ipa_imitation_third` 0.33, `ipa_imitation_quarter` 0.25;
+   `ipa_imitation_few` at 0.33 for groups with at most one success), and with
    `ipa_baseline_imitation` the two together;
 3. `rock bench run --agent roll-policy` (the iflow agent, one batched model; greedy), evaluated
    exactly as `make demo` evaluates its models (scripts/demo.py's command and environment), on
@@ -90,13 +90,7 @@ RL_ARMS: dict[str, tuple[str, ...]] = {
     "ipa_imitation_quarter": imitating(0.25),
     "ipa_imitation_third": imitating(0.33),
     "ipa_imitation_few": (*imitating(0.33), "resample.imitation_share=0.25"),
-    "ipa_baseline_imitation": (
-        "algorithm.name=ipa",
-        "algorithm.baseline=group_mean",
-        "optim.lr=6e-6",
-        *IMITATION,
-        "resample.imitation_coef=1.0",
-    ),
+    "ipa_baseline_imitation": (*imitating(1.0), "algorithm.baseline=group_mean", "optim.lr=6e-6"),
 }
 """The RL arms the experiment can run (``--arms`` picks; GRPO stays the baseline), each the
 demo's RL config with these overrides (the demo's IPA is ``ipa_imitation_light``; ``ipa`` is

@@ -15,6 +15,7 @@ pytest.importorskip("transformers")
 from ale.chunking import num_chunks, token_view
 from ale.trajectory import AgentInfo, Role, Step, Trajectory
 from iflow.models.tiny import build_tiny_model
+from roll.config import ResampleConfig
 from roll.envs import GuessEnv, make_env
 from roll.errors import ConfigError, RollError
 from roll.generation import Generation, HFBackend, SamplingParams
@@ -24,6 +25,7 @@ from roll.resample import (
     expert_actions,
     expert_observations,
     expert_opening,
+    imitated_groups,
     needs_imitation,
     prefix_token_mask,
 )
@@ -289,6 +291,9 @@ def test_needs_imitation_with_a_share_takes_groups_with_few_positives() -> None:
     assert needs_imitation([0.0, 0.0, 0.0, 0.0], share=0.25)
     assert needs_imitation([1.0, 1.0, 0.0, 0.0], share=0.5)
     assert not needs_imitation([0.0, 0.25], share=0.0)
+    groups = {"none": [0.0] * 4, "one": one_of_four, "two": [1.0, 1.0, 0.0, 0.0]}
+    assert imitated_groups(groups, ResampleConfig()) == {"none"}
+    assert imitated_groups(groups, ResampleConfig(imitation_share=0.25)) == {"none", "one"}
 
 
 def test_self_sampling_takes_a_first_success_of_a_task_without_an_expert(tmp_path: Path) -> None:

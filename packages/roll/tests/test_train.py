@@ -292,7 +292,7 @@ def test_resampling_from_expert_prefixes_with_imitation(tmp_path: Path, tiny: Pa
 
 def test_the_imitated_groups_are_counted_as_the_rollouts_show(tmp_path: Path, tiny: Path) -> None:
     """`resample/imitated_groups` is the number of the step's groups whose share of positive
-    episodes is at most `resample.imitation_share` (`needs_imitation` decides, tested in
+    episodes is at most `resample.imitation_share` (`imitated_groups` decides, tested in
     test_resample), and the step has an imitation loss exactly when there is one; a share of
     1 or more is refused in one sentence."""
     from pydantic import ValidationError

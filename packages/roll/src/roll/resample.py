@@ -25,13 +25,13 @@ as the agent sees the task.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 
 from ale.chunking import Loss, loss_of, token_view
 from ale.jsonl import read_jsonl
 from ale.trajectory import AgentInfo, Role, Step, Trajectory
 from roll.algo.batch import Sample
-from roll.config import TrainConfig
+from roll.config import ResampleConfig, TrainConfig
 from roll.envs.registry import make_env
 from roll.errors import ConfigError, RollError
 
@@ -87,6 +87,14 @@ def needs_imitation(group_rewards: Sequence[float], share: float = 0.0) -> bool:
     (0.25 with groups of 4: at most one success), where the advantages carry little."""
     positives = sum(1 for r in group_rewards if r > 0)
     return positives == 0 or positives <= share * len(group_rewards)
+
+
+def imitated_groups(
+    groups: Mapping[Hashable, Sequence[float]], config: ResampleConfig
+) -> set[Hashable]:
+    """The groups (their rewards by group) that get the imitation term under ``config``:
+    :func:`needs_imitation` at its ``imitation_share``."""
+    return {g for g, rewards in groups.items() if needs_imitation(rewards, config.imitation_share)}
 
 
 def prefix_token_mask(trajectory: Trajectory) -> list[bool]:

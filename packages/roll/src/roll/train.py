@@ -36,7 +36,7 @@ from roll.algo.batch import Sample, assign_advantages, sample_from_trajectory, s
 from roll.algo.losses import LossSpec
 from roll.config import TrainConfig
 from roll.ray_engine import ray_session
-from roll.resample import Experts, needs_imitation, whole_expert_samples
+from roll.resample import Experts, imitated_groups, whole_expert_samples
 from roll.session import Session
 from roll.sources import make_backend, open_source
 from roll.update import scored_logprobs_of
@@ -207,8 +207,7 @@ def _samples(
     groups = _group_rewards(samples)
     uniform = {g for g, r in groups.items() if len(set(r)) <= 1}
     metrics["rollout/uniform_groups"] = float(len(uniform))
-    share = config.resample.imitation_share if config.resample is not None else 0.0
-    imitate = {g for g, r in groups.items() if needs_imitation(r, share)} if experts else set()
+    imitate = imitated_groups(groups, experts.config) if experts is not None else set()
     whole: list[Sample] = []
     if experts is not None:
         metrics["resample/imitated_groups"] = float(len(imitate))
